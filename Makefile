@@ -1,0 +1,52 @@
+# Two user-facing targets: `make demo` and `make test`. Both set up what they need and are idempotent.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export LIPSTREAM_HOME ?= $(CURDIR)/out/home
+DEMO_OUT := $(CURDIR)/out/demo
+APT_PACKAGES := espeak-ng ffmpeg chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: demo test setup system-deps lint bench
+
+setup: system-deps $(VENV)/.installed tests/browser/node_modules/.installed
+
+system-deps:
+	@missing=""; \
+	command -v espeak-ng >/dev/null || missing="$$missing espeak-ng"; \
+	command -v ffmpeg >/dev/null || missing="$$missing ffmpeg"; \
+	[ -x /usr/lib/chromium/chromium ] || missing="$$missing chromium"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing system packages:$$missing"; \
+	  $(SUDO) apt-get -o DPkg::Lock::Timeout=600 update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends $$missing; \
+	fi
+
+# torch==2.13.0 first: it is the CPU wheel on local disk; any looser spec would pull a CUDA build.
+$(VENV)/.installed: pyproject.toml
+	[ -x $(BIN)/python ] || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q -U pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[musetalk,dev]'
+	touch $@
+
+tests/browser/node_modules/.installed: tests/browser/package.json
+	cd tests/browser && npm install --no-audit --no-fund --silent
+	touch $@
+
+demo: setup
+	@mkdir -p $(DEMO_OUT)
+	$(BIN)/lipstream avatar sample --name sample --skip-existing
+	$(BIN)/lipstream render --avatar sample --text "Good evening. Here is the news, read by a face that was never filmed saying it." \
+	  -o $(DEMO_OUT)/sample.mp4 --report $(DEMO_OUT)/sample.json
+	@echo "demo clip: $(DEMO_OUT)/sample.mp4 (report: $(DEMO_OUT)/sample.json)"
+	$(BIN)/lipstream serve --host 127.0.0.1 --port $${PORT:-8000}
+
+test: setup
+	$(BIN)/ruff check lipstream tests benchmarks
+	$(BIN)/python -m pytest -q --durations=15 tests
+	@echo "test report above; artifacts under $${TMPDIR:-/tmp}/pytest-of-$$(id -un)"
+
+lint: $(VENV)/.installed
+	$(BIN)/ruff check lipstream tests benchmarks

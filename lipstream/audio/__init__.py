@@ -1,0 +1,1 @@
+"""Audio: decoding/resampling, the audio timeline, streaming buffers, feature extractors, VAD."""

@@ -1,0 +1,1 @@
+"""Avatar bundles: prepare (video -> bundle), face tracking, masks, bundle read/write."""

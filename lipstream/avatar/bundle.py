@@ -1,0 +1,184 @@
+"""The avatar bundle: a folder with manifest.json and .npy arrays (see docs/bundle-format.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from lipstream.errors import AvatarError
+from lipstream.paths import avatars_dir
+
+FORMAT_VERSION = 1
+CROP_SIZE = 256  # masks and engine patches live in this crop space (the box resized to CROP_SIZE²)
+
+MANIFEST = "manifest.json"
+FRAMES = "frames.npy"  # N×H×W×3 uint8 RGB, memory-mapped on read
+BOXES = "boxes.npy"  # N×4 int32 (x1, y1, x2, y2), source pixels, exclusive x2/y2
+LANDMARKS = "landmarks.npy"  # N×L×2 float32 face landmarks in source pixels
+MASKS = "masks.npy"  # N×CROP_SIZE×CROP_SIZE uint8 mouth blend mask in crop space
+NOSE_BASE = "nose_base.npy"  # N float32: nostril-base row in crop space; mask is 0 at and above it
+IDLE_LOOP = "idle_loop.npy"  # M int32 frame indices, forward then reverse
+ENGINES_DIR = "engines"  # engines/<engine name>/... per-engine caches
+
+
+class Manifest(BaseModel):
+    """manifest.json: what the bundle holds and how it was made."""
+
+    format_version: int = FORMAT_VERSION
+    name: str
+    fps: int = 25
+    frame_count: int
+    width: int
+    height: int
+    source_file: str
+    source_fps: float | None = None
+    crop_size: int = CROP_SIZE
+    landmark_model: str = ""
+    landmark_count: int = 0
+    face_width_px: float = 0.0
+    created_at: str = ""
+    prepare_seconds: float = 0.0
+    notes: list[str] = Field(default_factory=list)
+    engines: dict[str, dict] = Field(default_factory=dict)  # engine name -> what it cached
+
+
+@dataclass
+class AvatarBundle:
+    """A prepared avatar read back from disk; arrays are memory-mapped where large."""
+
+    path: Path
+    manifest: Manifest
+    frames: np.ndarray
+    boxes: np.ndarray
+    landmarks: np.ndarray
+    masks: np.ndarray
+    nose_base: np.ndarray
+    idle_loop: np.ndarray
+    _extra: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def name(self) -> str:
+        """The avatar's name."""
+        return self.manifest.name
+
+    @property
+    def frame_count(self) -> int:
+        """Number of source frames (before the idle ping-pong)."""
+        return self.manifest.frame_count
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(width, height) of the frames in pixels."""
+        return self.manifest.width, self.manifest.height
+
+    def base_frame_index(self, tick: int) -> int:
+        """Source frame shown at display tick `tick` (the idle loop wraps around)."""
+        return int(self.idle_loop[tick % len(self.idle_loop)])
+
+    def crop_landmarks(self, frame_index: int) -> np.ndarray:
+        """Landmarks of a frame mapped into crop space (CROP_SIZE×CROP_SIZE)."""
+        x1, y1, x2, y2 = (float(v) for v in self.boxes[frame_index])
+        pts = self.landmarks[frame_index].astype(np.float32).copy()
+        pts[:, 0] = (pts[:, 0] - x1) * (CROP_SIZE / max(x2 - x1, 1.0))
+        pts[:, 1] = (pts[:, 1] - y1) * (CROP_SIZE / max(y2 - y1, 1.0))
+        return pts
+
+    def engine_dir(self, engine: str) -> Path:
+        """Folder for an engine's caches inside the bundle."""
+        return self.path / ENGINES_DIR / engine
+
+    def update_engine_entry(self, engine: str, entry: dict) -> None:
+        """Record what an engine cached, rewriting manifest.json atomically."""
+        self.manifest.engines[engine] = entry
+        write_manifest(self.path, self.manifest)
+
+
+def write_manifest(folder: Path, manifest: Manifest) -> None:
+    """Write manifest.json atomically (temp file, then rename)."""
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".manifest.", suffix=".tmp")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(manifest.model_dump(), fh, indent=2)
+        fh.write("\n")
+    os.replace(tmp, folder / MANIFEST)
+
+
+@contextmanager
+def atomic_bundle_dir(final: Path, force: bool = False) -> Iterator[Path]:
+    """Yield a temp folder beside `final`; on success it replaces `final`, on failure it is removed."""
+    final = Path(final)
+    if final.exists() and not force:
+        raise AvatarError(f"avatar '{final.name}' already exists at {final}; use --force to replace it")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.partial-"))
+    try:
+        yield tmp
+        if final.exists():
+            trash = final.parent / f".{final.name}.old-{os.getpid()}"
+            os.replace(final, trash)
+            os.replace(tmp, final)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def bundle_path(name: str, root: str | os.PathLike | None = None) -> Path:
+    """Folder of the avatar called `name`."""
+    return avatars_dir(root) / name
+
+
+def list_avatars(root: str | os.PathLike | None = None) -> list[str]:
+    """Names of the complete bundles under the avatars folder (hidden temp folders skipped)."""
+    base = avatars_dir(root)
+    if not base.is_dir():
+        return []
+    return sorted(p.name for p in base.iterdir() if not p.name.startswith(".") and (p / MANIFEST).is_file())
+
+
+def load_avatar(name_or_path: str | os.PathLike, root: str | os.PathLike | None = None) -> AvatarBundle:
+    """Open a bundle by name (under the avatars folder) or by path."""
+    candidate = Path(name_or_path)
+    folder = candidate if (candidate / MANIFEST).is_file() else bundle_path(str(name_or_path), root)
+    if not (folder / MANIFEST).is_file():
+        known = ", ".join(list_avatars(root)) or "none"
+        raise AvatarError(
+            f"unknown avatar '{name_or_path}' (known: {known}); "
+            "create one with `lipstream avatar prepare VIDEO --name NAME` or `lipstream avatar sample`"
+        )
+    try:
+        manifest = Manifest.model_validate_json((folder / MANIFEST).read_text())
+    except Exception as exc:  # noqa: BLE001 - any parse failure is a malformed bundle
+        raise AvatarError(f"avatar at {folder} has an unreadable manifest.json: {exc}") from exc
+    if manifest.format_version > FORMAT_VERSION:
+        raise AvatarError(
+            f"avatar '{manifest.name}' uses bundle format {manifest.format_version}, newer than this "
+            f"lipstream understands ({FORMAT_VERSION}); upgrade lipstream or re-prepare the avatar"
+        )
+
+    def arr(fname: str, mmap: bool = False) -> np.ndarray:
+        path = folder / fname
+        if not path.is_file():
+            raise AvatarError(f"avatar '{manifest.name}' is missing {fname}; re-prepare it with --force")
+        return np.load(path, mmap_mode="r" if mmap else None)
+
+    return AvatarBundle(
+        path=folder,
+        manifest=manifest,
+        frames=arr(FRAMES, mmap=True),
+        boxes=arr(BOXES),
+        landmarks=arr(LANDMARKS),
+        masks=arr(MASKS, mmap=True),
+        nose_base=arr(NOSE_BASE),
+        idle_loop=arr(IDLE_LOOP),
+    )

@@ -1,0 +1,1 @@
+"""Engines: the Engine interface and one module per engine (viseme, musetalk)."""

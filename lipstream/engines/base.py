@@ -1,0 +1,87 @@
+"""The Engine interface shared by the viseme and MuseTalk engines, and the speech it consumes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from lipstream.audio.timeline import SAMPLE_RATE, frame_count
+from lipstream.avatar.bundle import AvatarBundle
+
+
+@dataclass(frozen=True)
+class PhonemeTiming:
+    """One phoneme of known timing (from our own TTS), in samples at SAMPLE_RATE."""
+
+    phoneme: str  # IPA symbol as the TTS reports it
+    start: int
+    end: int
+
+
+@dataclass
+class Speech:
+    """One utterance: float32 mono PCM at 16 kHz in [-1, 1], plus phoneme timings when known."""
+
+    pcm: np.ndarray
+    phonemes: Sequence[PhonemeTiming] | None = None
+    text: str | None = None
+    source: str = ""
+    sample_rate: int = field(default=SAMPLE_RATE)
+
+    def __post_init__(self) -> None:
+        if self.sample_rate != SAMPLE_RATE:
+            raise ValueError(f"Speech must be at {SAMPLE_RATE} Hz; resample first (got {self.sample_rate})")
+        self.pcm = np.ascontiguousarray(self.pcm, dtype=np.float32).reshape(-1)
+
+    @property
+    def seconds(self) -> float:
+        """Duration in seconds."""
+        return len(self.pcm) / SAMPLE_RATE
+
+    @property
+    def frame_count(self) -> int:
+        """Video frames this utterance covers: floor(seconds * 25)."""
+        return frame_count(len(self.pcm))
+
+
+class FeatureStream(Protocol):
+    """Incremental features for a growing audio buffer (live sessions)."""
+
+    def push(self, pcm: np.ndarray) -> np.ndarray:
+        """Add 16 kHz float32 PCM; return features [k, D] for frames that became final."""
+
+    def finish(self) -> np.ndarray:
+        """End of utterance: return the features of every remaining frame."""
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A lip-sync engine. Planner, compositor and server do not know which one runs.
+
+    - `features(speech)` -> float32 [speech.frame_count, feature_dim], one row per 40 ms frame.
+    - `render(bundle, features, frame_ids)` -> uint8 RGB patches [B, patch_size, patch_size, 3] in crop
+      space (the frame's box resized to patch_size²), pure and batched; frame_ids are source frame
+      indices of the bundle (the base frame each patch will be pasted on).
+    """
+
+    name: str
+    feature_kind: str
+    feature_dim: int
+    patch_size: int
+    batch_size: int
+    lookahead_frames: int  # features of frame k need audio up to frame k + lookahead_frames
+
+    def prepare(self, bundle: AvatarBundle) -> None:
+        """Build (or check) this engine's caches for an avatar; idempotent."""
+
+    def features(self, speech: Speech) -> np.ndarray:
+        """Per-frame audio features for a whole utterance."""
+
+    def stream_features(self) -> FeatureStream:
+        """A fresh incremental feature extractor for one live utterance."""
+
+    def render(self, bundle: AvatarBundle, features: np.ndarray, frame_ids: np.ndarray) -> np.ndarray:
+        """Mouth patches for the given features, one per frame id."""

@@ -1,0 +1,1 @@
+"""The weight-free viseme engine: audio -> articulation -> landmark-driven mouth warp."""

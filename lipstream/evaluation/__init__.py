@@ -1,0 +1,1 @@
+"""Evaluation: measure lip-sync of any video from the video alone."""

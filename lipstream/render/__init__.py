@@ -1,0 +1,1 @@
+"""Rendering: planner, infill, compositor, offline render and the streaming Session."""

@@ -1,0 +1,1 @@
+"""Server: FastAPI app, WebSocket session protocol, auth, static web client."""

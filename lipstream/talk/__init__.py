@@ -1,0 +1,1 @@
+"""Talk: TTS providers now; STT, LLM and the conversation loop later."""

@@ -78,7 +78,8 @@ def test_stream_resampler_chunks_match_whole_buffer() -> None:
 def test_stream_resampler_same_rate_is_identity() -> None:
     src = _sine(16000, 0.1)
     stream = StreamResampler(16000)
-    assert np.array_equal(np.concatenate([stream.push(src[:500]), stream.push(src[500:]), stream.flush()]), src)
+    out = np.concatenate([stream.push(src[:500]), stream.push(src[500:]), stream.flush()])
+    assert np.array_equal(out, src)
 
 
 def test_load_wav_stereo_48k(tmp_path: Path) -> None:
@@ -102,8 +103,26 @@ def test_load_espeak_wav(tmp_path: Path) -> None:
 def test_load_audio_from_video_file(tmp_path: Path) -> None:
     mp4 = tmp_path / "clip.mp4"
     subprocess.run(
-        ["ffmpeg", "-v", "error", "-f", "lavfi", "-i", "testsrc2=size=64x64:rate=25", "-f", "lavfi",
-         "-i", "sine=frequency=500:sample_rate=44100", "-t", "1", "-c:v", "libx264", "-c:a", "aac", str(mp4)],
+        [
+            "ffmpeg",
+            "-v",
+            "error",
+            "-f",
+            "lavfi",
+            "-i",
+            "testsrc2=size=64x64:rate=25",
+            "-f",
+            "lavfi",
+            "-i",
+            "sine=frequency=500:sample_rate=44100",
+            "-t",
+            "1",
+            "-c:v",
+            "libx264",
+            "-c:a",
+            "aac",
+            str(mp4),
+        ],
         check=True,
     )
     pcm = load_audio(mp4)
@@ -132,8 +151,20 @@ def test_unreadable_file(tmp_path: Path) -> None:
 def test_video_without_audio(tmp_path: Path) -> None:
     mp4 = tmp_path / "silent.mp4"
     subprocess.run(
-        ["ffmpeg", "-v", "error", "-f", "lavfi", "-i", "testsrc2=size=64x64:rate=25", "-t", "0.4",
-         "-c:v", "libx264", str(mp4)],
+        [
+            "ffmpeg",
+            "-v",
+            "error",
+            "-f",
+            "lavfi",
+            "-i",
+            "testsrc2=size=64x64:rate=25",
+            "-t",
+            "0.4",
+            "-c:v",
+            "libx264",
+            str(mp4),
+        ],
         check=True,
     )
     with pytest.raises(MediaError, match="no audio stream"):

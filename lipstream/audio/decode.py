@@ -97,7 +97,9 @@ def load_audio(path: str | os.PathLike) -> np.ndarray:
     try:
         container = av.open(str(file))
     except (av.error.FFmpegError, OSError, UnicodeDecodeError) as exc:
-        raise MediaError(f"cannot read {file.name} as audio or video ({exc}); use a WAV, MP3, MP4 or similar") from exc
+        raise MediaError(
+            f"cannot read {file.name} as audio or video ({exc}); use a WAV, MP3, MP4 or similar"
+        ) from exc
     with container:
         if not container.streams.audio:
             raise MediaError(f"{file.name} has no audio stream; pass a file with sound")
@@ -106,7 +108,7 @@ def load_audio(path: str | os.PathLike) -> np.ndarray:
         parts: list[np.ndarray] = []
         try:
             for frame in container.decode(stream):
-                frame.pts = None  # let swresample count samples itself; odd container pts must not insert gaps
+                frame.pts = None  # swresample counts samples itself; odd container pts must not add gaps
                 parts.append(_frames_to_array(resampler.resample(frame)))
             parts.append(_frames_to_array(resampler.resample(None)))
         except av.error.FFmpegError as exc:

@@ -1,9 +1,93 @@
-"""Command-line subcommands of this room (registered by lipstream.cli)."""
+"""`lipstream render`: speech (file or text) -> MP4 of the avatar saying it."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+from pathlib import Path
+
+from lipstream.errors import MediaError
+
+ENGINE_OPTION_NAMES = ("musetalk_version", "device", "dtype", "batch_size", "models_dir")
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """Engine selection flags shared by render and serve."""
+    parser.add_argument("--engine", default="viseme", choices=["viseme", "musetalk"], help="lip-sync engine")
+    parser.add_argument("--musetalk-version", default=None, choices=["1.5", "1.0"], help="MuseTalk weights")
+    parser.add_argument("--device", default=None, help="musetalk: cuda or cpu (default: cuda if available)")
+    parser.add_argument("--dtype", default=None, help="musetalk: float16 (CUDA), bfloat16 or float32 (CPU)")
+    parser.add_argument("--batch-size", type=int, default=None, help="musetalk: frames per neural call")
+    parser.add_argument("--models-dir", default=None, help="musetalk: weights folder (default $LIPSTREAM_HOME/models)")
+
+
+def engine_options(args: argparse.Namespace) -> dict:
+    """Engine keyword options given on the command line (unset ones left to the engine's defaults)."""
+    if args.engine != "musetalk":
+        return {}
+    opts = {name: getattr(args, name) for name in ENGINE_OPTION_NAMES if getattr(args, name) is not None}
+    if "musetalk_version" in opts:
+        opts["version"] = opts.pop("musetalk_version")
+    return opts
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add this room's subcommands (not written yet)."""
+    """Add `lipstream render`."""
+    p = subparsers.add_parser("render", help="render an avatar speaking a file or text to MP4")
+    p.add_argument("--avatar", required=True, help="avatar name (or bundle folder)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--audio", help="any audio or video file FFmpeg reads")
+    src.add_argument("--text", help="text to speak with the offline TTS")
+    p.add_argument("-o", "--output", required=True, help="output MP4 path")
+    p.add_argument("--voice", default="piper", choices=["piper", "espeak"], help="TTS voice for --text")
+    p.add_argument("--report", help="write a JSON report here")
+    p.add_argument("--avatars-dir", help="avatars folder (default $LIPSTREAM_HOME/avatars)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_engine_arguments(p)
+    p.set_defaults(func=run_render)
+
+
+def _check_writable(path: Path, what: str) -> None:
+    parent = path.expanduser().resolve().parent
+    if not parent.is_dir():
+        raise MediaError(f"cannot write {what} {path}: folder {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise MediaError(f"cannot write {what} {path}: folder {parent} is not writable")
+
+
+def run_render(args: argparse.Namespace) -> int:
+    """Render and print a one-line summary."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from lipstream.avatar.bundle import load_avatar
+    from lipstream.engines.registry import create_engine
+    from lipstream.render.offline import check_speech, render_speech_to_mp4
+    from lipstream.render.speech_input import load_speech
+
+    out = Path(args.output)
+    _check_writable(out, "output")
+    if args.report:
+        _check_writable(Path(args.report), "report")
+    bundle = load_avatar(args.avatar, args.avatars_dir)
+    speech = load_speech(audio=args.audio, text=args.text, voice=args.voice)
+    check_speech(speech)
+    engine = create_engine(args.engine, **engine_options(args))
+    engine.prepare(bundle)
+    with Progress(
+        TextColumn("rendering"), BarColumn(), TextColumn("{task.completed}/{task.total} frames"),
+        TimeRemainingColumn(), disable=args.no_progress, transient=True,
+    ) as progress:
+        task = progress.add_task("render", total=speech.frame_count)
+        report = render_speech_to_mp4(
+            bundle, engine, speech, out, on_frame=lambda done, total: progress.update(task, completed=done)
+        )
+    for note in report.notes:
+        print(f"note: {note}")
+    if args.report:
+        Path(args.report).write_text(json.dumps(report.model_dump(), indent=2) + "\n")
+    print(
+        f"wrote {out}: {report.frames} frames, {report.audio_seconds:.2f} s audio, "
+        f"{report.wall_seconds:.2f} s wall ({report.realtime_factor:.2f}x real time, engine {report.engine})"
+    )
+    return 0

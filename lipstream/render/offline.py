@@ -1,0 +1,162 @@
+"""Offline render: one utterance -> an MP4 (H.264 + AAC) and a JSON report."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from lipstream.audio.levels import SilenceDetector
+from lipstream.audio.timeline import FPS, SAMPLES_PER_FRAME
+from lipstream.avatar.bundle import AvatarBundle
+from lipstream.engines.base import Engine, Speech
+from lipstream.errors import MediaError
+from lipstream.media.mp4 import Mp4Writer
+from lipstream.render.frame_renderer import FrameJob, FrameRenderer
+from lipstream.render.timing import StageTimer
+
+log = logging.getLogger(__name__)
+
+MAX_AUDIO_SECONDS = 600.0  # one render is at most 10 minutes of speech; longer input is refused up front
+
+
+class RenderReport(BaseModel):
+    """What REPORT.json holds."""
+
+    engine: str
+    avatar: str
+    output: str
+    frames: int
+    fps: int = FPS
+    width: int
+    height: int
+    audio_seconds: float
+    wall_seconds: float
+    realtime_factor: float
+    silent_frames: int
+    neural_frames: int
+    stage_ms: dict[str, float] = Field(default_factory=dict)
+    notes: list[str] = Field(default_factory=list)
+
+
+class _EncoderThread:
+    """Runs the MP4 writer on its own thread so H.264 encoding overlaps engine and compositor work."""
+
+    def __init__(self, writer: Mp4Writer, timer: StageTimer, depth: int = 8) -> None:
+        self._writer = writer
+        self._timer = timer
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="mp4-encoder", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            if self._error is not None:
+                continue  # drain after a failure so the producer never blocks
+            frame, audio = item
+            try:
+                start = time.perf_counter()
+                self._writer.write_audio(audio)
+                self._writer.write_frame(frame)
+                self._timer.add("encode", time.perf_counter() - start)
+            except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
+                self._error = exc
+
+    def put(self, frame: np.ndarray, audio: np.ndarray) -> None:
+        """Queue one frame and its audio slice (blocks when the encoder is behind)."""
+        if self._error is not None:
+            raise self._error
+        self._queue.put((frame, audio))
+
+    def close(self) -> None:
+        """Wait for everything queued to be written; re-raise an encoder failure."""
+        self._queue.put(None)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+
+def check_speech(speech: Speech, max_seconds: float = MAX_AUDIO_SECONDS) -> None:
+    """Refuse empty or over-long speech with a clear message."""
+    if speech.frame_count == 0:
+        raise MediaError(
+            f"audio{' ' + speech.source if speech.source else ''} is empty ({speech.seconds:.3f} s): "
+            "nothing to render; give at least 40 ms of audio"
+        )
+    if speech.seconds > max_seconds:
+        raise MediaError(
+            f"audio is {speech.seconds:.0f} s long, over the {max_seconds:.0f} s limit of one render; "
+            "split it, or raise the limit with --max-seconds"
+        )
+
+
+def render_speech_to_mp4(
+    bundle: AvatarBundle,
+    engine: Engine,
+    speech: Speech,
+    out_path: str | Path,
+    *,
+    silence: SilenceDetector | None = None,
+    on_frame: Callable[[int, int], None] | None = None,
+) -> RenderReport:
+    """Render `speech` on `bundle` with `engine` into `out_path` (written atomically)."""
+    check_speech(speech)
+    out_path = Path(out_path)
+    timer = StageTimer()
+    started = time.perf_counter()
+    n = speech.frame_count
+    with timer.stage("features"):
+        features = np.asarray(engine.features(speech), dtype=np.float32)
+        silence = silence or SilenceDetector()
+        silent = silence.silent_frames(speech.pcm)[:n]
+    if features.shape[0] < n:
+        raise RuntimeError(f"engine {engine.name} returned {features.shape[0]} feature rows for {n} frames")
+    features = features[:n]
+    notes: list[str] = []
+    if silent.all():
+        notes.append("the audio is silent: the idle presenter is rendered with a closed mouth")
+        log.warning(notes[-1])
+    base_ids = np.array([bundle.base_frame_index(k) for k in range(n)], dtype=np.int64)
+    renderer = FrameRenderer(bundle, engine, timer)
+    pcm16 = np.clip(np.round(speech.pcm[: n * SAMPLES_PER_FRAME] * 32767.0), -32768, 32767).astype(np.int16)
+    width, height = bundle.size
+    batch = max(1, int(engine.batch_size)) * 2
+    with Mp4Writer(out_path, width, height, fps=FPS) as writer:
+        encoder = _EncoderThread(writer, timer)
+        try:
+            for start in range(0, n, batch):
+                stop = min(n, start + batch)
+                job = FrameJob(features[start:stop], ~silent[start:stop], base_ids[start:stop])
+                for offset, frame in enumerate(renderer.frames(job)):
+                    k = start + offset
+                    encoder.put(frame, pcm16[k * SAMPLES_PER_FRAME : (k + 1) * SAMPLES_PER_FRAME])
+                    if on_frame:
+                        on_frame(k + 1, n)
+        finally:
+            encoder.close()
+    wall = time.perf_counter() - started
+    return RenderReport(
+        engine=engine.name,
+        avatar=bundle.name,
+        output=str(out_path),
+        frames=n,
+        width=width,
+        height=height,
+        audio_seconds=round(speech.seconds, 3),
+        wall_seconds=round(wall, 3),
+        realtime_factor=round(speech.seconds / wall, 3) if wall > 0 else 0.0,
+        silent_frames=int(silent.sum()),
+        neural_frames=renderer.neural_frames,
+        stage_ms=timer.mean_ms(n),
+        notes=notes,
+    )

@@ -19,7 +19,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default=None, help="musetalk: cuda or cpu (default: cuda if available)")
     parser.add_argument("--dtype", default=None, help="musetalk: float16 (CUDA), bfloat16 or float32 (CPU)")
     parser.add_argument("--batch-size", type=int, default=None, help="musetalk: frames per neural call")
-    parser.add_argument("--models-dir", default=None, help="musetalk: weights folder (default $LIPSTREAM_HOME/models)")
+    parser.add_argument("--models-dir", default=None, help="musetalk: weights folder")
 
 
 def engine_options(args: argparse.Namespace) -> dict:

@@ -50,7 +50,9 @@ class Compositor:
         alpha = mask[r0:r1, c0:c1].astype(np.uint16)[..., None]
         return _FrameGeometry(y0=y1 + r0, x0=x1 + c0, alpha=alpha, py0=int(r0), px0=int(c0))
 
-    def compose(self, frame_index: int, patch: np.ndarray | None, out: np.ndarray | None = None) -> np.ndarray:
+    def compose(
+        self, frame_index: int, patch: np.ndarray | None, out: np.ndarray | None = None
+    ) -> np.ndarray:
         """Return base frame `frame_index` with `patch` blended in (None: the base frame unchanged)."""
         base = self.bundle.frames[frame_index]
         if out is None:

@@ -52,3 +52,16 @@ class FrameRenderer:
             with self.timer.stage("compositor"):
                 frame = self.compositor.compose(int(base_id), patch)
             yield frame
+
+
+def speaking_mask(silent: np.ndarray, margin_frames: int = 2) -> np.ndarray:
+    """Frames that get an engine patch: not silent, widened by a margin so onsets and releases animate."""
+    speaking = ~np.asarray(silent, dtype=bool)
+    if margin_frames <= 0 or speaking.size == 0:
+        return speaking
+    idx = np.flatnonzero(speaking)
+    widened = np.zeros_like(speaking)
+    for d in range(-margin_frames, margin_frames + 1):
+        shifted = idx + d
+        widened[shifted[(shifted >= 0) & (shifted < speaking.size)]] = True
+    return widened

@@ -18,7 +18,7 @@ from lipstream.avatar.bundle import AvatarBundle
 from lipstream.engines.base import Engine, Speech
 from lipstream.errors import MediaError
 from lipstream.media.mp4 import Mp4Writer
-from lipstream.render.frame_renderer import FrameJob, FrameRenderer
+from lipstream.render.frame_renderer import FrameJob, FrameRenderer, speaking_mask
 from lipstream.render.timing import StageTimer
 
 log = logging.getLogger(__name__)
@@ -118,7 +118,8 @@ def render_speech_to_mp4(
     with timer.stage("features"):
         features = np.asarray(engine.features(speech), dtype=np.float32)
         silence = silence or SilenceDetector()
-        silent = silence.silent_frames(speech.pcm)[:n]
+        silent = silence.silent_mask(speech.pcm)[:n]
+        speaking = speaking_mask(silent)
     if features.shape[0] < n:
         raise RuntimeError(f"engine {engine.name} returned {features.shape[0]} feature rows for {n} frames")
     features = features[:n]
@@ -136,7 +137,7 @@ def render_speech_to_mp4(
         try:
             for start in range(0, n, batch):
                 stop = min(n, start + batch)
-                job = FrameJob(features[start:stop], ~silent[start:stop], base_ids[start:stop])
+                job = FrameJob(features[start:stop], speaking[start:stop], base_ids[start:stop])
                 for offset, frame in enumerate(renderer.frames(job)):
                     k = start + offset
                     encoder.put(frame, pcm16[k * SAMPLES_PER_FRAME : (k + 1) * SAMPLES_PER_FRAME])

@@ -1,0 +1,566 @@
+"""The streaming Session: push audio or text, iterate frames on the audio clock.
+
+Shape (like the SDKs users like): `push_audio`, `push_text`, `flush`, `interrupt`, and `async for item in
+session`, where each item is an `AvatarFrame` or a `SessionEvent`, in order. The stream never stops while the
+session is open: when nobody speaks, idle frames (the presenter's own closed mouth, silent audio) keep the
+timeline going, so the client's audio clock is always fed.
+
+Timeline rules (see docs/protocol.md):
+- frame k of the session has pts = k * 640 samples (16 kHz) and carries exactly that slice of audio;
+- production runs ahead of the playback position by at most `max_lead_seconds` while speech is pending,
+  and `idle_lead_seconds` while idle, so a new utterance reaches the screen quickly;
+- the playback position is the client's own report (`update_playback_position`) when it sends one, else a
+  wall-clock estimate;
+- `interrupt()` emits `playback_finished(interrupted=True, position_samples=P)` and the stream continues from
+  pts P (slightly ahead of the playback position): clients drop anything buffered with pts >= P.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from lipstream.audio.decode import StreamResampler, to_float32
+from lipstream.audio.levels import SilenceDetector, frame_rms
+from lipstream.audio.timeline import FPS, SAMPLE_RATE, SAMPLES_PER_FRAME
+from lipstream.avatar.bundle import AvatarBundle
+from lipstream.engines.base import Engine, FeatureStream, Speech
+from lipstream.errors import LipstreamError
+from lipstream.render.compositor import Compositor
+from lipstream.render.frames import AvatarFrame
+from lipstream.render.timing import StageTimer
+
+log = logging.getLogger(__name__)
+
+FRAME_SECONDS = 1.0 / FPS
+
+
+class SessionConfig(BaseModel):
+    """Options of one live session."""
+
+    encode: bool = True  # emit H.264 access units (else raw RGB images)
+    output_width: int | None = None  # scale the stream to this width (even); None = avatar size
+    bitrate: int = 2_500_000
+    voice: str = "piper"
+    max_lead_seconds: float = Field(1.0, gt=0)  # how far production may run ahead of playback during speech
+    idle_lead_seconds: float = Field(0.12, ge=0)  # ... and while idle (small: a new utterance starts soon)
+    interrupt_margin_frames: int = Field(3, ge=1)  # the stream resumes this far ahead of playback
+    max_utterance_seconds: float = 600.0
+    queue_frames: int = Field(8, ge=1)  # produced frames waiting for the consumer
+
+
+@dataclass
+class SessionEvent:
+    """An event on the frame stream."""
+
+    type: Literal["speech_started", "playback_finished", "error"]
+    utterance_id: int | None = None
+    position_samples: int = 0
+    interrupted: bool = False
+    message: str = ""
+
+
+@dataclass
+class SessionStats:
+    """Running figures of a session (also what the server's admin endpoint shows)."""
+
+    frames: int = 0
+    speech_frames: int = 0
+    idle_frames: int = 0
+    utterances: int = 0
+    interrupts: int = 0
+    underruns: int = 0  # frames where speech input was late, filled with an idle frame
+    late_frames: int = 0  # frames produced after their due time on the playback clock
+    max_late_ms: float = 0.0
+    ttff_ms: list[float] = field(default_factory=list)  # first push -> first speech frame, per utterance
+    stage_ms: dict[str, float] = field(default_factory=dict)
+    neural_frames: int = 0
+
+    def as_dict(self) -> dict:
+        """JSON-friendly view."""
+        return {
+            "frames": self.frames,
+            "speech_frames": self.speech_frames,
+            "idle_frames": self.idle_frames,
+            "utterances": self.utterances,
+            "interrupts": self.interrupts,
+            "underruns": self.underruns,
+            "late_frames": self.late_frames,
+            "max_late_ms": round(self.max_late_ms, 1),
+            "ttff_ms": [round(v, 1) for v in self.ttff_ms],
+            "stage_ms": self.stage_ms,
+            "neural_frames": self.neural_frames,
+        }
+
+
+class _Utterance:
+    """One utterance's input and its progress through the renderer."""
+
+    def __init__(self, uid: int, engine: Engine, silence: SilenceDetector, kind: str) -> None:
+        self.id = uid
+        self.kind = kind  # "stream" (push_audio chunks) or "text" (TTS sentences)
+        self.pcm = np.zeros(0, dtype=np.float32)
+        self.features: list[np.ndarray] = []  # chunks of final feature rows
+        self.feature_rows = 0
+        self.stream: FeatureStream | None = None
+        self.engine = engine
+        self.silence = silence
+        self.flushed = False
+        self.emitted = 0  # frames of this utterance already produced
+        self.first_push = time.perf_counter()
+        self.started = False
+
+    def append_pcm(self, pcm: np.ndarray) -> None:
+        """Streaming input: add audio and pull any features that became final."""
+        if self.stream is None:
+            self.stream = self.engine.stream_features()
+        self.pcm = np.concatenate([self.pcm, pcm])
+        self._add_features(self.stream.push(pcm))
+
+    def append_speech(self, speech: Speech) -> None:
+        """Whole-segment input (TTS sentence with phoneme timings), padded to whole frames."""
+        pad = (-len(speech.pcm)) % SAMPLES_PER_FRAME
+        pcm = np.concatenate([speech.pcm, np.zeros(pad, dtype=np.float32)])
+        seg = Speech(pcm=pcm, phonemes=speech.phonemes, text=speech.text, source=speech.source)
+        feats = np.asarray(self.engine.features(seg), dtype=np.float32)[: seg.frame_count]
+        if len(feats) < seg.frame_count:
+            feats = _pad_rows(feats, seg.frame_count, self.engine.feature_dim)
+        self.pcm = np.concatenate([self.pcm, pcm])
+        self._add_features(feats)
+
+    def flush(self) -> None:
+        """No more input: pad the audio to a whole frame and finish the feature stream."""
+        if self.flushed:
+            return
+        self.flushed = True
+        pad = (-len(self.pcm)) % SAMPLES_PER_FRAME
+        if pad:
+            tail = np.zeros(pad, dtype=np.float32)
+            self.pcm = np.concatenate([self.pcm, tail])
+            if self.stream is not None:
+                self._add_features(self.stream.push(tail))
+        if self.stream is not None:
+            self._add_features(self.stream.finish())
+        total = self.total_frames
+        if self.feature_rows < total:
+            self._add_features(np.zeros((total - self.feature_rows, self.engine.feature_dim), np.float32))
+
+    def _add_features(self, rows: np.ndarray) -> None:
+        rows = np.asarray(rows, dtype=np.float32)
+        if rows.size:
+            self.features.append(rows.reshape(len(rows), -1))
+            self.feature_rows += len(rows)
+
+    @property
+    def total_frames(self) -> int:
+        """Frames of audio received so far (whole frames)."""
+        return len(self.pcm) // SAMPLES_PER_FRAME
+
+    def ready_frames(self) -> int:
+        """Frames that have both audio and final features and are not yet produced."""
+        return max(0, min(self.total_frames, self.feature_rows) - self.emitted)
+
+    @property
+    def done(self) -> bool:
+        """Everything received has been produced and no more is coming."""
+        return self.flushed and self.emitted >= self.total_frames
+
+    def take(self, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Features, audio and speaking mask of the next `count` frames."""
+        feats = np.concatenate(self.features) if len(self.features) > 1 else self.features[0]
+        self.features = [feats]
+        a, b = self.emitted, self.emitted + count
+        audio = self.pcm[a * SAMPLES_PER_FRAME : b * SAMPLES_PER_FRAME]
+        speaking = ~self.silence.mask_from_levels(frame_rms(audio))
+        self.emitted = b
+        return feats[a:b], audio, speaking
+
+
+def _pad_rows(rows: np.ndarray, n: int, dim: int) -> np.ndarray:
+    out = np.zeros((n, dim), dtype=np.float32)
+    out[: len(rows)] = rows.reshape(len(rows), -1)[:, :dim]
+    return out
+
+
+class PlaybackClock:
+    """Where playback is now, in frames: the client's report when there is one, else wall time."""
+
+    def __init__(self) -> None:
+        self._origin: float | None = None  # wall time of tick 0
+        self._report: tuple[int, float] | None = None  # (pts samples, wall time received)
+
+    def start(self, now: float) -> None:
+        """Tick 0 is being shown at `now` (set at the first frame)."""
+        if self._origin is None:
+            self._origin = now
+
+    def report(self, pts_samples: int, now: float) -> None:
+        """The client says it is playing `pts_samples` now."""
+        self._report = (int(pts_samples), now)
+
+    def position_frames(self, now: float) -> float:
+        """Estimated frame being played at `now` (fractional)."""
+        if self._report is not None:
+            pts, at = self._report
+            return pts / SAMPLES_PER_FRAME + (now - at) * FPS
+        if self._origin is None:
+            return 0.0
+        return (now - self._origin) * FPS
+
+
+class Session:
+    """A live avatar session: audio/text in, frames on the audio clock out."""
+
+    def __init__(
+        self,
+        avatar: AvatarBundle,
+        engine: Engine,
+        config: SessionConfig | None = None,
+        *,
+        tts_factory=None,
+        silence: SilenceDetector | None = None,
+    ) -> None:
+        self.avatar = avatar
+        self.engine = engine
+        self.config = config or SessionConfig()
+        self.stats = SessionStats()
+        self._timer = StageTimer()
+        self._silence = silence or SilenceDetector()
+        self._tts_factory = tts_factory
+        self._tts: dict[str, object] = {}
+        self._compositor = Compositor(avatar, engine.patch_size)
+        self._clock = PlaybackClock()
+        self._utterances: deque[_Utterance] = deque()
+        self._resamplers: dict[int, StreamResampler] = {}
+        self._next_uid = 1
+        self._tick = 0
+        self._out: asyncio.Queue | None = None
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
+        self._closed = False
+        self._force_idr = True
+        self._pending_events: list[SessionEvent] = []
+        self._encoder = None
+        width, height = avatar.size
+        if self.config.output_width:
+            out_w = int(self.config.output_width) // 2 * 2
+            height = int(round(height * out_w / width / 2)) * 2
+            width = out_w
+        self.width, self.height = width, height
+        self._generation = 0  # bumped by interrupt(): work started before it is discarded
+
+    # ----- lifecycle -----------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the producer; frames begin to flow at once (idle until speech arrives)."""
+        if self._task is not None:
+            return
+        if self.config.encode:
+            from lipstream.media.h264 import H264StreamEncoder
+
+            aw, ah = self.avatar.size
+            self._encoder = H264StreamEncoder(
+                aw, ah, fps=FPS, bitrate=self.config.bitrate,
+                output_size=(self.width, self.height) if (self.width, self.height) != (aw, ah) else None,
+            )
+        self._out = asyncio.Queue(maxsize=self.config.queue_frames)
+        self._wake = asyncio.Event()
+        self._task = asyncio.create_task(self._produce(), name=f"session-{self.avatar.name}")
+
+    async def aclose(self) -> None:
+        """Stop producing and free the encoder."""
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        self._task = None
+        self._utterances.clear()
+        self._encoder = None
+
+    async def __aenter__(self) -> Session:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    @property
+    def codec_string(self) -> str:
+        """WebCodecs codec string of the H.264 stream (empty when not encoding)."""
+        return self._encoder.codec_string if self._encoder is not None else ""
+
+    # ----- input ---------------------------------------------------------------------------------------
+
+    def push_audio(self, pcm: np.ndarray, sample_rate: int = SAMPLE_RATE) -> None:
+        """Add a chunk of speech (int16 or float32 mono, any rate) to the current utterance."""
+        pcm = to_float32(np.asarray(pcm).reshape(-1))
+        if sample_rate != SAMPLE_RATE:
+            resampler = self._resamplers.setdefault(sample_rate, StreamResampler(sample_rate, SAMPLE_RATE))
+            pcm = resampler.push(pcm)
+        utt = self._open_stream_utterance()
+        if (len(utt.pcm) + len(pcm)) / SAMPLE_RATE > self.config.max_utterance_seconds:
+            raise LipstreamError(
+                f"utterance longer than {self.config.max_utterance_seconds:.0f} s; flush() more often"
+            )
+        with self._timer.stage("features"):
+            utt.append_pcm(pcm)
+        self._poke()
+
+    def flush(self) -> None:
+        """End of the current utterance's input: it plays to the end, then the presenter idles."""
+        for rate, resampler in list(self._resamplers.items()):
+            tail = resampler.flush()
+            del self._resamplers[rate]
+            if tail.size and self._utterances and not self._utterances[-1].flushed:
+                self._utterances[-1].append_pcm(tail)
+        for utt in self._utterances:
+            if not utt.flushed:
+                with self._timer.stage("features"):
+                    utt.flush()
+        self._poke()
+
+    async def push_text(self, text: str, voice: str | None = None) -> None:
+        """Speak `text` via offline TTS, one sentence at a time (the first plays while the rest renders)."""
+        tts = self._get_tts(voice or self.config.voice)
+        self.flush()  # text is its own utterance
+        utt = self._new_utterance("text")
+        generation = self._generation
+        sentences = await asyncio.to_thread(lambda: iter(tts.synthesize_sentences(text)))
+        while True:
+            speech = await asyncio.to_thread(next, sentences, None)
+            if speech is None or generation != self._generation:
+                break
+            with self._timer.stage("features"):
+                await asyncio.to_thread(utt.append_speech, speech)
+            self._poke()
+        utt.flush()
+        self._poke()
+
+    def interrupt(self) -> None:
+        """Stop speaking now: drop pending input and frames; the stream resumes just ahead of playback."""
+        self._generation += 1
+        drained = self._drain_out()
+        had_speech = bool(self._utterances) or any(
+            isinstance(item, AvatarFrame) and item.speaking for _, item in drained
+        )
+        active = self._utterances[0].id if self._utterances else None
+        self._utterances.clear()
+        self._resamplers.clear()
+        now = time.perf_counter()
+        resume = int(np.ceil(self._clock.position_frames(now))) + self.config.interrupt_margin_frames
+        self._tick = min(self._tick, max(resume, 0))
+        self._force_idr = True
+        self.stats.interrupts += 1
+        self._pending_events.append(
+            SessionEvent(
+                "playback_finished", utterance_id=active, position_samples=self._tick * SAMPLES_PER_FRAME,
+                interrupted=True, message="" if had_speech else "nothing was playing",
+            )
+        )
+        self._poke()
+
+    def request_keyframe(self) -> None:
+        """Make the next frame an IDR (a client that lost its decoder state asks for this)."""
+        self._force_idr = True
+
+    def update_playback_position(self, pts_samples: int) -> None:
+        """The client's audio clock position: production is paced from it (audio is the master clock)."""
+        self._clock.report(pts_samples, time.perf_counter())
+
+    # ----- output --------------------------------------------------------------------------------------
+
+    def __aiter__(self) -> AsyncIterator[AvatarFrame | SessionEvent]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[AvatarFrame | SessionEvent]:
+        if self._task is None:
+            await self.start()
+        assert self._out is not None
+        while not self._closed:
+            generation, item = await self._out.get()
+            if isinstance(item, BaseException):
+                raise item
+            if generation != self._generation:
+                continue  # produced before an interrupt: never shown
+            yield item
+
+    # ----- internals -----------------------------------------------------------------------------------
+
+    def _get_tts(self, voice: str):
+        if voice not in self._tts:
+            if self._tts_factory is not None:
+                self._tts[voice] = self._tts_factory(voice)
+            else:
+                from lipstream.talk.tts import create_tts
+
+                self._tts[voice] = create_tts(voice)
+        return self._tts[voice]
+
+    def _new_utterance(self, kind: str) -> _Utterance:
+        utt = _Utterance(self._next_uid, self.engine, self._silence, kind)
+        self._next_uid += 1
+        self._utterances.append(utt)
+        self.stats.utterances += 1
+        return utt
+
+    def _open_stream_utterance(self) -> _Utterance:
+        last = self._utterances[-1] if self._utterances else None
+        if last is not None and not last.flushed and last.kind == "stream":
+            return last
+        return self._new_utterance("stream")
+
+    def _poke(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    def _drain_out(self) -> list:
+        drained = []
+        if self._out is not None:
+            while not self._out.empty():
+                drained.append(self._out.get_nowait())
+        return drained
+
+    async def _produce(self) -> None:
+        assert self._out is not None and self._wake is not None
+        try:
+            while not self._closed:
+                for event in self._pending_events:
+                    await self._out.put((self._generation, event))
+                self._pending_events.clear()
+                utt = self._utterances[0] if self._utterances else None
+                if utt is not None and utt.done:
+                    self._finish_utterance(utt)
+                    continue
+                ready = utt.ready_frames() if utt is not None else 0
+                now = time.perf_counter()
+                position = self._clock.position_frames(now)
+                lead = self.config.max_lead_seconds if utt is not None else self.config.idle_lead_seconds
+                ahead_frames = self._tick - position
+                if ahead_frames > lead * FPS:
+                    await self._wait((ahead_frames - lead * FPS) / FPS)
+                    continue
+                if ready > 0:
+                    await self._emit_speech(utt, min(ready, max(1, int(self.engine.batch_size))))
+                elif utt is not None and ahead_frames > 1:
+                    # speech is coming but not rendered yet: wait for input rather than fill with idle
+                    await self._wait(min(FRAME_SECONDS, (ahead_frames - 1) / FPS))
+                else:
+                    if utt is not None and utt.started:
+                        self.stats.underruns += 1
+                    await self._emit_idle()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a session's failure ends only that session
+            log.exception("session producer failed")
+            await self._out.put((self._generation, SessionEvent("error", message=f"session failed: {exc}")))
+            await self._out.put((self._generation, exc))
+
+    async def _wait(self, seconds: float) -> None:
+        assert self._wake is not None
+        self._wake.clear()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout=max(0.001, seconds))
+
+    def _finish_utterance(self, utt: _Utterance) -> None:
+        self._utterances.popleft()
+        if utt.started:
+            self._pending_events.append(
+                SessionEvent(
+                    "playback_finished", utterance_id=utt.id, position_samples=self._tick * SAMPLES_PER_FRAME
+                )
+            )
+
+    async def _emit_idle(self) -> None:
+        tick, generation = self._tick, self._generation
+        base_id = self.avatar.base_frame_index(tick)
+        frame = await asyncio.to_thread(self._finish_frame, base_id, None)
+        silence = np.zeros(SAMPLES_PER_FRAME, dtype=np.int16)
+        await self._put_frame(
+            tick, base_id, frame, silence, speaking=False, end=False, uid=None, generation=generation
+        )
+        self.stats.idle_frames += 1
+
+    async def _emit_speech(self, utt: _Utterance, count: int) -> None:
+        generation = self._generation
+        feats, audio, speaking = utt.take(count)
+        ticks = list(range(self._tick, self._tick + count))
+        base_ids = np.array([self.avatar.base_frame_index(t) for t in ticks], dtype=np.int64)
+        frames = await asyncio.to_thread(self._render_batch, feats, speaking, base_ids)
+        if generation != self._generation:
+            return  # interrupted while rendering: drop the batch
+        if not utt.started:
+            utt.started = True
+            self.stats.ttff_ms.append((time.perf_counter() - utt.first_push) * 1000.0)
+            position = ticks[0] * SAMPLES_PER_FRAME
+            event = SessionEvent("speech_started", utterance_id=utt.id, position_samples=position)
+            await self._out.put((generation, event))
+        pcm16 = np.clip(np.round(audio * 32767.0), -32768, 32767).astype(np.int16)
+        for i, (tick, base_id, frame) in enumerate(zip(ticks, base_ids, frames, strict=True)):
+            if generation != self._generation:
+                return
+            last = utt.flushed and utt.emitted >= utt.total_frames and i == count - 1
+            chunk = pcm16[i * SAMPLES_PER_FRAME : (i + 1) * SAMPLES_PER_FRAME]
+            await self._put_frame(
+                tick, int(base_id), frame, chunk, speaking=True, end=last, uid=utt.id, generation=generation
+            )
+            self.stats.speech_frames += 1
+
+    def _render_batch(self, feats: np.ndarray, speaking: np.ndarray, base_ids: np.ndarray) -> list:
+        patches: list[np.ndarray | None] = [None] * len(base_ids)
+        idx = np.flatnonzero(speaking)
+        if idx.size:
+            with self._timer.stage("engine"):
+                rendered = self.engine.render(self.avatar, feats[idx], base_ids[idx])
+            self.stats.neural_frames += int(idx.size)
+            for i, patch in zip(idx, rendered, strict=True):
+                patches[i] = patch
+        return [self._finish_frame(int(b), p) for b, p in zip(base_ids, patches, strict=True)]
+
+    def _finish_frame(self, base_id: int, patch: np.ndarray | None):
+        with self._timer.stage("compositor"):
+            image = self._compositor.compose(base_id, patch)
+        if self._encoder is None:
+            return image
+        with self._timer.stage("encode"):
+            force = self._force_idr
+            self._force_idr = False
+            return self._encoder.encode(image, force_idr=force)
+
+    async def _put_frame(self, tick, base_id, frame, audio, *, speaking, end, uid, generation) -> None:
+        if generation != self._generation:
+            return  # an interrupt came while this frame was being made
+        now = time.perf_counter()
+        self._clock.start(now)
+        due_late = (self._clock.position_frames(now) - tick) / FPS
+        if due_late > 0:
+            self.stats.late_frames += 1
+            self.stats.max_late_ms = max(self.stats.max_late_ms, due_late * 1000.0)
+            if self.stats.late_frames in (1, 25, 250) or self.stats.late_frames % 1000 == 0:
+                log.warning(
+                    "session %s: production behind the audio clock by %.0f ms (%d late frames so far)",
+                    self.avatar.name, due_late * 1000.0, self.stats.late_frames,
+                )
+        item = AvatarFrame(
+            index=tick, pts=tick * SAMPLES_PER_FRAME, base_index=base_id, audio=audio,
+            speaking=speaking, end_of_speech=end, utterance_id=uid,
+        )
+        if self._encoder is None:
+            item.image = frame
+        else:
+            item.access_unit = frame.data
+            item.keyframe = bool(frame.keyframe)
+        self._tick = tick + 1
+        self.stats.frames += 1
+        self.stats.stage_ms = self._timer.mean_ms(self.stats.frames)
+        assert self._out is not None
+        await self._out.put((generation, item))

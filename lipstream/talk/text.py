@@ -1,0 +1,38 @@
+"""Text checks shared by the TTS voices: anything to say, short enough, where sentences end."""
+
+from __future__ import annotations
+
+import re
+
+from lipstream.errors import SpeechError
+
+# About 5 minutes of speech at ~15 characters per second. Longer text belongs in several requests:
+# it keeps one utterance's audio, phoneme list and render within memory bounds the render path expects.
+MAX_TEXT_CHARS = 5000
+
+_SENTENCE_END = re.compile(r"(?<=[.!?;:])\s+|\n{2,}")
+
+
+def has_speakable_content(text: str) -> bool:
+    """True when the text holds at least one letter or digit (punctuation alone would be read out by name)."""
+    return any(ch.isalnum() for ch in text)
+
+
+def check_text(text: str) -> str:
+    """Return the text stripped, or raise SpeechError when it is empty, unspeakable or too long."""
+    if not isinstance(text, str):
+        raise SpeechError(f"text must be a string, got {type(text).__name__}")
+    stripped = text.strip()
+    if not has_speakable_content(stripped):
+        raise SpeechError("text has nothing to speak (empty or only punctuation/whitespace); give some words")
+    if len(stripped) > MAX_TEXT_CHARS:
+        raise SpeechError(
+            f"text is {len(stripped)} characters, over the limit of {MAX_TEXT_CHARS}; split it into parts"
+        )
+    return stripped
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split checked text into sentences that each have something to speak."""
+    parts = (part.strip() for part in _SENTENCE_END.split(text))
+    return [part for part in parts if has_speakable_content(part)]

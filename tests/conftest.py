@@ -26,3 +26,28 @@ def repo_root() -> Path:
 def pytest_configure(config: pytest.Config) -> None:
     """Keep torch and BLAS to the machine's cores (2 here) so parallel stages do not thrash."""
     os.environ.setdefault("OMP_NUM_THREADS", "2")
+
+
+@pytest.fixture(scope="session")
+def sample_clip(tmp_path_factory: pytest.TempPathFactory):
+    """A 2 s, 25 fps, 360×640 H.264 clip of the astronaut with known head motion: (path, SampleMotion)."""
+    from lipstream.avatar.sample import write_sample_video
+
+    path = tmp_path_factory.mktemp("sample_clip") / "presenter.mp4"
+    motion = write_sample_video(path, width=360, height=640, seconds=2.0, fps=25, seed=0)
+    return path, motion
+
+
+@pytest.fixture(scope="session")
+def sample_video_path(sample_clip) -> Path:
+    """Path of the small sample presenter clip (see `sample_clip`)."""
+    return sample_clip[0]
+
+
+@pytest.fixture(scope="session")
+def small_avatar(sample_clip, tmp_path_factory: pytest.TempPathFactory):
+    """An AvatarBundle prepared from the small sample clip, in a session temp folder (50 frames, 360×640)."""
+    from lipstream.avatar.prepare import prepare_avatar
+
+    root = tmp_path_factory.mktemp("small_avatar_root")
+    return prepare_avatar(sample_clip[0], "small", avatars_root=root, progress=False)

@@ -1,0 +1,154 @@
+"""Face tracking on any video: full-range detection to find the face, FaceMesh on a crop around it.
+
+mediapipe's FaceMesh has a short-range detector inside, which misses faces that are small relative to
+the frame (a 200 px face on a 1080×1920 canvas). So the full-range FaceDetection finds the largest face
+on the first frame (and whenever tracking is lost), and FaceMesh then runs in tracking mode on a square
+crop of about twice the face box that follows the face from frame to frame.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mediapipe as mp
+import numpy as np
+
+LANDMARK_COUNT = 478  # FaceMesh with refine_landmarks=True (468 + 10 iris points)
+LANDMARK_MODEL = "mediapipe-0.10.21 face_detection_full_range + face_landmark_with_attention (478 points)"
+
+
+@dataclass(frozen=True)
+class TrackerConfig:
+    """Knobs of the face tracker."""
+
+    detection_confidence: float = 0.5
+    tracking_confidence: float = 0.5
+    crop_scale: float = 2.0  # side of the FaceMesh crop, in face-box sizes
+    min_face_px: int = 24  # faces smaller than this (box width) are ignored
+
+
+@dataclass(frozen=True)
+class FaceBox:
+    """A face box in source pixels (float, exclusive x2/y2)."""
+
+    x1: float
+    y1: float
+    x2: float
+    y2: float
+
+    @property
+    def size(self) -> float:
+        """Larger side of the box."""
+        return max(self.x2 - self.x1, self.y2 - self.y1)
+
+    @property
+    def area(self) -> float:
+        """Area in square pixels."""
+        return max(0.0, self.x2 - self.x1) * max(0.0, self.y2 - self.y1)
+
+
+class FaceTracker:
+    """Stateful tracker of the largest face: `track(frame)` gives 478×2 source-pixel landmarks or None."""
+
+    def __init__(self, config: TrackerConfig | None = None) -> None:
+        self.config = config or TrackerConfig()
+        self._detector = mp.solutions.face_detection.FaceDetection(
+            model_selection=1, min_detection_confidence=self.config.detection_confidence
+        )
+        self._mesh = self._new_mesh()
+        self._box: FaceBox | None = None
+        self.faces_seen = 0  # most faces the detector saw in one frame
+        self.detections = 0  # how often the full-range detector ran
+        self.frames = 0
+
+    def _new_mesh(self) -> mp.solutions.face_mesh.FaceMesh:
+        return mp.solutions.face_mesh.FaceMesh(
+            static_image_mode=False,
+            max_num_faces=1,
+            refine_landmarks=True,
+            min_detection_confidence=self.config.detection_confidence,
+            min_tracking_confidence=self.config.tracking_confidence,
+        )
+
+    @property
+    def multiple_faces_note(self) -> str | None:
+        """A sentence for the user when the detector saw more than one face, else None."""
+        if self.faces_seen > 1:
+            return f"several faces ({self.faces_seen}) in the source; took the largest"
+        return None
+
+    def reset(self) -> None:
+        """Forget the last face box (the next frame runs full-range detection)."""
+        self._box = None
+        self._mesh.close()
+        self._mesh = self._new_mesh()
+
+    def close(self) -> None:
+        """Release the mediapipe graphs."""
+        self._mesh.close()
+        self._detector.close()
+
+    def __enter__(self) -> FaceTracker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def detect(self, frame_rgb: np.ndarray) -> list[FaceBox]:
+        """All faces the full-range detector finds, largest first."""
+        self.detections += 1
+        h, w = frame_rgb.shape[:2]
+        result = self._detector.process(frame_rgb)
+        boxes = []
+        for det in result.detections or []:
+            rb = det.location_data.relative_bounding_box
+            box = FaceBox(rb.xmin * w, rb.ymin * h, (rb.xmin + rb.width) * w, (rb.ymin + rb.height) * h)
+            if box.x2 - box.x1 >= self.config.min_face_px:
+                boxes.append(box)
+        boxes.sort(key=lambda b: b.area, reverse=True)
+        self.faces_seen = max(self.faces_seen, len(boxes))
+        return boxes
+
+    def _crop_window(self, box: FaceBox, width: int, height: int) -> tuple[int, int, int, int]:
+        side = box.size * self.config.crop_scale
+        cx, cy = (box.x1 + box.x2) / 2, (box.y1 + box.y2) / 2
+        x1 = int(round(max(0.0, cx - side / 2)))
+        y1 = int(round(max(0.0, cy - side / 2)))
+        x2 = int(round(min(float(width), cx + side / 2)))
+        y2 = int(round(min(float(height), cy + side / 2)))
+        return x1, y1, x2, y2
+
+    def _mesh_on(self, frame_rgb: np.ndarray, box: FaceBox) -> np.ndarray | None:
+        h, w = frame_rgb.shape[:2]
+        x1, y1, x2, y2 = self._crop_window(box, w, h)
+        if x2 - x1 < 8 or y2 - y1 < 8:
+            return None
+        crop = np.ascontiguousarray(frame_rgb[y1:y2, x1:x2])
+        result = self._mesh.process(crop)
+        if not result.multi_face_landmarks:
+            return None
+        pts = result.multi_face_landmarks[0].landmark
+        out = np.empty((len(pts), 2), dtype=np.float32)
+        out[:, 0] = [p.x for p in pts]
+        out[:, 1] = [p.y for p in pts]
+        out[:, 0] = out[:, 0] * (x2 - x1) + x1
+        out[:, 1] = out[:, 1] * (y2 - y1) + y1
+        return out
+
+    def track(self, frame_rgb: np.ndarray) -> np.ndarray | None:
+        """Landmarks (478×2 float32, source pixels) of the largest face in this frame, or None."""
+        self.frames += 1
+        landmarks = self._mesh_on(frame_rgb, self._box) if self._box is not None else None
+        if landmarks is None:
+            # Lost (or first frame): find the face again with the full-range detector, restart the mesh.
+            self.reset()
+            boxes = self.detect(frame_rgb)
+            if not boxes:
+                return None
+            landmarks = self._mesh_on(frame_rgb, boxes[0])
+            if landmarks is None:
+                return None
+        x_min, y_min = landmarks.min(axis=0)
+        x_max, y_max = landmarks.max(axis=0)
+        self._box = FaceBox(float(x_min), float(y_min), float(x_max), float(y_max))
+        return landmarks

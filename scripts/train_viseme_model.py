@@ -65,8 +65,12 @@ def sentences(n: int, seed: int, words: list[str]) -> list[str]:
         parts = []
         for _clause in range(int(rng.integers(1, 3))):
             k = int(rng.integers(4, 9))
-            clause = [common[int(rng.integers(len(common)))] if rng.random() < 0.35 else
-                      words[int(rng.integers(len(words)))] for _ in range(k)]
+            clause = [
+                common[int(rng.integers(len(common)))]
+                if rng.random() < 0.35
+                else words[int(rng.integers(len(words)))]
+                for _ in range(k)
+            ]
             parts.append(" ".join(clause))
         out.append(", ".join(parts).capitalize() + rng.choice([".", "?", "!", "."]))
     return out
@@ -86,7 +90,9 @@ def featurize(speech: Speech, front: AcousticFrontEnd, rng: np.random.Generator,
     return win.transpose(0, 2, 1).reshape(n, -1).astype(np.float32), labels
 
 
-def build(tts_list: list, texts: list[str], front: AcousticFrontEnd, seed: int, augment: bool, label: str) -> Corpus:
+def build(
+    tts_list: list, texts: list[str], front: AcousticFrontEnd, seed: int, augment: bool, label: str
+) -> Corpus:
     """Synthesise every text with every voice and stack the rows."""
     rng = np.random.default_rng(seed)
     xs, ys, us = [], [], []
@@ -108,8 +114,10 @@ def fit(train: Corpus, epochs: int, hidden: int, seed: int) -> ArticulationModel
     x = torch.from_numpy((train.x - mean) / std)
     y = torch.from_numpy(train.y)
     net = torch.nn.Sequential(
-        torch.nn.Linear(x.shape[1], hidden), torch.nn.Tanh(),
-        torch.nn.Linear(hidden, hidden), torch.nn.Tanh(),
+        torch.nn.Linear(x.shape[1], hidden),
+        torch.nn.Tanh(),
+        torch.nn.Linear(hidden, hidden),
+        torch.nn.Tanh(),
         torch.nn.Linear(hidden, 3),
     )
     opt = torch.optim.Adam(net.parameters(), lr=2e-3, weight_decay=1e-5)
@@ -189,7 +197,9 @@ def main() -> None:
     test_texts = sentences(args.test_sentences, args.seed + 1000, words)
     voices = [EspeakTTS(v) for v in TRAIN_VOICES]
     train = build(voices, train_texts, front, args.seed, augment=True, label="espeak-ng (train)")
-    test_espeak = build([EspeakTTS("en-us")], test_texts, front, args.seed + 1, False, "espeak-ng (held-out text)")
+    test_espeak = build(
+        [EspeakTTS("en-us")], test_texts, front, args.seed + 1, False, "espeak-ng (held-out text)"
+    )
     test_piper = build([PiperTTS()], test_texts, front, args.seed + 2, False, "piper (held-out voice)")
     model = fit(train, args.epochs, args.hidden, args.seed)
     summary = {

@@ -58,7 +58,9 @@ class VisemeEngine:
     ) -> None:
         """Load the acoustic model; use_phonemes=False ignores TTS timings (audio-only features)."""
         self.use_phonemes = use_phonemes
-        self.extractor = ArticulationExtractor(load_model(model_path), SilenceDetector(threshold_dbfs=silence_dbfs))
+        self.extractor = ArticulationExtractor(
+            load_model(model_path), SilenceDetector(threshold_dbfs=silence_dbfs)
+        )
         self.lookahead_frames = self.extractor.lookahead_frames
         self.warp = warp or WarpConfig()
         self.feature_names = FEATURE_NAMES
@@ -94,7 +96,12 @@ class VisemeEngine:
             os.replace(tmp, folder / name)
         bundle.update_engine_entry(
             self.name,
-            {"version": CACHE_VERSION, "frames": bundle.frame_count, "crops": CROPS_FILE, "geometry": GEOMETRY_FILE},
+            {
+                "version": CACHE_VERSION,
+                "frames": bundle.frame_count,
+                "crops": CROPS_FILE,
+                "geometry": GEOMETRY_FILE,
+            },
         )
         self._caches.pop(Path(bundle.path), None)
 

@@ -41,7 +41,9 @@ class ArticulationExtractor:
             return self._gate(speech.pcm, feats, 0, n, n)
         return self.span(speech.pcm, 0, n, n)
 
-    def span(self, pcm: np.ndarray, k0: int, k1: int, frames_known: int, offset_frames: int = 0) -> np.ndarray:
+    def span(
+        self, pcm: np.ndarray, k0: int, k1: int, frames_known: int, offset_frames: int = 0
+    ) -> np.ndarray:
         """Articulation of frames [k0, k1) from the acoustic model; pcm starts at frame offset_frames."""
         if k1 <= k0:
             return np.zeros((0, FEATURE_DIM), dtype=np.float32)
@@ -51,9 +53,7 @@ class ArticulationExtractor:
         a1 = k1 + 1 + m.after
         acoustic = self.front_end.frames(pcm, a0 - offset_frames, a1 - a0)
         raw = m.predict(acoustic)  # rows for k0-1 .. k1
-        smooth = (
-            _SMOOTH[0] * raw[:-2] + _SMOOTH[1] * raw[1:-1] + _SMOOTH[2] * raw[2:]
-        )  # rows for k0 .. k1-1
+        smooth = _SMOOTH[0] * raw[:-2] + _SMOOTH[1] * raw[1:-1] + _SMOOTH[2] * raw[2:]  # rows for k0 .. k1-1
         return self._gate(pcm, smooth.astype(np.float32), k0, k1, frames_known, offset_frames)
 
     def _gate(

@@ -36,8 +36,15 @@ class MouthGeometry:
     def pack(self) -> np.ndarray:
         """One float32 row for the per-avatar cache."""
         head = np.array(
-            [self.center_x, self.half_width, self.upper_outer_y, self.lower_outer_y, self.chin_y, self.nose_y,
-             self.lip_y],
+            [
+                self.center_x,
+                self.half_width,
+                self.upper_outer_y,
+                self.lower_outer_y,
+                self.chin_y,
+                self.nose_y,
+                self.lip_y,
+            ],
             dtype=np.float32,
         )
         return np.concatenate([self.upper.reshape(-1), self.lower.reshape(-1), head]).astype(np.float32)

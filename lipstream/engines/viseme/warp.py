@@ -54,7 +54,7 @@ def render_patch(crop: np.ndarray, geo: MouthGeometry, feature: np.ndarray, cfg:
     above = np.clip((ys - geo.nose_y) / max(geo.lip_y - geo.nose_y, 1.0), 0.0, 1.0) ** 1.5
     below = np.exp(-(((ys - geo.lip_y) / (0.9 * w_half)) ** 2))
     vert = np.where(ys < geo.lip_y, above, below)
-    phi = np.clip(u, -1.0, 1.0) * np.exp(-np.maximum(np.abs(u) - 1.0, 0.0) ** 2 / 0.6)
+    phi = np.clip(u, -1.0, 1.0) * np.exp(-(np.maximum(np.abs(u) - 1.0, 0.0) ** 2) / 0.6)
     dx = cfg.spread * w_half * width * phi * vert
     # Rounding narrows the opening too.
     narrow = 1.0 - 0.25 * max(-width, 0.0)
@@ -88,8 +88,11 @@ def render_patch(crop: np.ndarray, geo: MouthGeometry, feature: np.ndarray, cfg:
     map_y = np.where(ys <= upper_dst, map_y_up, np.where(ys >= lower_dst, map_y_low, map_y_mid))
     map_x = np.broadcast_to(xs - dx, map_y.shape)
     warped = cv2.remap(
-        crop, np.ascontiguousarray(map_x, dtype=np.float32), np.ascontiguousarray(map_y, dtype=np.float32),
-        cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE,
+        crop,
+        np.ascontiguousarray(map_x, dtype=np.float32),
+        np.ascontiguousarray(map_y, dtype=np.float32),
+        cv2.INTER_LINEAR,
+        borderMode=cv2.BORDER_REPLICATE,
     )
 
     # Mouth interior where the parting is wider than the source's own: dark cavity, upper teeth.

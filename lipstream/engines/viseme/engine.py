@@ -141,5 +141,7 @@ class VisemeEngine:
         for i, (row, fid) in enumerate(zip(features, frame_ids, strict=True)):
             fid = int(fid)
             geo = MouthGeometry.unpack(cache.geometry[fid])
-            out[i] = render_patch(np.asarray(cache.crops[fid]), geo, row, self.warp)
+            out[i] = render_patch(
+                np.asarray(cache.crops[fid]), np.asarray(bundle.masks[fid]), geo, row, self.warp
+            )
         return out

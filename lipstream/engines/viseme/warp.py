@@ -30,8 +30,14 @@ def _interp_contour(contour: np.ndarray, xs: np.ndarray) -> np.ndarray:
     return np.interp(xs, contour[order, 0], contour[order, 1]).astype(np.float32)
 
 
-def render_patch(crop: np.ndarray, geo: MouthGeometry, feature: np.ndarray, cfg: WarpConfig) -> np.ndarray:
-    """One 256² RGB patch for one articulation row; an all-zero row returns the crop unchanged."""
+def render_patch(
+    crop: np.ndarray, mask: np.ndarray, geo: MouthGeometry, feature: np.ndarray, cfg: WarpConfig
+) -> np.ndarray:
+    """One 256² RGB patch for one articulation row; an all-zero row returns the crop unchanged.
+
+    Displacements are scaled by the frame's mouth mask, so the warp fades out exactly where the
+    compositor's blend does and no seam appears at the mask edge.
+    """
     opening = float(feature[OPEN]) * (1.0 - float(np.clip(feature[CLOSURE], 0.0, 1.0)))
     width = float(feature[WIDTH])
     closure = float(np.clip(feature[CLOSURE], 0.0, 1.0))
@@ -86,7 +92,9 @@ def render_patch(crop: np.ndarray, geo: MouthGeometry, feature: np.ndarray, cfg:
     span = np.maximum(lower_dst - upper_dst, 1e-3)
     map_y_mid = upper + (ys - upper_dst) * (gap - close) / span
     map_y = np.where(ys <= upper_dst, map_y_up, np.where(ys >= lower_dst, map_y_low, map_y_mid))
-    map_x = np.broadcast_to(xs - dx, map_y.shape)
+    weight = np.asarray(mask[r0:, c0:c1], dtype=np.float32) / 255.0
+    map_y = ys + (map_y - ys) * weight
+    map_x = xs - dx * weight
     warped = cv2.remap(
         crop,
         np.ascontiguousarray(map_x, dtype=np.float32),

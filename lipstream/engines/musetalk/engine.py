@@ -1,0 +1,155 @@
+"""MuseTalkEngine: the Engine protocol over Whisper features, cached avatar latents and the UNet/VAE step."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from lipstream.avatar.bundle import AvatarBundle
+from lipstream.engines.base import FeatureStream, Speech
+from lipstream.engines.musetalk.features import LOOKAHEAD_FRAMES, WINDOW_STEPS, WhisperFeaturizer
+from lipstream.engines.musetalk.generator import PATCH_SIZE, MuseTalkGenerator
+from lipstream.engines.musetalk.latents import ENGINE, cached_latents, prepare_latents, vae_fingerprint
+from lipstream.engines.musetalk.loader import load_models, resolve_runtime
+from lipstream.errors import AvatarError, LipstreamError
+from lipstream.paths import models_dir as default_models_dir
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MuseTalkOptions:
+    """How to build the engine (from --models-dir, --musetalk-version, --device, --dtype, --batch-size)."""
+
+    models_dir: Path
+    version: str = "1.5"
+    device: str = "auto"
+    dtype: str = "auto"
+    batch_size: int = 8
+    compile: bool = False
+    auto_prepare: bool = True  # encode missing avatar latents on first use (else: error saying how)
+
+
+class MuseTalkEngine:
+    """Neural lip-sync: features [T, 10*5*384] (time-major window of 5 stacked Whisper states per step),
+    patches uint8 RGB [B, 256, 256, 3] in crop space."""
+
+    name = "musetalk"
+    feature_kind = "whisper"
+    patch_size = PATCH_SIZE
+    lookahead_frames = LOOKAHEAD_FRAMES
+
+    def __init__(
+        self,
+        models_dir: str | os.PathLike | None = None,
+        version: str = "1.5",
+        device: str = "auto",
+        dtype: str = "auto",
+        batch_size: int = 8,
+        compile: bool = False,
+        auto_prepare: bool = True,
+    ) -> None:
+        if int(batch_size) < 1:
+            raise LipstreamError(f"--batch-size must be at least 1 (got {batch_size})")
+        self.options = MuseTalkOptions(
+            Path(default_models_dir(models_dir)),
+            str(version),
+            device,
+            dtype,
+            int(batch_size),
+            compile,
+            auto_prepare,
+        )
+        runtime = resolve_runtime(device, dtype)
+        self.models = load_models(self.options.models_dir, self.options.version, runtime)
+        self.featurizer = WhisperFeaturizer(self.models.whisper, self.models.feature_extractor)
+        self.featurizer.encode_segment(np.zeros(runtime_warmup_samples(), np.float32))  # warm-up
+        self.generator = MuseTalkGenerator(
+            self.models.unet,
+            self.models.vae,
+            runtime,
+            audio_tokens=WINDOW_STEPS * self.featurizer.n_states,
+            batch_size=self.options.batch_size,
+            compile=compile,
+        )
+        self._vae_id = vae_fingerprint(self.models.vae)
+        self._latents: dict[str, torch.Tensor] = {}  # bundle path -> latents on the device
+
+    @property
+    def batch_size(self) -> int:
+        """The fixed batch the UNet and VAE always run at."""
+        return self.options.batch_size
+
+    @property
+    def feature_dim(self) -> int:
+        """Values per frame: 10 steps x 5 states x 384 = 19200 for whisper-tiny."""
+        return self.featurizer.feature_dim
+
+    def prepare(self, bundle: AvatarBundle) -> None:
+        """Encode and store the avatar's masked/reference crop latents (once; idempotent)."""
+        prepare_latents(bundle, self.models.vae)
+
+    def features(self, speech: Speech) -> np.ndarray:
+        """Per-frame Whisper windows [speech.frame_count, feature_dim] for a whole utterance."""
+        return self.featurizer.features(speech.pcm)
+
+    def stream_features(self) -> FeatureStream:
+        """Incremental features that re-encode at most the current 30 s segment per push."""
+        return self.featurizer.stream()
+
+    def _bundle_latents(self, bundle: AvatarBundle) -> torch.Tensor:
+        key = str(Path(bundle.path).resolve())
+        if key in self._latents:
+            return self._latents[key]
+        latents = cached_latents(bundle, self._vae_id)
+        if latents is None:
+            if not self.options.auto_prepare:
+                raise AvatarError(
+                    f"avatar '{bundle.name}' has no MuseTalk latents for this VAE; prepare them with "
+                    f"`lipstream models latents {bundle.name}` (or render once with auto-prepare)"
+                )
+            log.warning("avatar '%s' has no MuseTalk latents yet: encoding them now, once", bundle.name)
+            latents = prepare_latents(bundle, self.models.vae)
+        rt = self.models.runtime
+        tensor = torch.from_numpy(np.asarray(latents, dtype=np.float16)).to(device=rt.device, dtype=rt.dtype)
+        self._latents[key] = tensor
+        return tensor
+
+    def render(self, bundle: AvatarBundle, features: np.ndarray, frame_ids: np.ndarray) -> np.ndarray:
+        """Mouth patches uint8 RGB [B, 256, 256, 3] for features [B, feature_dim] on source frames ids."""
+        frame_ids = np.asarray(frame_ids, dtype=np.int64).reshape(-1)
+        features = np.asarray(features, dtype=np.float32)
+        tokens, dim = WINDOW_STEPS * self.featurizer.n_states, self.featurizer.dim
+        if features.ndim == 3 and features.shape[1:] == (tokens, dim):
+            features = features.reshape(len(features), -1)  # [B, 50, 384] is accepted too
+        if features.ndim != 2 or features.shape[1] != self.feature_dim or len(features) != len(frame_ids):
+            raise LipstreamError(
+                f"MuseTalk needs features [B, {self.feature_dim}], one row per frame; got {features.shape} "
+                f"for {len(frame_ids)} frame ids (compute them with this engine's features())"
+            )
+        if len(frame_ids) and (frame_ids.min() < 0 or frame_ids.max() >= bundle.frame_count):
+            raise AvatarError(f"frame ids must lie in [0, {bundle.frame_count}) for avatar '{bundle.name}'")
+        latents = self._bundle_latents(bundle)
+        rt = self.models.runtime
+        out = np.empty((len(frame_ids), PATCH_SIZE, PATCH_SIZE, 3), np.uint8)
+        step = self.batch_size
+        for start in range(0, len(frame_ids), step):
+            ids = torch.from_numpy(frame_ids[start : start + step]).to(rt.device)
+            audio = torch.from_numpy(features[start : start + step].reshape(-1, tokens, dim)).to(
+                rt.device, rt.dtype
+            )
+            out[start : start + len(ids)] = self.generator.run(latents[ids], audio)
+        return out
+
+
+def runtime_warmup_samples() -> int:
+    """One second of silence warms Whisper up (every call pads to a full 30 s segment anyway)."""
+    return 16_000
+
+
+__all__ = ["MuseTalkEngine", "MuseTalkOptions", "ENGINE"]

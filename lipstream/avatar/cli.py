@@ -1,9 +1,146 @@
-"""Command-line subcommands of this room (registered by lipstream.cli)."""
+"""`lipstream avatar ...`: prepare, sample, list and info."""
 
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
+
+from lipstream.avatar import bundle as bf
+from lipstream.errors import AvatarError
+
+
+def summary_line(bundle: bf.AvatarBundle, verb: str = "prepared") -> str:
+    """One line for the user: frames, size, face width, time taken, where it is."""
+    m = bundle.manifest
+    fps_done = m.frame_count / m.prepare_seconds if m.prepare_seconds else 0.0
+    seconds = m.frame_count / m.fps
+    kind = "photo" if m.frame_count == 1 else f"{m.frame_count} frames ({seconds:.1f} s at {m.fps} fps)"
+    return (
+        f"{verb} avatar '{m.name}': {kind}, {m.width}×{m.height}, face {m.face_width_px:.0f} px wide, "
+        f"in {m.prepare_seconds:.1f} s ({fps_done:.1f} frames/s) -> {bundle.path}"
+    )
+
+
+def _print_notes(bundle: bf.AvatarBundle) -> None:
+    for note in bundle.manifest.notes:
+        print(f"note: {note}")
+
+
+def run_prepare(args: argparse.Namespace) -> int:
+    """`lipstream avatar prepare INPUT --name NAME`."""
+    from lipstream.avatar.prepare import prepare_avatar
+
+    bundle = prepare_avatar(
+        args.input, args.name, avatars_root=args.avatars_dir, force=args.force, progress=not args.quiet
+    )
+    _print_notes(bundle)
+    print(summary_line(bundle))
+    return 0
+
+
+def run_sample(args: argparse.Namespace) -> int:
+    """`lipstream avatar sample`: build (or keep) the sample avatar."""
+    from lipstream.avatar.sample import build_sample_avatar
+
+    if args.skip_existing and not args.force and bf.bundle_path(args.name, args.avatars_dir).exists():
+        try:
+            existing = bf.load_avatar(bf.bundle_path(args.name, args.avatars_dir))
+        except AvatarError as exc:
+            raise AvatarError(f"{exc} (found while checking --skip-existing; rerun with --force)") from exc
+        print(f"avatar '{args.name}' already exists ({existing.frame_count} frames) at {existing.path}; kept")
+        return 0
+    bundle = build_sample_avatar(
+        args.name, avatars_root=args.avatars_dir, force=args.force, progress=not args.quiet,
+        seconds=args.seconds,
+    )
+    _print_notes(bundle)
+    print(summary_line(bundle, verb="built sample"))
+    return 0
+
+
+def run_list(args: argparse.Namespace) -> int:
+    """`lipstream avatar list`."""
+    names = bf.list_avatars(args.avatars_dir)
+    if not names:
+        print(f"no avatars in {bf.avatars_dir(args.avatars_dir)}; make one with `lipstream avatar sample`")
+        return 0
+    for name in names:
+        try:
+            m = bf.load_avatar(name, args.avatars_dir).manifest
+            print(f"{name}\t{m.frame_count} frames\t{m.width}×{m.height}\tface {m.face_width_px:.0f} px")
+        except AvatarError as exc:
+            print(f"{name}\tunreadable: {exc}")
+    return 0
+
+
+def avatar_info(bundle: bf.AvatarBundle) -> dict:
+    """What `avatar info --json` prints: the manifest plus the bundle's path and array shapes."""
+    arrays = {
+        "frames": bundle.frames, "boxes": bundle.boxes, "landmarks": bundle.landmarks,
+        "masks": bundle.masks, "nose_base": bundle.nose_base, "idle_loop": bundle.idle_loop,
+    }
+    return {
+        **bundle.manifest.model_dump(),
+        "path": str(bundle.path),
+        "arrays": {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in arrays.items()},
+    }
+
+
+def run_info(args: argparse.Namespace) -> int:
+    """`lipstream avatar info NAME [--json]`."""
+    bundle = bf.load_avatar(args.name, args.avatars_dir)
+    info = avatar_info(bundle)
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    m = bundle.manifest
+    box_w = bundle.boxes[:, 2] - bundle.boxes[:, 0]
+    box_h = bundle.boxes[:, 3] - bundle.boxes[:, 1]
+    print(f"avatar '{m.name}' at {bundle.path} (bundle format {m.format_version})")
+    print(f"  source   {m.source_file}, {m.width}×{m.height}, source fps {m.source_fps or 'photo'}")
+    print(f"  frames   {m.frame_count} at {m.fps} fps, idle loop {len(bundle.idle_loop)} frames")
+    print(f"  face     {m.face_width_px:.0f} px wide, mean crop box {box_w.mean():.0f}×{box_h.mean():.0f} px")
+    print(f"  model    {m.landmark_model}")
+    print(f"  engines  {', '.join(m.engines) or 'none cached yet'}")
+    for note in m.notes:
+        print(f"  note     {note}")
+    return 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add this room's subcommands (not written yet)."""
+    """Add `lipstream avatar prepare|sample|list|info`."""
+    avatar = subparsers.add_parser("avatar", help="prepare and inspect avatars")
+    sub = avatar.add_subparsers(dest="avatar_command", metavar="ACTION", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--avatars-dir", type=Path, default=None, help="avatars folder (default $LIPSTREAM_HOME/avatars)"
+        )
+
+    p = sub.add_parser("prepare", help="turn a presenter video (or photo) into an avatar bundle")
+    p.add_argument("input", help="a video file (any container/codec FFmpeg reads) or an image")
+    p.add_argument("--name", required=True, help="avatar name (folder name under the avatars folder)")
+    p.add_argument("--force", action="store_true", help="replace an existing avatar of that name")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    common(p)
+    p.set_defaults(func=run_prepare)
+
+    p = sub.add_parser("sample", help="build the sample avatar (astronaut with head motion; no download)")
+    p.add_argument("--name", default="sample", help="avatar name (default: sample)")
+    p.add_argument("--seconds", type=float, default=8.0, help="length of the sample clip (default 8)")
+    p.add_argument("--force", action="store_true", help="replace an existing avatar of that name")
+    p.add_argument("--skip-existing", action="store_true", help="keep a complete existing avatar and say so")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    common(p)
+    p.set_defaults(func=run_sample)
+
+    p = sub.add_parser("list", help="list prepared avatars")
+    common(p)
+    p.set_defaults(func=run_list)
+
+    p = sub.add_parser("info", help="describe one avatar")
+    p.add_argument("name", help="avatar name or bundle folder")
+    p.add_argument("--json", action="store_true", help="print the manifest and array shapes as JSON")
+    common(p)
+    p.set_defaults(func=run_info)

@@ -109,30 +109,31 @@ class FaceTracker:
         self.faces_seen = max(self.faces_seen, len(boxes))
         return boxes
 
-    def _crop_window(self, box: FaceBox, width: int, height: int) -> tuple[int, int, int, int]:
-        side = box.size * self.config.crop_scale
+    def _crop_window(self, box: FaceBox) -> tuple[int, int, int]:
+        """(x1, y1, side) of a square window around the box; it may reach past the frame's edges."""
+        side = max(8, int(round(box.size * self.config.crop_scale)))
         cx, cy = (box.x1 + box.x2) / 2, (box.y1 + box.y2) / 2
-        x1 = int(round(max(0.0, cx - side / 2)))
-        y1 = int(round(max(0.0, cy - side / 2)))
-        x2 = int(round(min(float(width), cx + side / 2)))
-        y2 = int(round(min(float(height), cy + side / 2)))
-        return x1, y1, x2, y2
+        return int(round(cx - side / 2)), int(round(cy - side / 2)), side
 
     def _mesh_on(self, frame_rgb: np.ndarray, box: FaceBox) -> np.ndarray | None:
         h, w = frame_rgb.shape[:2]
-        x1, y1, x2, y2 = self._crop_window(box, w, h)
-        if x2 - x1 < 8 or y2 - y1 < 8:
+        x1, y1, side = self._crop_window(box)
+        sx1, sy1 = max(0, x1), max(0, y1)
+        sx2, sy2 = min(w, x1 + side), min(h, y1 + side)
+        if sx2 - sx1 < 8 or sy2 - sy1 < 8:
             return None
-        crop = np.ascontiguousarray(frame_rgb[y1:y2, x1:x2])
+        if (sx1, sy1, sx2, sy2) == (x1, y1, x1 + side, y1 + side):
+            crop = np.ascontiguousarray(frame_rgb[sy1:sy2, sx1:sx2])
+        else:
+            # FaceMesh projects landmarks correctly only from a square input: pad at the frame's edges.
+            crop = np.zeros((side, side, 3), dtype=np.uint8)
+            crop[sy1 - y1 : sy2 - y1, sx1 - x1 : sx2 - x1] = frame_rgb[sy1:sy2, sx1:sx2]
         result = self._mesh.process(crop)
         if not result.multi_face_landmarks:
             return None
         pts = result.multi_face_landmarks[0].landmark
-        out = np.empty((len(pts), 2), dtype=np.float32)
-        out[:, 0] = [p.x for p in pts]
-        out[:, 1] = [p.y for p in pts]
-        out[:, 0] = out[:, 0] * (x2 - x1) + x1
-        out[:, 1] = out[:, 1] * (y2 - y1) + y1
+        out = np.array([(p.x, p.y) for p in pts], dtype=np.float32) * side
+        out += np.array([x1, y1], dtype=np.float32)
         return out
 
     def track(self, frame_rgb: np.ndarray) -> np.ndarray | None:

@@ -1,9 +1,140 @@
-"""Command-line subcommands of this room (registered by lipstream.cli)."""
+"""`lipstream serve` (the live server and page) and `lipstream client` (the reference client)."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
+import os
+from pathlib import Path
+
+from lipstream.errors import LipstreamError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add this room's subcommands (not written yet)."""
+    """Add `serve` and `client`."""
+    serve = subparsers.add_parser("serve", help="serve the live player page and the WebSocket session API")
+    serve.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="TCP port (default 8000; 0 picks a free one)")
+    serve.add_argument("--engine", default="viseme", choices=("viseme", "musetalk"), help="lip-sync engine")
+    serve.add_argument(
+        "--token", default=None, help="bearer token required on /ws and /api (env LIPSTREAM_TOKEN)"
+    )
+    serve.add_argument("--avatars-dir", type=Path, default=None, help="folder of avatar bundles")
+    serve.add_argument("--voice", default="piper", help="TTS voice for speak requests (default piper)")
+    serve.add_argument("--max-sessions", type=int, default=8, help="concurrent sessions (default 8)")
+    serve.add_argument("--max-message-mb", type=float, default=8.0, help="largest message in MiB (default 8)")
+    serve.add_argument(
+        "--max-upload-seconds", type=float, default=120.0, help="longest upload (default 120 s)"
+    )
+    serve.set_defaults(func=run_serve)
+
+    client = subparsers.add_parser(
+        "client", help="reference client: speak over a server, record what comes back"
+    )
+    client.add_argument("--url", required=True, help="ws://HOST:PORT/ws (the /ws path is added when missing)")
+    client.add_argument("--avatar", required=True, help="avatar name on the server")
+    what = client.add_mutually_exclusive_group(required=True)
+    what.add_argument("--text", help="text to speak (server-side TTS)")
+    what.add_argument("--audio", type=Path, help="audio file to upload and speak")
+    client.add_argument("--out", type=Path, required=True, help="MP4 of the received video and audio")
+    client.add_argument("--report", type=Path, default=None, help="write the JSON report here")
+    client.add_argument("--token", default=None, help="bearer token (env LIPSTREAM_TOKEN)")
+    client.add_argument("--width", type=int, default=None, help="ask for a smaller stream of this width")
+    client.add_argument("--timeout", type=float, default=120.0, help="give up after this many seconds")
+    client.set_defaults(func=run_client_command)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """Start uvicorn with one shared engine."""
+    import uvicorn
+
+    from lipstream.engines.registry import create_engine
+    from lipstream.server.app import create_app
+    from lipstream.server.config import MIB, Limits, ServerConfig
+
+    if args.max_sessions < 1 or args.max_message_mb <= 0 or args.max_upload_seconds <= 0:
+        raise LipstreamError("--max-sessions, --max-message-mb and --max-upload-seconds must be positive")
+    if args.avatars_dir is not None and not args.avatars_dir.is_dir():
+        raise LipstreamError(f"--avatars-dir {args.avatars_dir} is not a folder")
+    limit_bytes = max(1024, int(args.max_message_mb * MIB))
+    limits = Limits(
+        max_sessions=args.max_sessions,
+        max_message_bytes=limit_bytes,
+        max_upload_bytes=limit_bytes,
+        max_upload_seconds=args.max_upload_seconds,
+    )
+    config = ServerConfig(
+        host=args.host,
+        port=args.port,
+        engine=args.engine,
+        token=args.token or os.environ.get("LIPSTREAM_TOKEN") or None,
+        avatars_dir=args.avatars_dir,
+        voice=args.voice,
+        limits=limits,
+    )
+    engine = create_engine(args.engine)
+    app = create_app(config, engine)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=config.host,
+            port=config.port,
+            ws_max_size=limits.transport_max_bytes,
+            ws_per_message_deflate=False,  # media does not compress; deflate only costs CPU
+            log_level="warning",
+            lifespan="off",
+        )
+    )
+    return asyncio.run(_serve(server, config))
+
+
+async def _serve(server, config) -> int:
+    """Run the server, printing the page URL once the socket is bound."""
+    task = asyncio.create_task(server.serve())
+    while not server.started and not task.done():
+        await asyncio.sleep(0.05)
+    if server.started:
+        port = server.servers[0].sockets[0].getsockname()[1]
+        suffix = f"/?token={config.token}" if config.token else "/"
+        print(f"lipstream serving at http://{config.host}:{port}{suffix}", flush=True)
+    try:
+        await task
+    except SystemExit:  # uvicorn exits when it cannot bind
+        raise LipstreamError(
+            f"could not listen on {config.host}:{config.port} (in use? try --port 0)"
+        ) from None
+    if not server.started:
+        raise LipstreamError(f"could not listen on {config.host}:{config.port} (in use? try --port 0)")
+    return 0
+
+
+def run_client_command(args: argparse.Namespace) -> int:
+    """Run the reference client and print its report."""
+    from lipstream.server.client import run_client
+
+    url = args.url if args.url.rstrip("/").endswith("/ws") else args.url.rstrip("/") + "/ws"
+    if not url.startswith(("ws://", "wss://")):
+        raise LipstreamError(f"--url must start with ws:// or wss:// (got {args.url})")
+    report = asyncio.run(
+        run_client(
+            url,
+            args.avatar,
+            text=args.text,
+            audio=args.audio,
+            out=args.out,
+            token=args.token or os.environ.get("LIPSTREAM_TOKEN") or None,
+            output_width=args.width,
+            timeout=args.timeout,
+        )
+    )
+    text = report.model_dump_json(indent=2)
+    if args.report is not None:
+        args.report.parent.mkdir(parents=True, exist_ok=True)
+        args.report.write_text(text + "\n")
+    summary = {
+        k: getattr(report, k)
+        for k in ("ttff_ms", "frames_received", "speech_frames", "pts_continuous", "duration_seconds", "out")
+    }
+    print(json.dumps(summary))
+    return 0

@@ -1,0 +1,103 @@
+"""The FastAPI app: health, avatars, admin stats, the player page, and the /ws session endpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request, WebSocket
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+
+from lipstream import __version__
+from lipstream.avatar.bundle import AvatarBundle, list_avatars, load_avatar
+from lipstream.errors import LipstreamError
+from lipstream.server.auth import extract_token, token_ok
+from lipstream.server.config import ServerConfig
+from lipstream.server.connection import Connection, SessionFactory
+from lipstream.server.registry import SessionRegistry
+
+STATIC_DIR = Path(__file__).resolve().parent.parent / "web" / "static"
+
+
+def render_session_factory(config: ServerConfig) -> SessionFactory:
+    """Sessions from lipstream.render.session, encoding H.264 for the wire."""
+
+    def make(bundle: AvatarBundle, engine: Any, output_width: int | None) -> Any:
+        from lipstream.render.session import Session, SessionConfig
+
+        cfg = SessionConfig(
+            encode=True,
+            output_width=output_width,
+            voice=config.voice,
+            max_lead_seconds=config.max_lead_seconds,
+        )
+        return Session(bundle, engine, cfg)
+
+    return make
+
+
+def _avatar_info(name: str, root: Path | None) -> dict[str, Any] | None:
+    try:
+        manifest = load_avatar(name, root).manifest
+    except LipstreamError:
+        return None  # a broken bundle is not offered
+    return {
+        "name": name,
+        "width": manifest.width,
+        "height": manifest.height,
+        "frame_count": manifest.frame_count,
+    }
+
+
+def create_app(config: ServerConfig, engine: Any, session_factory: SessionFactory | None = None) -> FastAPI:
+    """Build the app around one shared engine instance."""
+    app = FastAPI(title="lipstream", version=__version__, docs_url=None, redoc_url=None)
+    registry = SessionRegistry(config.limits.max_sessions)
+    factory = session_factory or render_session_factory(config)
+    app.state.registry = registry
+
+    def authorized(request: Request) -> bool:
+        return token_ok(config.token, extract_token(request.headers, request.query_params))
+
+    def unauthorized() -> JSONResponse:
+        body = {
+            "error": "unauthorized",
+            "message": "missing or wrong token; send Authorization: Bearer TOKEN",
+        }
+        return JSONResponse(body, status_code=401)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, Any]:
+        """Liveness: version, engine and live session count."""
+        return {"status": "ok", "version": __version__, "engine": config.engine, "sessions": len(registry)}
+
+    @app.get("/api/avatars")
+    async def avatars(request: Request) -> Any:
+        """The avatars a session can open."""
+        if not authorized(request):
+            return unauthorized()
+        names = list_avatars(config.avatars_dir)
+        infos = [info for info in (_avatar_info(n, config.avatars_dir) for n in names) if info]
+        return {"avatars": infos}
+
+    @app.get("/api/sessions")
+    async def sessions(request: Request) -> Any:
+        """Admin view: live sessions with server and client-reported stats."""
+        if not authorized(request):
+            return unauthorized()
+        return {"sessions": registry.summaries(), "max_sessions": config.limits.max_sessions}
+
+    @app.get("/")
+    async def page() -> FileResponse:
+        """The player page."""
+        return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-store"})
+
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+
+    @app.websocket("/ws")
+    async def session_socket(ws: WebSocket) -> None:
+        """One live session per connection (docs/protocol.md)."""
+        await Connection(ws, config, engine, registry, factory).run()
+
+    return app

@@ -1,0 +1,173 @@
+"""The reference client: speaks protocol v1, records what it receives, and reports timing and continuity."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import websockets
+from pydantic import BaseModel, Field
+
+from lipstream.audio.timeline import SAMPLES_PER_FRAME
+from lipstream.errors import LipstreamError
+from lipstream.server.protocol import PROTOCOL_VERSION, Flags, Kind, MediaMessage, decode_media
+
+
+class ClientError(LipstreamError):
+    """The server refused or broke the session."""
+
+
+class ReceivedEvent(BaseModel):
+    """A control message as it arrived, with its arrival time since the request."""
+
+    at_ms: float
+    message: dict[str, Any]
+
+
+class ClientReport(BaseModel):
+    """What the reference client measured."""
+
+    url: str
+    avatar: str
+    codec: str = ""
+    width: int = 0
+    height: int = 0
+    connect_ms: float = 0.0
+    ready_ms: float = 0.0
+    ttff_ms: float | None = None  # request sent -> first speaking video frame received
+    frames_received: int = 0
+    speech_frames: int = 0
+    keyframes: int = 0
+    first_pts: int | None = None
+    last_pts: int | None = None
+    pts_gaps: int = 0  # places where pts did not advance by exactly one frame
+    pts_continuous: bool = True
+    audio_matches_video: bool = True  # every video frame got exactly its 640-sample audio slice
+    audio_samples: int = 0
+    duration_seconds: float = 0.0
+    interrupted: bool | None = None
+    events: list[ReceivedEvent] = Field(default_factory=list)
+    errors: list[dict[str, Any]] = Field(default_factory=list)
+    out: str | None = None
+
+
+@dataclass
+class _Recorder:
+    """Frames from the first keyframe on: access units and their audio, with continuity checks."""
+
+    access_units: list[bytes] = field(default_factory=list)
+    audio: list[np.ndarray] = field(default_factory=list)
+    pending_video: MediaMessage | None = None
+    last_seq: int | None = None
+
+    def add(self, msg: MediaMessage, report: ClientReport, t_ms: float) -> None:
+        if msg.kind == Kind.VIDEO:
+            if not self.access_units and not (msg.flags & Flags.KEYFRAME):
+                return  # a decoder can only start on an IDR
+            if self.pending_video is not None:
+                report.audio_matches_video = False  # the previous frame never got its audio
+            self.pending_video = msg
+            self.access_units.append(msg.payload)
+            report.frames_received += 1
+            report.keyframes += bool(msg.flags & Flags.KEYFRAME)
+            if msg.flags & Flags.SPEAKING:
+                report.speech_frames += 1
+                if report.ttff_ms is None:
+                    report.ttff_ms = round(t_ms, 2)
+            if report.last_pts is not None and msg.pts != report.last_pts + SAMPLES_PER_FRAME:
+                report.pts_gaps += 1
+                report.pts_continuous = False
+            report.first_pts = msg.pts if report.first_pts is None else report.first_pts
+            report.last_pts = msg.pts
+        elif msg.kind == Kind.AUDIO and self.pending_video is not None:
+            video = self.pending_video
+            self.pending_video = None
+            pcm = np.frombuffer(msg.payload, dtype="<i2").astype(np.int16)
+            if msg.seq != video.seq or msg.pts != video.pts or len(pcm) != SAMPLES_PER_FRAME:
+                report.audio_matches_video = False
+            self.audio.append(pcm)
+            report.audio_samples += len(pcm)
+
+
+async def run_client(
+    url: str,
+    avatar: str,
+    text: str | None = None,
+    audio: Path | None = None,
+    out: Path | None = None,
+    token: str | None = None,
+    output_width: int | None = None,
+    timeout: float = 120.0,
+) -> ClientReport:
+    """Open a session, speak text or upload a file, record until playback_finished; return the report."""
+    if (text is None) == (audio is None):
+        raise ClientError("give exactly one of --text or --audio")
+    upload = None
+    if audio is not None:
+        if not Path(audio).is_file():
+            raise ClientError(f"audio file {audio} does not exist")
+        upload = MediaMessage(Kind.UPLOAD, Path(audio).read_bytes()).encode()
+    report = ClientReport(url=url, avatar=avatar)
+    recorder = _Recorder()
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    t0 = time.perf_counter()
+    try:
+        async with websockets.connect(url, additional_headers=headers, max_size=None, compression=None) as ws:
+            report.connect_ms = round((time.perf_counter() - t0) * 1000, 2)
+            hello = {
+                "type": "hello",
+                "version": PROTOCOL_VERSION,
+                "avatar": avatar,
+                "output_width": output_width,
+            }
+            await ws.send(json.dumps(hello))
+            ready = json.loads(await asyncio.wait_for(ws.recv(), timeout))
+            if ready.get("type") != "ready":
+                raise ClientError(f"server refused the session: {ready.get('message', ready)}")
+            report.ready_ms = round((time.perf_counter() - t0) * 1000, 2)
+            report.codec, report.width, report.height = ready["codec"], ready["width"], ready["height"]
+            t_req = time.perf_counter()
+            if upload is not None:
+                await ws.send(upload)
+            else:
+                await ws.send(json.dumps({"type": "speak", "text": text}))
+            await asyncio.wait_for(_receive_until_finished(ws, report, recorder, t_req), timeout)
+    except (OSError, websockets.exceptions.InvalidHandshake) as exc:
+        raise ClientError(f"cannot connect to {url}: {exc}") from None
+    except asyncio.TimeoutError:
+        raise ClientError(
+            f"no playback_finished within {timeout:g} s; the server is too slow or stuck"
+        ) from None
+    except websockets.exceptions.ConnectionClosed as exc:
+        raise ClientError(f"server closed the session: {exc}") from None
+    report.duration_seconds = round(report.frames_received / 25.0, 3)
+    if out is not None:
+        from lipstream.server.recording import write_received_mp4
+
+        pcm = np.concatenate(recorder.audio) if recorder.audio else np.zeros(0, np.int16)
+        write_received_mp4(Path(out), recorder.access_units, pcm)
+        report.out = str(out)
+    return report
+
+
+async def _receive_until_finished(ws: Any, report: ClientReport, recorder: _Recorder, t_req: float) -> None:
+    while True:
+        data = await ws.recv()
+        t_ms = (time.perf_counter() - t_req) * 1000
+        if isinstance(data, bytes):
+            recorder.add(decode_media(data), report, t_ms)
+            continue
+        message = json.loads(data)
+        report.events.append(ReceivedEvent(at_ms=round(t_ms, 2), message=message))
+        if message.get("type") == "error":
+            report.errors.append(message)
+            if message.get("fatal") or message.get("code") in ("bad_audio", "bad_text", "too_large"):
+                raise ClientError(f"server error ({message.get('code')}): {message.get('message')}")
+        if message.get("type") == "playback_finished":
+            report.interrupted = bool(message.get("interrupted"))
+            return

@@ -1,0 +1,38 @@
+"""Server configuration and the limits every session is held to (documented in docs/protocol.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+MIB = 1024 * 1024
+
+
+class Limits(BaseModel):
+    """Per-message and per-server limits."""
+
+    max_message_bytes: int = Field(default=8 * MIB, ge=1024)
+    max_upload_bytes: int = Field(default=8 * MIB, ge=1024)
+    max_upload_seconds: float = Field(default=120.0, gt=0)
+    max_text_chars: int = Field(default=4000, ge=1)
+    max_sessions: int = Field(default=8, ge=1)
+    hello_timeout_seconds: float = Field(default=10.0, gt=0)
+
+    @property
+    def transport_max_bytes(self) -> int:
+        """Hard cap handed to the WebSocket transport: over it the connection closes with 1009."""
+        return 2 * max(self.max_message_bytes, self.max_upload_bytes) + 64
+
+
+class ServerConfig(BaseModel):
+    """What `lipstream serve` was asked for."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    engine: str = "viseme"
+    token: str | None = None
+    avatars_dir: Path | None = None
+    voice: str = "piper"
+    max_lead_seconds: float = 1.0
+    limits: Limits = Field(default_factory=Limits)

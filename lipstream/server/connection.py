@@ -1,0 +1,342 @@
+"""One WebSocket connection: handshake, then frames out and control/audio in, until either side ends."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from fastapi import WebSocket
+from starlette.websockets import WebSocketDisconnect, WebSocketState
+
+from lipstream.audio.timeline import SAMPLE_RATE
+from lipstream.avatar.bundle import AvatarBundle, list_avatars, load_avatar
+from lipstream.errors import LipstreamError
+from lipstream.server.auth import extract_token, token_ok
+from lipstream.server.config import ServerConfig
+from lipstream.server.protocol import (
+    PROTOCOL_VERSION,
+    ClientStats,
+    Flush,
+    Hello,
+    Interrupt,
+    KeyframeRequest,
+    Kind,
+    MediaMessage,
+    Ping,
+    Position,
+    ProtocolError,
+    Speak,
+    decode_media,
+    error_message,
+    event_message,
+    frame_messages,
+    parse_control,
+)
+from lipstream.server.registry import SessionRecord, SessionRegistry
+
+log = logging.getLogger(__name__)
+
+SessionFactory = Callable[[AvatarBundle, Any, "int | None"], Any]
+MIN_PCM_RATE, MAX_PCM_RATE = 8000, 48000
+
+
+class _Closed(Exception):
+    """The peer went away or the handshake failed; nothing more to send."""
+
+
+class Connection:
+    """Runs one client's session over a WebSocket; every failure stays inside this connection."""
+
+    def __init__(
+        self,
+        ws: WebSocket,
+        config: ServerConfig,
+        engine: Any,
+        registry: SessionRegistry,
+        session_factory: SessionFactory,
+    ) -> None:
+        self.ws = ws
+        self.config = config
+        self.limits = config.limits
+        self.engine = engine
+        self.registry = registry
+        self.session_factory = session_factory
+        self.record: SessionRecord | None = None
+        self.session: Any = None
+        self._send_lock = asyncio.Lock()
+        self._speak_tasks: set[asyncio.Task] = set()
+
+    # ---- sending ----
+
+    async def _send_text(self, text: str) -> None:
+        async with self._send_lock:
+            await self.ws.send_text(text)
+
+    async def _send_error(self, code: str, message: str, fatal: bool = False) -> None:
+        if self.record is not None:
+            self.record.errors_sent += 1
+        with contextlib.suppress(Exception):
+            await self._send_text(error_message(code, message, fatal))
+
+    async def _fail(self, code: str, message: str, close_code: int) -> None:
+        """Send a fatal error and close; used before `ready`."""
+        await self._send_error(code, message, fatal=True)
+        with contextlib.suppress(Exception):
+            await self.ws.close(close_code)
+        raise _Closed(message)
+
+    # ---- handshake ----
+
+    async def _handshake(self) -> Hello:
+        try:
+            msg = await asyncio.wait_for(self.ws.receive(), self.limits.hello_timeout_seconds)
+        except asyncio.TimeoutError:
+            await self._fail("bad_message", f"no hello within {self.limits.hello_timeout_seconds:g} s", 4408)
+        if msg["type"] == "websocket.disconnect":
+            raise _Closed("disconnected before hello")
+        text = msg.get("text")
+        if text is None:
+            await self._fail(
+                "bad_message", 'the first message must be a JSON {"type": "hello"} message', 4400
+            )
+        try:
+            hello = parse_control(text)
+        except ProtocolError as exc:
+            await self._fail(exc.code, str(exc), 4400)
+        if not isinstance(hello, Hello):
+            await self._fail("bad_message", f'the first message must be "hello", not {hello.type!r}', 4400)
+        if hello.version != PROTOCOL_VERSION:
+            await self._fail(
+                "version",
+                f"client speaks protocol {hello.version}; this server speaks {PROTOCOL_VERSION}",
+                4400,
+            )
+        given = hello.token or extract_token(self.ws.headers, self.ws.query_params)
+        if not token_ok(self.config.token, given):
+            await self._fail("unauthorized", "missing or wrong token; pass the server's --token", 4401)
+        return hello
+
+    def _open_avatar(self, name: str | None) -> AvatarBundle:
+        known = list_avatars(self.config.avatars_dir)
+        if not name or name not in known:  # names only: a client never reaches a path on disk
+            raise LipstreamError(
+                f"unknown avatar {name!r}; known: {', '.join(known) or 'none'} "
+                "(create one with `lipstream avatar sample`)"
+            )
+        return load_avatar(name, self.config.avatars_dir)
+
+    async def run(self) -> None:
+        """The whole life of the connection; returns when it is over and everything is freed."""
+        await self.ws.accept()
+        try:
+            hello = await self._handshake()
+            await self._open_session(hello)
+            await self._stream()
+        except _Closed:
+            pass
+        finally:
+            await self._teardown()
+
+    async def _open_session(self, hello: Hello) -> None:
+        avatar = hello.avatar or self.ws.query_params.get("avatar")
+        try:
+            bundle = await asyncio.to_thread(self._open_avatar, avatar)
+        except LipstreamError as exc:
+            await self._fail("unknown_avatar", str(exc), 4404)
+        self.record = self.registry.reserve(bundle.name)
+        if self.record is None:
+            await self._fail(
+                "busy", f"server is full ({self.limits.max_sessions} sessions); retry later", 1013
+            )
+        try:
+            self.session = self.session_factory(bundle, self.engine, hello.output_width)
+            self.record.session = self.session
+            await self.session.start()
+        except LipstreamError as exc:
+            await self._fail("internal", str(exc), 1011)
+        except Exception as exc:  # noqa: BLE001 - any failure here is this session's alone
+            log.exception("session start failed")
+            await self._fail("internal", f"session failed to start: {exc}", 1011)
+        ready = {
+            "type": "ready",
+            "version": PROTOCOL_VERSION,
+            "session_id": self.record.session_id,
+            "avatar": bundle.name,
+            "codec": self.session.codec_string,
+            "width": self.session.width,
+            "height": self.session.height,
+            "fps": 25,
+            "sample_rate": SAMPLE_RATE,
+            "limits": self.limits.model_dump(exclude={"hello_timeout_seconds"}),
+        }
+        await self._send_text(json.dumps(ready))
+
+    # ---- streaming ----
+
+    async def _stream(self) -> None:
+        sender = asyncio.create_task(self._send_frames())
+        receiver = asyncio.create_task(self._receive_loop())
+        done, pending = await asyncio.wait({sender, receiver}, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        for task in pending:
+            with contextlib.suppress(BaseException):
+                await task
+        for task in done:
+            exc = task.exception()
+            if exc is not None and not isinstance(exc, (WebSocketDisconnect, _Closed)):
+                log.warning("session %s ended with %r", self.record.session_id, exc)
+                await self._send_error("internal", f"session failed: {exc}", fatal=True)
+
+    async def _send_frames(self) -> None:
+        from lipstream.render.frames import AvatarFrame
+
+        async for item in self.session:
+            if isinstance(item, AvatarFrame):
+                video, audio = frame_messages(item)
+                async with self._send_lock:
+                    await self.ws.send_bytes(video)
+                    await self.ws.send_bytes(audio)
+                self.record.frames_sent += 1
+            else:
+                await self._send_text(event_message(item))
+
+    async def _receive_loop(self) -> None:
+        while True:
+            msg = await self.ws.receive()
+            if msg["type"] == "websocket.disconnect":
+                return
+            self.record.messages_in += 1
+            try:
+                if msg.get("bytes") is not None:
+                    await self._on_binary(msg["bytes"])
+                elif msg.get("text") is not None:
+                    await self._on_text(msg["text"])
+            except ProtocolError as exc:
+                await self._send_error(exc.code, str(exc))
+            except LipstreamError as exc:
+                await self._send_error("bad_audio", str(exc))
+
+    async def _on_text(self, text: str) -> None:
+        if len(text.encode()) > self.limits.max_message_bytes:
+            raise ProtocolError(f"message over {self.limits.max_message_bytes} bytes dropped", "too_large")
+        message = parse_control(text)
+        if isinstance(message, Speak):
+            self._start_speak(message)
+        elif isinstance(message, Flush):
+            self.session.flush()
+        elif isinstance(message, Interrupt):
+            for task in list(self._speak_tasks):  # stop feeding sentences that were not said yet
+                task.cancel()
+            self.session.interrupt()
+        elif isinstance(message, KeyframeRequest):
+            self.session.request_keyframe()
+        elif isinstance(message, ClientStats):
+            self.record.client_stats = message
+        elif isinstance(message, Position):
+            self.session.update_playback_position(message.pts)
+        elif isinstance(message, Ping):
+            await self._send_text(json.dumps({"type": "pong", "id": message.id}))
+        elif isinstance(message, Hello):
+            raise ProtocolError("hello was already received; this session is open")
+
+    def _start_speak(self, message: Speak) -> None:
+        text = message.text.strip()
+        if not text:
+            raise ProtocolError("speak needs non-empty text", "bad_text")
+        if len(text) > self.limits.max_text_chars:
+            raise ProtocolError(
+                f"text of {len(text)} characters is over the limit of {self.limits.max_text_chars}; split it",
+                "bad_text",
+            )
+        task = asyncio.create_task(self._speak(text, message.voice))
+        self._speak_tasks.add(task)
+        task.add_done_callback(self._speak_tasks.discard)
+
+    async def _speak(self, text: str, voice: str | None) -> None:
+        try:
+            await self.session.push_text(text, voice=voice)
+        except asyncio.CancelledError:
+            raise
+        except LipstreamError as exc:
+            await self._send_error("bad_text", str(exc))
+        except Exception as exc:  # noqa: BLE001 - a TTS failure ends this request, not the session
+            log.exception("speak failed")
+            await self._send_error("internal", f"speak failed: {exc}")
+
+    async def _on_binary(self, data: bytes) -> None:
+        if len(data) > self.limits.max_message_bytes + 20:
+            raise ProtocolError(
+                f"binary message of {len(data)} bytes is over the limit of {self.limits.max_message_bytes}",
+                "too_large",
+            )
+        media = decode_media(data)
+        if media.kind == Kind.PCM:
+            self._on_pcm(media)
+        elif media.kind == Kind.UPLOAD:
+            await self._on_upload(media.payload)
+        else:
+            raise ProtocolError(
+                f"binary kind {media.kind.name.lower()} is sent by the server, not the client"
+            )
+
+    def _on_pcm(self, media: MediaMessage) -> None:
+        if not MIN_PCM_RATE <= media.aux <= MAX_PCM_RATE:
+            raise ProtocolError(
+                f"pcm chunk declares sample rate {media.aux} Hz; "
+                f"put {MIN_PCM_RATE}-{MAX_PCM_RATE} in the aux field"
+            )
+        if len(media.payload) % 2:
+            raise ProtocolError("pcm chunk has an odd byte count; it must be whole s16le samples")
+        if media.payload:
+            self.session.push_audio(np.frombuffer(media.payload, dtype="<i2").astype(np.int16), media.aux)
+
+    async def _on_upload(self, payload: bytes) -> None:
+        if len(payload) > self.limits.max_upload_bytes:
+            raise ProtocolError(
+                f"upload of {len(payload)} bytes is over the limit of {self.limits.max_upload_bytes}",
+                "too_large",
+            )
+        if not payload:
+            raise ProtocolError("upload is empty; send the bytes of an audio file", "bad_audio")
+        pcm = await asyncio.to_thread(_decode_upload, payload)
+        seconds = len(pcm) / SAMPLE_RATE
+        if seconds > self.limits.max_upload_seconds:
+            raise ProtocolError(
+                f"upload is {seconds:.1f} s long, over the limit of {self.limits.max_upload_seconds:g} s",
+                "bad_audio",
+            )
+        if len(pcm) == 0:
+            raise ProtocolError("upload decodes to no audio", "bad_audio")
+        self.session.push_audio(pcm, SAMPLE_RATE)
+        self.session.flush()
+
+    async def _teardown(self) -> None:
+        for task in list(self._speak_tasks):
+            task.cancel()
+        if self.session is not None:
+            with contextlib.suppress(Exception):
+                await self.session.aclose()
+        if self.record is not None:
+            self.registry.release(self.record.session_id)
+        self.session = None
+        if self.ws.application_state != WebSocketState.DISCONNECTED:
+            with contextlib.suppress(Exception):
+                await self.ws.close(1000)
+
+
+def _decode_upload(payload: bytes) -> np.ndarray:
+    """Decode an uploaded audio file's bytes to 16 kHz float32 mono (via a temp file FFmpeg can probe)."""
+    from lipstream.audio.decode import load_audio
+
+    with tempfile.TemporaryDirectory(prefix="lipstream-upload-") as tmp:
+        path = Path(tmp) / "upload"
+        path.write_bytes(payload)
+        return load_audio(path)

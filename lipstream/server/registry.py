@@ -1,0 +1,68 @@
+"""The live sessions of one server: slot accounting and the stats shown at /api/sessions."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from lipstream.server.protocol import ClientStats
+
+
+@dataclass
+class SessionRecord:
+    """What the server knows about one live session."""
+
+    session_id: str
+    avatar: str
+    started_at: float = field(default_factory=time.time)
+    session: Any = None  # the render Session once it is running
+    client_stats: ClientStats | None = None
+    messages_in: int = 0
+    errors_sent: int = 0
+    frames_sent: int = 0
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready view for the admin endpoint."""
+        server_stats: dict[str, Any] = {}
+        stats = getattr(self.session, "stats", None)
+        if stats is not None:
+            server_stats = stats.as_dict() if hasattr(stats, "as_dict") else dict(vars(stats))
+        return {
+            "session_id": self.session_id,
+            "avatar": self.avatar,
+            "age_seconds": round(time.time() - self.started_at, 3),
+            "frames_sent": self.frames_sent,
+            "messages_in": self.messages_in,
+            "errors_sent": self.errors_sent,
+            "server": server_stats,
+            "client": None if self.client_stats is None else self.client_stats.model_dump(exclude={"type"}),
+        }
+
+
+class SessionRegistry:
+    """Holds at most `capacity` sessions; a slot is reserved before any work is done for a session."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._records: dict[str, SessionRecord] = {}
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def reserve(self, avatar: str) -> SessionRecord | None:
+        """A new record, or None when the server is full."""
+        if len(self._records) >= self.capacity:
+            return None
+        record = SessionRecord(session_id=uuid.uuid4().hex[:12], avatar=avatar)
+        self._records[record.session_id] = record
+        return record
+
+    def release(self, session_id: str) -> None:
+        """Forget a session (idempotent)."""
+        self._records.pop(session_id, None)
+
+    def summaries(self) -> list[dict[str, Any]]:
+        """Admin view of every live session."""
+        return [r.summary() for r in self._records.values()]

@@ -1,0 +1,317 @@
+// LivePlayer: one WebSocket session, audio scheduled on an AudioContext (the master clock), video decoded in a
+// Worker and each frame drawn when its pts comes due on that clock. Protocol: docs/protocol.md.
+import { Flag, Kind, SAMPLE_RATE, SAMPLES_PER_FRAME, VERSION, buildMedia, parseMedia } from './protocol.js';
+
+const US_PER_SAMPLE = 1e6 / SAMPLE_RATE;
+const MAX_OFFSET_SAMPLES = 3000;
+
+/** p-th percentile of a numeric array (nearest rank). */
+function percentile(values, p) {
+  if (!values.length) return 0;
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))];
+}
+
+export class LivePlayer extends EventTarget {
+  /**
+   * @param {HTMLCanvasElement} canvas where frames are drawn
+   * @param {{jitterMs?: number, statsIntervalMs?: number, workerUrl?: string}} options
+   */
+  constructor(canvas, { jitterMs = 150, statsIntervalMs = 1000, workerUrl } = {}) {
+    super();
+    this.canvas = canvas;
+    this.ctx2d = canvas.getContext('2d');
+    this.jitter = jitterMs / 1000;
+    this.statsIntervalMs = statsIntervalMs;
+    this.workerUrl = workerUrl ?? new URL('./decoder-worker.js', import.meta.url);
+    this.ac = null;
+    this.ws = null;
+    this.ready = null;
+    this.resetStats();
+  }
+
+  resetStats() {
+    this.stats = {
+      framesReceived: 0, framesDecoded: 0, framesShown: 0, framesDropped: 0, framesLate: 0, decodeErrors: 0,
+      audioChunks: 0, audioLate: 0, speechFramesShown: 0, ttffMs: null, ttffReceivedMs: null,
+      interruptMs: null, fps: 0, offsets: [], events: [], errors: [],
+    };
+    this._shownTimes = [];
+  }
+
+  /** Create and resume the AudioContext; call from a click handler (autoplay policy). */
+  async unlockAudio() {
+    if (!this.ac) this.ac = new AudioContext({ latencyHint: 'interactive' });
+    if (this.ac.state !== 'running') await this.ac.resume();
+    return this.ac.state;
+  }
+
+  /** Open the session; resolves with the server's `ready` message. */
+  async connect(url, { avatar, token, outputWidth } = {}) {
+    await this.unlockAudio();
+    this.close();
+    this.resetStats();
+    this._anchor = null; // {pts, time}: audio pts `pts` plays at AudioContext time `time`
+    this._sources = new Set();
+    this._frames = []; // decoded, waiting: {frame, pts, aux, flags}
+    this._meta = []; // per AU sent to the decoder, in decode order (no B-frames): {pts, aux, flags, drop}
+    this._pendingEvents = [];
+    this._current = null;
+    this.worker = new Worker(this.workerUrl, { type: 'module' });
+    this.worker.onmessage = (e) => this._onWorker(e.data);
+    this.ws = new WebSocket(url);
+    this.ws.binaryType = 'arraybuffer';
+    const opened = new Promise((resolve, reject) => {
+      this.ws.onopen = () => this._send({ type: 'hello', version: VERSION, avatar, token, output_width: outputWidth });
+      this.ws.onerror = () => reject(new Error(`cannot connect to ${url}`));
+      this.ws.onclose = (e) => {
+        reject(new Error(`session closed (${e.code}) ${e.reason || ''}`.trim()));
+        this.dispatchEvent(new CustomEvent('closed', { detail: { code: e.code } }));
+      };
+      this.ws.onmessage = (e) => {
+        if (typeof e.data !== 'string') return this._onBinary(e.data);
+        const msg = JSON.parse(e.data);
+        if (msg.type === 'ready') {
+          this.ready = msg;
+          this.canvas.width = msg.width;
+          this.canvas.height = msg.height;
+          this.worker.postMessage({ type: 'configure', codec: msg.codec });
+          resolve(msg);
+        } else if (msg.type === 'error' && msg.fatal && !this.ready) {
+          reject(new Error(msg.message));
+        }
+        this._onControl(msg);
+      };
+    });
+    this._timer = setInterval(() => this._tick(), 5);
+    this._positionTimer = setInterval(() => {
+      const pts = this.clockPts();
+      if (pts != null && pts >= 0) this._send({ type: 'position', pts: Math.floor(pts) });
+    }, 100);
+    this._statsTimer = setInterval(() => this._reportStats(), this.statsIntervalMs);
+    const loop = () => { this._tick(); this._raf = requestAnimationFrame(loop); };
+    this._raf = requestAnimationFrame(loop);
+    return opened;
+  }
+
+  _send(obj) {
+    if (this.ws && this.ws.readyState === WebSocket.OPEN) this.ws.send(typeof obj === 'string' || obj instanceof ArrayBuffer ? obj : JSON.stringify(obj));
+  }
+
+  /** Ask the server to speak text. */
+  speak(text) {
+    this._requestAt = performance.now();
+    this.stats.ttffMs = null;
+    this.stats.ttffReceivedMs = null;
+    this._send({ type: 'speak', text });
+  }
+
+  /** Upload a whole audio file (ArrayBuffer) to be spoken. */
+  upload(bytes) {
+    this._requestAt = performance.now();
+    this.stats.ttffMs = null;
+    this.stats.ttffReceivedMs = null;
+    this._send(buildMedia(Kind.UPLOAD, new Uint8Array(bytes)));
+  }
+
+  /** Push live PCM (Int16Array at `rate` Hz); `flush()` ends the utterance. */
+  pushPcm(int16, rate) {
+    if (this._requestAt == null) this._requestAt = performance.now();
+    this._send(buildMedia(Kind.PCM, int16, { aux: rate }));
+  }
+
+  flush() { this._send({ type: 'flush' }); }
+
+  /** Stop speech now; the server's playback_finished(interrupted) says from which pts to drop. */
+  interrupt() {
+    this._interruptAt = performance.now();
+    this._lastSpeechShownAt = null;
+    this._send({ type: 'interrupt' });
+    setTimeout(() => {
+      this.stats.interruptMs = this._lastSpeechShownAt == null ? 0 : this._lastSpeechShownAt - this._interruptAt;
+      this.dispatchEvent(new CustomEvent('stats', { detail: this.snapshot() }));
+    }, 1000);
+  }
+
+  /** The stream restarts at pts `cut`: drop every frame and sound buffered from there on. */
+  _cutAt(cut) {
+    this._frames = this._frames.filter((f) => {
+      if (f.pts >= cut) { f.frame.close(); return false; }
+      return true;
+    });
+    for (const m of this._meta) if (m.pts >= cut) m.drop = true; // still inside the decoder
+    for (const node of this._sources) {
+      if (node.pts >= cut) { try { node.stop(); } catch { /* not started */ } this._sources.delete(node); }
+    }
+    this._pendingEvents = this._pendingEvents.filter((e) => e.position_samples < cut);
+  }
+
+  /** Current audio clock in samples on the session timeline (the pts now being heard), or null. */
+  clockPts() {
+    if (!this._anchor || !this.ac) return null;
+    let heard = this.ac.currentTime;
+    const ts = this.ac.getOutputTimestamp ? this.ac.getOutputTimestamp() : null;
+    if (ts && ts.contextTime > 0 && ts.performanceTime > 0) {
+      heard = ts.contextTime + (performance.now() - ts.performanceTime) / 1000; // extrapolate to now
+    } else {
+      heard -= this.ac.outputLatency || 0;
+    }
+    return this._anchor.pts + (heard - this._anchor.time) * SAMPLE_RATE;
+  }
+
+  _onBinary(buffer) {
+    let msg;
+    try { msg = parseMedia(buffer); } catch (err) { this.stats.errors.push(String(err)); return; }
+    if (msg.kind === Kind.VIDEO) {
+      this.stats.framesReceived += 1;
+      const speaking = (msg.flags & Flag.SPEAKING) !== 0;
+      if (speaking && this.stats.ttffReceivedMs == null && this._requestAt != null) {
+        this.stats.ttffReceivedMs = performance.now() - this._requestAt;
+      }
+      const timestamp = msg.pts * US_PER_SAMPLE;
+      this._meta.push({ pts: msg.pts, aux: msg.aux, flags: msg.flags, drop: false });
+      // Every AU is decoded (later ones depend on it); dropping happens at presentation.
+      const data = msg.payload.slice().buffer;
+      this.worker.postMessage({ type: 'chunk', data, timestamp, key: (msg.flags & Flag.KEYFRAME) !== 0 }, [data]);
+    } else if (msg.kind === Kind.AUDIO) {
+      this._scheduleAudio(msg);
+    }
+  }
+
+  _scheduleAudio(msg) {
+    this.stats.audioChunks += 1;
+    const ac = this.ac;
+    const now = ac.currentTime;
+    let at = this._anchor ? this._anchor.time + (msg.pts - this._anchor.pts) / SAMPLE_RATE : null;
+    if (at == null || at < now + 0.005) {
+      // First chunk, or the stream ran dry: (re)start with a small jitter buffer.
+      if (at != null) this.stats.audioLate += 1;
+      at = now + this.jitter;
+      this._anchor = { pts: msg.pts, time: at };
+    }
+    const pcm = new Int16Array(msg.payload.slice().buffer);
+    const buf = ac.createBuffer(1, pcm.length, SAMPLE_RATE);
+    const ch = buf.getChannelData(0);
+    for (let i = 0; i < pcm.length; i += 1) ch[i] = pcm[i] / 32768;
+    const node = ac.createBufferSource();
+    node.buffer = buf;
+    node.pts = msg.pts;
+    node.connect(ac.destination);
+    node.onended = () => this._sources.delete(node);
+    this._sources.add(node);
+    node.start(at);
+  }
+
+  _onWorker(msg) {
+    if (msg.type === 'frame') {
+      const meta = this._meta.shift();
+      this.stats.framesDecoded += 1;
+      if (!meta || meta.drop) { msg.frame.close(); return; }
+      this._frames.push({ frame: msg.frame, pts: meta.pts, aux: meta.aux, flags: meta.flags });
+    } else if (msg.type === 'error') {
+      this.stats.decodeErrors += 1;
+      this._meta = []; // the rebuilt decoder starts afresh at the next IDR
+      this.stats.errors.push(msg.message);
+      this._send({ type: 'keyframe' });
+    } else if (msg.type === 'skipped') {
+      this._meta.shift();
+    }
+  }
+
+  _onControl(msg) {
+    if (msg.type === 'speech_started' || msg.type === 'playback_finished') {
+      if (msg.type === 'playback_finished' && msg.interrupted) {
+        this._cutAt(msg.position_samples);
+        this._fire(msg);
+      } else this._pendingEvents.push(msg);
+    } else if (msg.type === 'error') {
+      this.stats.errors.push(`${msg.code}: ${msg.message}`);
+      this.dispatchEvent(new CustomEvent('servererror', { detail: msg }));
+    }
+  }
+
+  _fire(msg) {
+    this.stats.events.push({ ...msg, clock: this.clockPts(), at: performance.now() });
+    this.dispatchEvent(new CustomEvent(msg.type, { detail: msg }));
+  }
+
+  /** Presentation: show the newest due frame, hold when none is due, skip (drop) older due frames. */
+  _tick() {
+    const clock = this.clockPts();
+    if (clock == null) return;
+    while (this._pendingEvents.length && this._pendingEvents[0].position_samples <= clock) {
+      this._fire(this._pendingEvents.shift());
+    }
+    if (!this._frames.length) return;
+    this._frames.sort((a, b) => a.pts - b.pts);
+    let due = -1;
+    for (let i = 0; i < this._frames.length && this._frames[i].pts <= clock; i += 1) due = i;
+    if (due < 0) return; // the next frame is not due yet: hold the one on screen
+    for (let i = 0; i < due; i += 1) { this._frames[i].frame.close(); this.stats.framesDropped += 1; }
+    const item = this._frames[due];
+    this._frames.splice(0, due + 1);
+    const offsetMs = (clock - item.pts) / (SAMPLE_RATE / 1000);
+    if (offsetMs > 40) this.stats.framesLate += 1;
+    this._draw(item);
+    this._recordOffset(offsetMs);
+  }
+
+  _draw(item) {
+    this.ctx2d.drawImage(item.frame, 0, 0, this.canvas.width, this.canvas.height);
+    item.frame.close();
+    const now = performance.now();
+    this._current = item;
+    this.stats.framesShown += 1;
+    this._shownTimes.push(now);
+    while (this._shownTimes.length && this._shownTimes[0] < now - 2000) this._shownTimes.shift();
+    this.stats.fps = this._shownTimes.length / 2;
+    if (item.flags & Flag.SPEAKING) {
+      this.stats.speechFramesShown += 1;
+      if (this.stats.ttffMs == null && this._requestAt != null) this.stats.ttffMs = now - this._requestAt;
+      if (this._interruptAt != null) this._lastSpeechShownAt = now;
+    }
+    this.lastShownPts = item.pts;
+  }
+
+  _recordOffset(ms) {
+    const o = this.stats.offsets;
+    o.push(ms);
+    if (o.length > MAX_OFFSET_SAMPLES) o.splice(0, o.length - MAX_OFFSET_SAMPLES);
+  }
+
+  /** A/V offset summary in ms (positive: picture shown after its audio started). */
+  offsetSummary() {
+    const o = this.stats.offsets;
+    const mean = o.length ? o.reduce((a, b) => a + b, 0) / o.length : 0;
+    return { p50: percentile(o, 50), p95: percentile(o, 95), max: o.length ? Math.max(...o) : 0, mean, count: o.length };
+  }
+
+  /** Plain-object stats for display and tests. */
+  snapshot() {
+    const { offsets, ...rest } = this.stats;
+    return { ...rest, avOffsetMs: this.offsetSummary(), clockPts: this.clockPts(), audioState: this.ac?.state };
+  }
+
+  _reportStats() {
+    const s = this.stats;
+    this._send({
+      type: 'client_stats', av_offset_ms: this.offsetSummary(), frames_shown: s.framesShown,
+      frames_dropped: s.framesDropped, frames_late: s.framesLate, decode_errors: s.decodeErrors, ttff_ms: s.ttffMs,
+    });
+    this.dispatchEvent(new CustomEvent('stats', { detail: this.snapshot() }));
+  }
+
+  /** Close the socket, the worker and every buffered frame and sound. */
+  close() {
+    clearInterval(this._timer);
+    clearInterval(this._statsTimer);
+    clearInterval(this._positionTimer);
+    if (this._raf) cancelAnimationFrame(this._raf);
+    if (this.ws) { this.ws.onclose = null; this.ws.close(); this.ws = null; }
+    if (this.worker) { this.worker.postMessage({ type: 'close' }); this.worker.terminate(); this.worker = null; }
+    for (const f of this._frames ?? []) f.frame.close();
+    this._frames = [];
+    for (const node of this._sources ?? []) { try { node.stop(); } catch { /* not started */ } }
+    this.ready = null;
+  }
+}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,18 @@ class SampleMotion:
     face_centre: tuple[float, float]  # rest position of the face centre in the frame
 
 
+def presenter_frame(width: int, height: int, scale: float = 0.9, dy: float = 0.0) -> np.ndarray:
+    """A still test picture: the astronaut, `scale` of the canvas width, a quarter down, shifted by dy."""
+    canvas = np.full((height, width, 3), 20, np.uint8)
+    side = int(width * scale)
+    img = cv2.resize(skdata.astronaut(), (side, side), interpolation=cv2.INTER_AREA)
+    top = int(height * 0.25 + dy)
+    rows = max(0, min(side, height - top))
+    left = (width - side) // 2
+    canvas[top : top + rows, left : left + side] = img[:rows]
+    return canvas
+
+
 def head_motion(frames: int, fps: int, width: int, height: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """A slow, natural-looking bob (|dy| ≤ 40 px at 1920 high) and a small sway, from two sines each."""
     rng = np.random.default_rng(seed)
@@ -53,6 +66,34 @@ def studio_background(width: int, height: int, seed: int) -> np.ndarray:
     return np.clip(grad + grain, 0, 255).astype(np.uint8)
 
 
+def encode_clip(
+    path: str | Path,
+    pictures: Iterable[np.ndarray],
+    fps: int = 25,
+    crf: int = 18,
+    on_frame: Callable[[], None] | None = None,
+) -> int:
+    """Encode H×W×3 uint8 RGB pictures as an H.264 (yuv420p) MP4 with PyAV; returns the frame count."""
+    count = 0
+    with av.open(str(path), "w") as container:
+        stream = None
+        for image in pictures:
+            if stream is None:
+                stream = container.add_stream("libx264", rate=fps)
+                stream.height, stream.width = image.shape[:2]
+                stream.pix_fmt = "yuv420p"
+                stream.options = {"crf": str(crf), "preset": "veryfast"}
+            for packet in stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")):
+                container.mux(packet)
+            count += 1
+            if on_frame:
+                on_frame()
+        if stream is not None:
+            for packet in stream.encode():
+                container.mux(packet)
+    return count
+
+
 def write_sample_video(
     path: str | Path,
     width: int = 1080,
@@ -72,22 +113,17 @@ def write_sample_video(
     face_y_in_pic = FACE_CENTRE_IN_ASTRONAUT[1] * astronaut.shape[0] * scale
     top = 0.40 * height - face_y_in_pic  # face centre at 40% of the height, like a news presenter
     background = studio_background(width, height, seed)
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream("libx264", rate=fps)
-        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
-        stream.options = {"crf": "18", "preset": "veryfast"}
-        with frame_progress("writing sample clip", frames, progress) as advance:
-            for i in range(frames):
-                warp = np.array([[scale, 0, dx[i]], [0, scale, top + dy[i]]], dtype=np.float32)
-                image = cv2.warpAffine(
-                    astronaut, warp, (width, height), flags=cv2.INTER_LINEAR,
-                    borderMode=cv2.BORDER_TRANSPARENT, dst=background.copy(),
-                )
-                for packet in stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")):
-                    container.mux(packet)
-                advance()
-        for packet in stream.encode():
-            container.mux(packet)
+
+    def pictures() -> Iterator[np.ndarray]:
+        for i in range(frames):
+            warp = np.array([[scale, 0, dx[i]], [0, scale, top + dy[i]]], dtype=np.float32)
+            yield cv2.warpAffine(
+                astronaut, warp, (width, height), flags=cv2.INTER_LINEAR,
+                borderMode=cv2.BORDER_TRANSPARENT, dst=background.copy(),
+            )
+
+    with frame_progress("writing sample clip", frames, progress) as advance:
+        encode_clip(path, pictures(), fps=fps, on_frame=advance)
     return SampleMotion(dx, dy, fps, width, height, (face_x, top + face_y_in_pic))
 
 

@@ -1,0 +1,66 @@
+"""`lipstream avatar ...` end to end in a real subprocess: prepare, sample, list, info, errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def lipstream(*args: str, home: Path) -> subprocess.CompletedProcess:
+    """Run the CLI as a user would, with its own LIPSTREAM_HOME."""
+    env = {**os.environ, "LIPSTREAM_HOME": str(home), "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "lipstream", *args], capture_output=True, text=True, env=env, timeout=300
+    )
+
+
+def error_lines(stderr: str) -> list[str]:
+    """Our own error lines (mediapipe's C++ logging also writes to stderr)."""
+    return [line for line in stderr.splitlines() if line.startswith("error:")]
+
+
+def test_prepare_list_info(sample_video_path: Path, tmp_path: Path):
+    home = tmp_path / "home"
+    done = lipstream("avatar", "prepare", str(sample_video_path), "--name", "anchor", "-q", home=home)
+    assert done.returncode == 0, done.stderr
+    assert "prepared avatar 'anchor': 50 frames (2.0 s at 25 fps), 360×640, face" in done.stdout
+    assert (home / "avatars" / "anchor" / "manifest.json").is_file()
+
+    listed = lipstream("avatar", "list", home=home)
+    assert listed.returncode == 0 and listed.stdout.startswith("anchor\t50 frames\t360×640")
+
+    info = lipstream("avatar", "info", "anchor", "--json", home=home)
+    data = json.loads(info.stdout)
+    assert data["frame_count"] == 50 and data["fps"] == 25
+    assert data["arrays"]["masks"]["shape"] == [50, 256, 256]
+    assert data["arrays"]["idle_loop"]["shape"] == [98]
+
+    again = lipstream("avatar", "prepare", str(sample_video_path), "--name", "anchor", home=home)
+    assert again.returncode == 2
+    assert error_lines(again.stderr) == [
+        f"error: avatar 'anchor' already exists at {home / 'avatars' / 'anchor'}; use --force to replace it"
+    ]
+
+
+def test_errors_are_one_line_exit_2(tmp_path: Path):
+    home = tmp_path / "home"
+    missing = lipstream("avatar", "prepare", str(tmp_path / "none.mp4"), "--name", "x", home=home)
+    assert missing.returncode == 2 and len(error_lines(missing.stderr)) == 1
+    assert "does not exist" in missing.stderr and "Traceback" not in missing.stderr
+    unknown = lipstream("avatar", "info", "ghost", home=home)
+    assert unknown.returncode == 2 and "unknown avatar 'ghost'" in unknown.stderr
+
+
+@pytest.mark.slow
+def test_sample_then_skip_existing(tmp_path: Path):
+    home = tmp_path / "home"
+    built = lipstream("avatar", "sample", "--name", "s", "--seconds", "1.2", "-q", home=home)
+    assert built.returncode == 0, built.stderr
+    assert "built sample avatar 's': 30 frames (1.2 s at 25 fps), 1080×1920" in built.stdout
+    kept = lipstream("avatar", "sample", "--name", "s", "--skip-existing", home=home)
+    assert kept.returncode == 0 and "already exists (30 frames)" in kept.stdout and "kept" in kept.stdout

@@ -1,0 +1,104 @@
+"""Shared by the live tests: an avatars folder with two avatars and a real `lipstream serve` process."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+URL_LINE = re.compile(r"serving at (http://[\d.]+:(\d+))")
+
+
+def copy_avatar(src: Path, root: Path, name: str) -> Path:
+    """Copy a bundle under a new name (manifest name edited), as a second avatar would be."""
+    dst = root / name
+    shutil.copytree(src, dst)
+    manifest = json.loads((dst / "manifest.json").read_text())
+    manifest["name"] = name
+    (dst / "manifest.json").write_text(json.dumps(manifest))
+    return dst
+
+
+class ServerProcess:
+    """`lipstream serve` in a subprocess on a free port; stderr is kept for failure messages."""
+
+    def __init__(self, avatars_dir: Path, *extra: str, env: dict[str, str] | None = None) -> None:
+        cmd = [
+            sys.executable,
+            "-m",
+            "lipstream",
+            "serve",
+            "--port",
+            "0",
+            "--avatars-dir",
+            str(avatars_dir),
+            *extra,
+        ]
+        full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+        self.proc = subprocess.Popen(
+            cmd, cwd=REPO, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        self.stderr: list[str] = []
+        threading.Thread(target=self._drain_stderr, daemon=True).start()
+        self.http, self.port = self._wait_for_url(timeout=60)
+        self.ws = f"ws://127.0.0.1:{self.port}/ws"
+
+    def _drain_stderr(self) -> None:
+        for line in self.proc.stderr:  # type: ignore[union-attr]
+            self.stderr.append(line)
+
+    def _wait_for_url(self, timeout: float) -> tuple[str, int]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()  # type: ignore[union-attr]
+            if not line:
+                if self.proc.poll() is not None:
+                    break
+                continue
+            match = URL_LINE.search(line)
+            if match:
+                return match.group(1), int(match.group(2))
+        self.stop()
+        raise RuntimeError("server did not start:\n" + "".join(self.stderr[-30:]))
+
+    def rss_kib(self) -> int:
+        """Resident memory of the server process."""
+        status = Path(f"/proc/{self.proc.pid}/status").read_text()
+        return int(re.search(r"VmRSS:\s+(\d+)", status).group(1))
+
+    def stop(self) -> None:
+        """Terminate and reap the process."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def avatars_root(small_avatar, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding two avatars, `small` and `second` (a renamed copy)."""
+    root = tmp_path_factory.mktemp("served_avatars")
+    copy_avatar(Path(small_avatar.path), root, "small")
+    copy_avatar(Path(small_avatar.path), root, "second")
+    return root
+
+
+@pytest.fixture(scope="module")
+def live_server(avatars_root: Path) -> Iterator[ServerProcess]:
+    """A real server process with the viseme engine, stopped after the module."""
+    server = ServerProcess(avatars_root)
+    yield server
+    server.stop()

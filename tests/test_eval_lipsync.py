@@ -1,0 +1,78 @@
+"""`lipstream eval lipsync`: aperture from the video alone against the speech envelope."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from lipstream.cli import main
+from lipstream.evaluation.lipsync import ClosedRule, closed_threshold, lagged_correlations
+
+
+def test_lag_search_finds_a_known_delay() -> None:
+    rng = np.random.default_rng(0)
+    env = np.convolve(rng.normal(size=300), np.ones(4) / 4, mode="same")
+    aperture = np.concatenate([np.zeros(2), env[:-2]])  # mouth 2 frames late
+    corr = lagged_correlations(env, aperture)
+    assert max(corr, key=corr.get) == 2
+    assert corr[2] > 0.99 and corr[0] < corr[2]
+
+
+def test_closed_baseline_ignores_brief_closures() -> None:
+    rest = np.full(60, 0.12)
+    speech = 0.12 + 0.1 * np.abs(np.sin(np.arange(100) / 3.0))
+    speech[[20, 50, 80]] = 0.02  # single-frame bilabial closures below the rest pose
+    baseline, threshold = closed_threshold(np.concatenate([rest, speech, rest]), ClosedRule())
+    assert baseline == pytest.approx(0.12, abs=0.01)
+    assert 0.12 < threshold < 0.2
+
+
+@pytest.mark.slow
+def test_rendered_speech_is_in_sync_and_closed_in_silence(small_avatar, tmp_path, capsys) -> None:
+    from lipstream.engines.base import Speech
+    from lipstream.engines.registry import create_engine
+    from lipstream.render.offline import render_speech_to_mp4
+    from lipstream.talk.tts import create_tts
+
+    said = create_tts("espeak").synthesize("Hello, my name is Bob. What a wonderful day.")
+    pause = np.zeros(16000 // 2, dtype=np.float32)
+    speech = Speech(np.concatenate([pause, said.pcm, pause]))
+    mp4 = tmp_path / "talk.mp4"
+    render_speech_to_mp4(small_avatar, create_engine("viseme"), speech, mp4)
+    plot = tmp_path / "plot.png"
+    assert main(["eval", "lipsync", str(mp4), "--json", "--plot", str(plot), "--no-progress"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["frames"] == speech.frame_count
+    assert report["faces_found"] == report["frames"]
+    assert report["correlation_best"] > 0.3
+    assert abs(report["best_lag_frames"]) <= 2
+    assert report["silent_frames"] >= 20
+    assert report["silent_closed_share"] >= 0.9
+    assert plot.stat().st_size > 10_000
+    # --audio replaces the video's own track: a silent file makes every frame silent.
+    wav = tmp_path / "silence.wav"
+    import av
+
+    with av.open(str(wav), "w") as out:
+        stream = out.add_stream("pcm_s16le", rate=16000, layout="mono")
+        frame = av.AudioFrame.from_ndarray(np.zeros((1, 16000 * 3), np.int16), format="s16", layout="mono")
+        frame.sample_rate = 16000
+        for packet in stream.encode(frame):
+            out.mux(packet)
+        for packet in stream.encode(None):
+            out.mux(packet)
+    assert main(["eval", "lipsync", str(mp4), "--audio", str(wav), "--json", "--no-progress"]) == 0
+    quiet = json.loads(capsys.readouterr().out)
+    assert quiet["silent_frames"] == quiet["frames"]
+
+
+def test_bad_inputs_are_one_line_errors(tmp_path, capsys) -> None:
+    assert main(["eval", "lipsync", str(tmp_path / "missing.mp4")]) == 2
+    assert "video not found" in capsys.readouterr().err
+    junk = tmp_path / "junk.mp4"
+    junk.write_bytes(b"\x00" * 100)
+    assert main(["eval", "lipsync", str(junk), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and "\n" not in err

@@ -2,7 +2,8 @@
 
 Writes a sample presenter clip with known head motion (SampleMotion), then times, on the same file:
   decode          PyAV decode + 25 fps resampling + RGB conversion only
-  decode+write    the above, writing every frame into a frames.npy memmap
+  decode+memmap   the above, writing every frame into an np.lib.format.open_memmap frames.npy
+  decode+framestore  the same through FrameStore (sequential writes on a thread, what prepare uses)
   decode+track    the above without writing, plus FaceTracker on every frame
   prepare         the whole prepare_avatar() (decode, write, track, gaps, boxes, masks, save)
 and measures how well the crop box follows the known vertical bob (box centre vs. offset, both with
@@ -26,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from lipstream.avatar.boxes import raw_boxes
+from lipstream.avatar.frame_store import FrameStore
 from lipstream.avatar.prepare import prepare_avatar
 from lipstream.avatar.sample import SampleMotion, write_sample_video
 from lipstream.avatar.tracking import FaceTracker
@@ -34,12 +36,19 @@ from lipstream.avatar.video_source import iter_frames, probe_video
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def time_decode(clip: Path, write_to: Path | None = None, track: bool = False) -> dict:
-    """Frames per second of one pass over the clip, optionally writing a memmap and/or tracking."""
+def time_decode(clip: Path, write_to: Path | None = None, track: bool = False, store: bool = False) -> dict:
+    """Frames per second of one pass over the clip, optionally writing frames.npy and/or tracking.
+
+    The frames go into an np.lib.format.open_memmap, or with store=True through FrameStore (the
+    writer thread prepare uses).
+    """
     info = probe_video(clip)
     frames = None
-    if write_to is not None:
-        shape = (info.frame_count, info.height, info.width, 3)
+    shape = (info.frame_count, info.height, info.width, 3)
+    if write_to is not None and store:
+        writer = FrameStore(write_to, *shape[:3])
+        frames = _Appender(writer)
+    elif write_to is not None:
         frames = np.lib.format.open_memmap(write_to, mode="w+", dtype=np.uint8, shape=shape)
     tracker = FaceTracker() if track else None
     track_s = 0.0
@@ -62,6 +71,19 @@ def time_decode(clip: Path, write_to: Path | None = None, track: bool = False) -
     if track:
         out["track_ms_per_frame"] = round(1000 * track_s / info.frame_count, 2)
     return out
+
+
+class _Appender:
+    """Lets the timing loop write `frames[k] = rgb` into a FrameStore."""
+
+    def __init__(self, store: FrameStore) -> None:
+        self.store = store
+
+    def __setitem__(self, k: int, rgb: np.ndarray) -> None:
+        self.store.append(rgb)
+
+    def flush(self) -> None:
+        self.store.close()
 
 
 def vertical_error(boxes: np.ndarray, motion: SampleMotion) -> np.ndarray:
@@ -121,7 +143,8 @@ def main() -> None:
         write_s = time.perf_counter() - t0
         stages = {
             "decode": time_decode(clip),
-            "decode+write": time_decode(clip, write_to=tmp / "frames.npy"),
+            "decode+memmap": time_decode(clip, write_to=tmp / "frames.npy"),
+            "decode+framestore": time_decode(clip, write_to=tmp / "frames.npy", store=True),
             "decode+track": time_decode(clip, track=True),
         }
         t0 = time.perf_counter()
@@ -146,6 +169,9 @@ def main() -> None:
         },
         "stages": stages,
         "ratio_prepare_vs_decode": round(stages["prepare"]["seconds"] / stages["decode"]["seconds"], 2),
+        "ratio_memmap_vs_framestore": round(
+            stages["decode+memmap"]["seconds"] / stages["decode+framestore"]["seconds"], 2
+        ),
         "tracking": accuracy,
     }
     (args.out / "prepare_bench.json").write_text(json.dumps(result, indent=2) + "\n")

@@ -13,6 +13,7 @@ import numpy as np
 from lipstream.audio.timeline import FPS
 from lipstream.avatar import bundle as bf
 from lipstream.avatar.boxes import BoxConfig, crop_boxes
+from lipstream.avatar.frame_store import FrameStore
 from lipstream.avatar.gaps import fill_gaps
 from lipstream.avatar.masks import MaskConfig, mouth_masks
 from lipstream.avatar.progress import frame_progress
@@ -63,22 +64,24 @@ def _track_frames(
 ) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Decode every output frame into frames.npy and track the face; returns landmarks, found mask, notes."""
     n = info.frame_count
-    frames = np.lib.format.open_memmap(
-        folder / bf.FRAMES, mode="w+", dtype=np.uint8, shape=(n, info.height, info.width, 3)
-    )
+    frames = FrameStore(folder / bf.FRAMES, n, info.height, info.width)
     landmarks = np.zeros((n, LANDMARK_COUNT, 2), dtype=np.float32)
     found = np.zeros(n, dtype=bool)
-    with FaceTracker(config.tracker) as tracker, frame_progress("preparing avatar", n, progress) as advance:
-        for k, rgb in iter_frames(info):
-            frames[k] = rgb
-            points = tracker.track(rgb)
-            if points is not None:
-                landmarks[k] = points
-                found[k] = True
-            advance()
-        note = tracker.multiple_faces_note
-    frames.flush()
-    del frames  # close the memmap before the folder is renamed
+    try:
+        bar = frame_progress("preparing avatar", n, progress)
+        with FaceTracker(config.tracker) as tracker, bar as advance:
+            for k, rgb in iter_frames(info):
+                frames.append(rgb)
+                points = tracker.track(rgb)
+                if points is not None:
+                    landmarks[k] = points
+                    found[k] = True
+                advance()
+            note = tracker.multiple_faces_note
+    except BaseException:
+        frames.abort()
+        raise
+    frames.close()
     return landmarks, found, [note] if note else []
 
 

@@ -124,3 +124,12 @@ def test_all_silent_and_config_validation() -> None:
         PlannerConfig(fast_stride=5, slow_stride=3)
     with pytest.raises(ValueError, match="silent mask"):
         KeyframePlanner().plan(np.zeros((4, DIM)), np.zeros(3, bool))
+
+
+def test_auto_calibration_waits_for_enough_voiced_frames() -> None:
+    feats, silent = _stream(seed=4)
+    planner = KeyframePlanner()
+    planner.plan(feats[:12], silent[:12])  # 10 silent + 2 voiced: too few to calibrate on
+    assert planner.config.velocity_threshold is None
+    planner.plan(feats[12:], silent[12:])
+    assert planner.config.velocity_threshold is not None and planner.config.velocity_threshold > 0

@@ -30,9 +30,12 @@ class PlannerConfig(BaseModel):
     fast_stride: int = Field(2, ge=1, description="frames between keyframes where velocity is high")
     slow_stride: int = Field(4, ge=1, le=8, description="frames between keyframes where velocity is low")
     velocity_threshold: float | None = Field(
-        None, ge=0, description="velocity at or above which change is 'fast'; None: calibrate on first chunk"
+        None, ge=0, description="velocity at or above which change is 'fast'; None: calibrate on the stream"
     )
     calibration_quantile: float = Field(0.7, gt=0, lt=1, description="share of voiced frames counted slow")
+    min_calibration_frames: int = Field(
+        25, ge=2, description="voiced frames a chunk needs before it is used to calibrate automatically"
+    )
 
     @model_validator(mode="after")
     def _strides_ordered(self) -> PlannerConfig:
@@ -122,14 +125,15 @@ class KeyframePlanner:
         mask = np.asarray(silent, dtype=bool).reshape(-1)
         if len(mask) != len(feats):
             raise ValueError(f"silent mask has {len(mask)} frames, features {len(feats)}")
-        if self.config.velocity_threshold is None and len(feats) > 1:
+        # Without a threshold every voiced frame counts as slow until a chunk long enough to calibrate on.
+        if self.config.velocity_threshold is None and (~mask).sum() >= self.config.min_calibration_frames:
             log.info(
-                "keyframe planner: no velocity threshold set, calibrating on the first %d frames", len(feats)
+                "keyframe planner: no velocity threshold set, calibrating on a %d-frame chunk", len(feats)
             )
             try:
                 self.calibrate(feats, mask)
             except ValueError:
-                pass  # an all-silent first chunk: calibrate on a later one
+                pass  # voiced frames all isolated between silences: wait for a later chunk
         velocity = acoustic_velocity(feats, self._previous)
         out = _PlanBuilder()
         threshold = self.config.velocity_threshold

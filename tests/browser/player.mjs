@@ -1,0 +1,83 @@
+// Drives the real player page in headless Debian Chromium and prints one JSON result line.
+// Usage: node player.mjs '{"url": "http://127.0.0.1:PORT", "scenario": "speak", "avatars": ["small"], ...}'
+import { chromium } from 'playwright-core';
+
+const opts = JSON.parse(process.argv[2] || '{}');
+const scenario = opts.scenario || 'speak';
+const timeoutMs = opts.timeoutMs || 90000;
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || '/usr/lib/chromium/chromium',
+  headless: true,
+  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+    '--disable-component-update', '--disable-sync', '--autoplay-policy=no-user-gesture-required'],
+});
+
+const problems = [];
+
+async function openPage(avatar) {
+  const page = await browser.newPage();
+  page.on('pageerror', (err) => problems.push(`pageerror: ${err.message}`));
+  page.on('console', (msg) => { if (msg.type() === 'error') problems.push(`console: ${msg.text()}`); });
+  const query = new URLSearchParams({ avatar, ...(opts.token ? { token: opts.token } : {}), ...(opts.width ? { width: String(opts.width) } : {}) });
+  await page.goto(`${opts.url}/?${query}`);
+  await page.waitForFunction((name) => [...document.querySelector('#avatar').options].some((o) => o.value === name), avatar);
+  await page.selectOption('#avatar', avatar);
+  await page.click('#start');
+  await page.waitForFunction(() => !document.querySelector('#speak').disabled, null, { timeout: 30000 });
+  return page;
+}
+
+const snapshot = (page) => page.evaluate(() => window.lipstreamPlayer.snapshot());
+
+async function speakAndWait(page, text) {
+  await page.waitForFunction(() => window.lipstreamPlayer.stats.framesShown > 10, null, { timeout: 30000 });
+  await page.fill('#text', text);
+  const before = await page.evaluate(() => window.lipstreamPlayer.stats.events.length);
+  await page.click('#speak');
+  await page.waitForFunction(
+    (n) => window.lipstreamPlayer.stats.events.slice(n).some((e) => e.type === 'playback_finished'),
+    before, { timeout: timeoutMs, polling: 100 });
+  await page.waitForTimeout(300); // a few idle frames after the end, then report
+  await page.evaluate(() => window.lipstreamPlayer._reportStats());
+  return snapshot(page);
+}
+
+let result;
+try {
+  if (scenario === 'speak') {
+    const page = await openPage(opts.avatars[0]);
+    const snap = await speakAndWait(page, opts.text || 'Hello from the browser.');
+    await page.waitForTimeout(300);
+    const status = await page.textContent('#status');
+    const statsText = await page.textContent('#s-offset');
+    result = { snap, status, statsText };
+  } else if (scenario === 'interrupt') {
+    const page = await openPage(opts.avatars[0]);
+    await page.waitForFunction(() => window.lipstreamPlayer.stats.framesShown > 10, null, { timeout: 30000 });
+    await page.fill('#text', opts.text || 'This sentence is long enough to be cut off in the middle. '.repeat(4));
+    await page.click('#speak');
+    await page.waitForFunction(() => window.lipstreamPlayer.stats.speechFramesShown > 12, null, { timeout: timeoutMs, polling: 20 });
+    await page.click('#interrupt');
+    await page.waitForFunction(() => window.lipstreamPlayer.stats.interruptMs != null, null, { timeout: 10000 });
+    await page.waitForTimeout(500);
+    const speechAfter = await page.evaluate(() => window.lipstreamPlayer.stats.speechFramesShown);
+    await page.waitForTimeout(500);
+    const snap = await snapshot(page);
+    result = { snap, speechStable: snap.speechFramesShown === speechAfter };
+  } else if (scenario === 'two') {
+    const pages = await Promise.all(opts.avatars.map((a) => openPage(a)));
+    const snaps = await Promise.all(pages.map((p, i) => speakAndWait(p, `Session number ${i + 1} speaking.`)));
+    const readies = await Promise.all(pages.map((p) => p.evaluate(() => window.lipstreamPlayer.ready)));
+    result = { snaps, readies };
+  } else {
+    throw new Error(`unknown scenario ${scenario}`);
+  }
+  result.problems = problems;
+  console.log(JSON.stringify(result));
+} catch (err) {
+  console.log(JSON.stringify({ failed: String(err && err.stack || err), problems }));
+  process.exitCode = 1;
+} finally {
+  await browser.close();
+}

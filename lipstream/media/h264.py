@@ -12,7 +12,7 @@ from av.video.frame import PictureType
 
 from lipstream.audio.timeline import FPS, SAMPLE_RATE
 from lipstream.errors import MediaError
-from lipstream.media.yuv import check_even_size, check_rgb, rgb_to_yuv420p, tag_bt601
+from lipstream.media.yuv import check_even_size, check_rgb, is_i420, rgb_to_yuv420p, tag_bt601, to_video_frame
 
 NAL_IDR = 5
 NAL_SPS = 7
@@ -136,11 +136,14 @@ class H264StreamEncoder:
         return self._codec_string
 
     def encode(self, rgb: np.ndarray, force_idr: bool = False, pts: int | None = None) -> EncodedUnit:
-        """Encode one frame now; pts is in 16 kHz samples (default: frame number × 640)."""
-        image = check_rgb(rgb, self.width, self.height)
-        if (self.out_width, self.out_height) != (self.width, self.height):
-            image = cv2.resize(image, (self.out_width, self.out_height), interpolation=cv2.INTER_AREA)
-        frame = rgb_to_yuv420p(image)
+        """Encode one frame (RGB input size, or I420 at the stream size); pts in 16 kHz samples."""
+        if is_i420(rgb, self.out_width, self.out_height):
+            frame = to_video_frame(rgb, self.out_width, self.out_height)  # already at the stream size
+        else:
+            image = check_rgb(rgb, self.width, self.height)
+            if (self.out_width, self.out_height) != (self.width, self.height):
+                image = cv2.resize(image, (self.out_width, self.out_height), interpolation=cv2.INTER_AREA)
+            frame = rgb_to_yuv420p(image)
         frame.pts = self._frames
         if force_idr or self._frames == 0:
             frame.pict_type = PictureType.I

@@ -15,7 +15,7 @@ import numpy as np
 from lipstream.audio.decode import to_float32
 from lipstream.audio.timeline import FPS, SAMPLE_RATE
 from lipstream.errors import MediaError
-from lipstream.media.yuv import check_even_size, check_rgb, rgb_to_yuv420p, tag_bt601
+from lipstream.media.yuv import check_even_size, tag_bt601, to_video_frame
 
 log = logging.getLogger(__name__)
 
@@ -116,10 +116,10 @@ class Mp4Writer:
         else:
             self.abort()
 
-    def write_frame(self, rgb: np.ndarray) -> None:
-        """Encode one uint8 RGB frame of the writer's size; frames are shown at 1/fps intervals from 0."""
+    def write_frame(self, image: np.ndarray) -> None:
+        """Encode one frame (uint8 RGB H×W×3, or I420 [(H*3/2), W]); shown at 1/fps intervals from 0."""
         self._require_open()
-        frame = rgb_to_yuv420p(check_rgb(rgb, self.width, self.height))
+        frame = to_video_frame(image, self.width, self.height)
         frame.pts = self.frames_written
         self._mux(self._video.encode(frame))
         self.frames_written += 1

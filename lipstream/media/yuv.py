@@ -44,3 +44,16 @@ def check_even_size(width: int, height: int) -> None:
         raise MediaError(
             f"video size must be positive and even for yuv420p, got {width}x{height}; crop or pad"
         )
+
+
+def is_i420(image: np.ndarray, width: int, height: int) -> bool:
+    """True when `image` is an I420 picture [(H*3/2), W] of the given size (as cv2 lays it out)."""
+    shape = (height * 3 // 2, width)
+    return isinstance(image, np.ndarray) and image.dtype == np.uint8 and image.shape == shape
+
+
+def to_video_frame(image: np.ndarray, width: int, height: int) -> av.VideoFrame:
+    """An av.VideoFrame in yuv420p from either an RGB H×W×3 image or an I420 picture of that size."""
+    if is_i420(image, width, height):
+        return av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="yuv420p")
+    return rgb_to_yuv420p(check_rgb(image, width, height))

@@ -8,37 +8,47 @@ import cv2
 import numpy as np
 
 from lipstream.avatar.bundle import AvatarBundle
+from lipstream.render.base_frames import BaseFrameStore
 
 
 @dataclass(frozen=True)
-class _FrameGeometry:
-    """A base frame's mask resized to its box, cut to the mask's non-zero rectangle."""
+class FrameGeometry:
+    """Where a base frame's mouth goes at the output size: its box and the mask's non-zero rectangle,
+    widened to even coordinates so the I420 chroma planes can be updated in place."""
 
-    y0: int  # full-frame row/col of the rectangle's top-left
-    x0: int
-    alpha: np.ndarray  # h×w×1 uint16 in 0..255
-    # the rectangle inside the resized patch
-    py0: int
-    px0: int
+    box: tuple[int, int, int, int]  # x1, y1, x2, y2 of the face box at the output size
+    rect: tuple[int, int, int, int]  # x0, y0, x1, y1 of the (even-aligned) region that can change
+    alpha: np.ndarray  # rect-sized h×w×1 uint16 mask, 0..255
 
 
 class Compositor:
-    """Blends patches into base frames; pixels outside the mouth mask stay bit-identical."""
+    """Blends patches into base frames; pixels outside the mouth mask stay bit-identical.
 
-    def __init__(self, bundle: AvatarBundle, patch_size: int = 256) -> None:
+    Works at the output size (the avatar's own, or scaled for a smaller stream) and only inside the
+    mask's rectangle: no full-frame pass per frame beyond the one copy of the base picture.
+    """
+
+    def __init__(
+        self, bundle: AvatarBundle, patch_size: int = 256, output_size: tuple[int, int] | None = None
+    ) -> None:
         self.bundle = bundle
         self.patch_size = patch_size
-        self._geometry: dict[int, _FrameGeometry | None] = {}
+        self.base = BaseFrameStore(bundle, output_size)
+        self.width, self.height = self.base.width, self.base.height
+        self._geometry: dict[int, FrameGeometry | None] = {}
 
-    def geometry(self, frame_index: int) -> _FrameGeometry | None:
+    def geometry(self, frame_index: int) -> FrameGeometry | None:
         """Per-frame blend geometry, computed once and cached (it depends only on the avatar)."""
         if frame_index not in self._geometry:
             self._geometry[frame_index] = self._build_geometry(frame_index)
         return self._geometry[frame_index]
 
-    def _build_geometry(self, frame_index: int) -> _FrameGeometry | None:
-        x1, y1, x2, y2 = (int(v) for v in self.bundle.boxes[frame_index])
-        w, h = x2 - x1, y2 - y1
+    def _build_geometry(self, frame_index: int) -> FrameGeometry | None:
+        s = self.base.scale
+        bx1, by1, bx2, by2 = (int(round(float(v) * s)) for v in self.bundle.boxes[frame_index])
+        bx1, by1 = max(bx1, 0), max(by1, 0)
+        bx2, by2 = min(bx2, self.width), min(by2, self.height)
+        w, h = bx2 - bx1, by2 - by1
         if w <= 1 or h <= 1:
             return None
         mask = cv2.resize(np.asarray(self.bundle.masks[frame_index]), (w, h), interpolation=cv2.INTER_LINEAR)
@@ -46,32 +56,76 @@ class Compositor:
         cols = np.flatnonzero(mask.any(axis=0))
         if rows.size == 0:
             return None
-        r0, r1, c0, c1 = rows[0], rows[-1] + 1, cols[0], cols[-1] + 1
-        alpha = mask[r0:r1, c0:c1].astype(np.uint16)[..., None]
-        return _FrameGeometry(y0=y1 + r0, x0=x1 + c0, alpha=alpha, py0=int(r0), px0=int(c0))
+        # the rectangle in frame coordinates, widened to even edges (yuv420p chroma is 2×2)
+        x0, y0 = (bx1 + cols[0]) // 2 * 2, (by1 + rows[0]) // 2 * 2
+        x1 = min(self.width, (bx1 + cols[-1] + 2) // 2 * 2)
+        y1 = min(self.height, (by1 + rows[-1] + 2) // 2 * 2)
+        full = np.zeros((y1 - y0, x1 - x0), dtype=np.uint16)
+        # place the mask (box coordinates) into the rectangle
+        sy0, sx0 = max(y0, by1), max(x0, bx1)
+        sy1, sx1 = min(y1, by2), min(x1, bx2)
+        full[sy0 - y0 : sy1 - y0, sx0 - x0 : sx1 - x0] = mask[sy0 - by1 : sy1 - by1, sx0 - bx1 : sx1 - bx1]
+        return FrameGeometry(box=(bx1, by1, bx2, by2), rect=(x0, y0, x1, y1), alpha=full[..., None])
+
+    def _blend_region(self, frame_index: int, patch: np.ndarray, base_region: np.ndarray) -> np.ndarray:
+        """The blended RGB of the geometry's rectangle (base pixels where the mask is 0)."""
+        geo = self.geometry(frame_index)
+        assert geo is not None
+        bx1, by1, bx2, by2 = geo.box
+        x0, y0, x1, y1 = geo.rect
+        resized = cv2.resize(patch, (bx2 - bx1, by2 - by1), interpolation=cv2.INTER_LINEAR)
+        src = np.array(base_region, dtype=np.uint16)  # outside the box the base shows through
+        sy0, sx0 = max(y0, by1), max(x0, bx1)
+        sy1, sx1 = min(y1, by2), min(x1, bx2)
+        src[sy0 - y0 : sy1 - y0, sx0 - x0 : sx1 - x0] = resized[sy0 - by1 : sy1 - by1, sx0 - bx1 : sx1 - bx1]
+        # integer alpha blend: alpha 0 keeps the base pixel exactly, 255 takes the patch exactly
+        blended = (src * geo.alpha + base_region.astype(np.uint16) * (255 - geo.alpha) + 127) // 255
+        return blended.astype(np.uint8)
 
     def compose(
         self, frame_index: int, patch: np.ndarray | None, out: np.ndarray | None = None
     ) -> np.ndarray:
-        """Return base frame `frame_index` with `patch` blended in (None: the base frame unchanged)."""
-        base = self.bundle.frames[frame_index]
+        """Base frame `frame_index` (RGB, output size) with `patch` blended in; None: the base frame."""
+        base = self.base.rgb(frame_index)
         if out is None:
             out = np.empty(base.shape, dtype=np.uint8)
         np.copyto(out, base)
-        if patch is not None:
-            self.blend_into(out, frame_index, patch)
+        geo = self.geometry(frame_index) if patch is not None else None
+        if geo is not None:
+            x0, y0, x1, y1 = geo.rect
+            out[y0:y1, x0:x1] = self._blend_region(frame_index, patch, base[y0:y1, x0:x1])
         return out
 
-    def blend_into(self, frame: np.ndarray, frame_index: int, patch: np.ndarray) -> None:
-        """Blend `patch` (patch_size² RGB, crop space) into `frame` in place, inside the mask only."""
-        geo = self.geometry(frame_index)
+    def compose_i420(
+        self, frame_index: int, patch: np.ndarray | None, out: np.ndarray | None = None
+    ) -> np.ndarray:
+        """The same picture as `compose`, as I420 [(H*3/2), W] ready for the H.264 encoder; only the
+        mask's rectangle is colour-converted, the rest is a copy of the cached base picture."""
+        base = self.base.i420(frame_index)
+        if out is None:
+            out = np.empty(base.shape, dtype=np.uint8)
+        np.copyto(out, base)
+        geo = self.geometry(frame_index) if patch is not None else None
         if geo is None:
-            return
-        x1, y1, x2, y2 = (int(v) for v in self.bundle.boxes[frame_index])
-        resized = cv2.resize(patch, (x2 - x1, y2 - y1), interpolation=cv2.INTER_LINEAR)
-        h, w = geo.alpha.shape[:2]
-        src = resized[geo.py0 : geo.py0 + h, geo.px0 : geo.px0 + w].astype(np.uint16)
-        region = frame[geo.y0 : geo.y0 + h, geo.x0 : geo.x0 + w]
-        # integer alpha blend: alpha 0 keeps the base pixel exactly, 255 takes the patch exactly
-        blended = (src * geo.alpha + region.astype(np.uint16) * (255 - geo.alpha) + 127) // 255
-        region[...] = blended.astype(np.uint8)
+            return out
+        x0, y0, x1, y1 = geo.rect
+        region = self._blend_region(frame_index, patch, self.base.rgb(frame_index)[y0:y1, x0:x1])
+        yuv = cv2.cvtColor(region, cv2.COLOR_RGB2YUV_I420).reshape(-1)
+        write_i420_rect(out, self.width, self.height, (x0, y0, x1, y1), yuv)
+        return out
+
+
+def write_i420_rect(
+    frame: np.ndarray, width: int, height: int, rect: tuple[int, int, int, int], rect_yuv: np.ndarray
+) -> None:
+    """Copy an even-aligned rectangle's I420 planes (flat, as cv2 lays them out) into a full picture."""
+    x0, y0, x1, y1 = rect
+    w, h = x1 - x0, y1 - y0
+    flat = frame.reshape(-1)
+    ysize, csize = width * height, (width // 2) * (height // 2)
+    flat[:ysize].reshape(height, width)[y0:y1, x0:x1] = rect_yuv[: w * h].reshape(h, w)
+    cw, ch = w // 2, h // 2
+    u = rect_yuv[w * h : w * h + cw * ch].reshape(ch, cw)
+    v = rect_yuv[w * h + cw * ch :].reshape(ch, cw)
+    flat[ysize : ysize + csize].reshape(height // 2, width // 2)[y0 // 2 : y1 // 2, x0 // 2 : x1 // 2] = u
+    flat[ysize + csize :].reshape(height // 2, width // 2)[y0 // 2 : y1 // 2, x0 // 2 : x1 // 2] = v

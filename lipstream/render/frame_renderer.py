@@ -25,11 +25,19 @@ class FrameJob:
 class FrameRenderer:
     """Renders mouth patches with an engine and composites them onto the base frames."""
 
-    def __init__(self, bundle: AvatarBundle, engine: Engine, timer: StageTimer | None = None) -> None:
+    def __init__(
+        self,
+        bundle: AvatarBundle,
+        engine: Engine,
+        timer: StageTimer | None = None,
+        output_size: tuple[int, int] | None = None,
+        i420: bool = False,
+    ) -> None:
         self.bundle = bundle
         self.engine = engine
         self.timer = timer or StageTimer()
-        self.compositor = Compositor(bundle, engine.patch_size)
+        self.compositor = Compositor(bundle, engine.patch_size, output_size)
+        self.i420 = i420  # emit I420 pictures for the encoder instead of RGB
         self.neural_frames = 0
 
     def patches(self, job: FrameJob) -> list[np.ndarray | None]:
@@ -47,10 +55,11 @@ class FrameRenderer:
         return out
 
     def frames(self, job: FrameJob) -> Iterator[np.ndarray]:
-        """Composited full frames for `job`, in order (each a fresh H×W×3 uint8 array)."""
+        """Composited full frames for `job`, in order (fresh arrays: RGB, or I420 when asked)."""
+        compose = self.compositor.compose_i420 if self.i420 else self.compositor.compose
         for base_id, patch in zip(job.base_ids, self.patches(job), strict=True):
             with self.timer.stage("compositor"):
-                frame = self.compositor.compose(int(base_id), patch)
+                frame = compose(int(base_id), patch)
             yield frame
 
 

@@ -237,7 +237,6 @@ class Session:
         self._silence = silence or SilenceDetector()
         self._tts_factory = tts_factory
         self._tts: dict[str, object] = {}
-        self._compositor = Compositor(avatar, engine.patch_size)
         self._clock = PlaybackClock()
         self._utterances: deque[_Utterance] = deque()
         self._resamplers: dict[int, StreamResampler] = {}
@@ -256,6 +255,7 @@ class Session:
             height = int(round(height * out_w / width / 2)) * 2
             width = out_w
         self.width, self.height = width, height
+        self._compositor = Compositor(avatar, engine.patch_size, (width, height))
         self._generation = 0  # bumped by interrupt(): work started before it is discarded
 
     # ----- lifecycle -----------------------------------------------------------------------------------
@@ -267,11 +267,8 @@ class Session:
         if self.config.encode:
             from lipstream.media.h264 import H264StreamEncoder
 
-            aw, ah = self.avatar.size
-            self._encoder = H264StreamEncoder(
-                aw, ah, fps=FPS, bitrate=self.config.bitrate,
-                output_size=(self.width, self.height) if (self.width, self.height) != (aw, ah) else None,
-            )
+            # the compositor already works at the stream size and hands over I420 pictures
+            self._encoder = H264StreamEncoder(self.width, self.height, fps=FPS, bitrate=self.config.bitrate)
         self._out = asyncio.Queue(maxsize=self.config.queue_frames)
         self._wake = asyncio.Event()
         self._task = asyncio.create_task(self._produce(), name=f"session-{self.avatar.name}")
@@ -528,9 +525,9 @@ class Session:
 
     def _finish_frame(self, base_id: int, patch: np.ndarray | None):
         with self._timer.stage("compositor"):
-            image = self._compositor.compose(base_id, patch)
-        if self._encoder is None:
-            return image
+            if self._encoder is None:
+                return self._compositor.compose(base_id, patch)
+            image = self._compositor.compose_i420(base_id, patch)
         with self._timer.stage("encode"):
             force = self._force_idr
             self._force_idr = False

@@ -1,0 +1,89 @@
+"""The avatar's base frames at the output size, as RGB and as I420, cached once per avatar and size."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from lipstream.avatar.bundle import AvatarBundle
+
+log = logging.getLogger(__name__)
+
+CACHE_DIR = "cache"
+
+
+def i420_shape(width: int, height: int) -> tuple[int, int]:
+    """Array shape of one I420 (yuv420p) picture as cv2 and PyAV lay it out."""
+    return height * 3 // 2, width
+
+
+class BaseFrameStore:
+    """Base frames for the hot path: RGB (scaled if asked) and I420, so no full-frame colour
+    conversion runs per output frame. The I420 copies are built once and kept in the bundle's
+    cache/ folder (memory-mapped), where every session and render of that avatar shares them."""
+
+    def __init__(self, bundle: AvatarBundle, output_size: tuple[int, int] | None = None) -> None:
+        self.bundle = bundle
+        src_w, src_h = bundle.size
+        self.width, self.height = output_size or (src_w, src_h)
+        self.scale = self.width / src_w
+        self._scaled = (self.width, self.height) != (src_w, src_h)
+        self._i420: np.ndarray | None = None
+        self._rgb_scaled: dict[int, np.ndarray] = {}
+
+    def rgb(self, index: int) -> np.ndarray:
+        """Base frame `index` as H×W×3 RGB at the output size (read-only view when not scaled)."""
+        frame = self.bundle.frames[index]
+        if not self._scaled:
+            return frame
+        cached = self._rgb_scaled.get(index)
+        if cached is None:
+            cached = cv2.resize(np.asarray(frame), (self.width, self.height), interpolation=cv2.INTER_AREA)
+            self._rgb_scaled[index] = cached
+        return cached
+
+    def i420(self, index: int) -> np.ndarray:
+        """Base frame `index` as an I420 picture [(H*3/2), W] at the output size."""
+        if self._i420 is None:
+            self._i420 = self._load_or_build()
+        return self._i420[index]
+
+    def _cache_path(self) -> Path:
+        return self.bundle.path / CACHE_DIR / f"frames_i420_{self.width}x{self.height}.npy"
+
+    def _load_or_build(self) -> np.ndarray:
+        path = self._cache_path()
+        shape = (self.bundle.frame_count, *i420_shape(self.width, self.height))
+        if path.is_file():
+            try:
+                cached = np.load(path, mmap_mode="r")
+                if cached.shape == shape:
+                    return cached
+            except (OSError, ValueError):
+                pass  # a damaged cache is rebuilt below
+        try:
+            return self._build_on_disk(path, shape)
+        except OSError as exc:  # read-only bundle: keep the copies in memory instead
+            log.warning("cannot cache I420 frames in %s (%s); converting in memory", path.parent, exc)
+            return np.stack([cv2.cvtColor(self.rgb(i), cv2.COLOR_RGB2YUV_I420) for i in range(shape[0])])
+
+    def _build_on_disk(self, path: Path, shape: tuple[int, int, int]) -> np.ndarray:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".frames_i420.", suffix=".npy")
+        os.close(fd)
+        try:
+            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=shape)
+            for i in range(shape[0]):
+                out[i] = cv2.cvtColor(np.ascontiguousarray(self.rgb(i)), cv2.COLOR_RGB2YUV_I420)
+            out.flush()
+            del out
+            os.replace(tmp, path)  # atomic: concurrent builders just replace each other's identical file
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        return np.load(path, mmap_mode="r")

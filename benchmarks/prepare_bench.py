@@ -60,14 +60,19 @@ def time_decode(clip: Path, write_to: Path | None = None, track: bool = False, s
             t1 = time.perf_counter()
             tracker.track(rgb)
             track_s += time.perf_counter() - t1
+    flush_s = 0.0
     if frames is not None:
-        frames.flush()
+        t1 = time.perf_counter()
+        frames.flush()  # memmap: msync, waits for the disk; FrameStore: waits for its queue, no fsync
+        flush_s = time.perf_counter() - t1
         del frames
         write_to.unlink()
     total = time.perf_counter() - t0
     if tracker is not None:
         tracker.close()
     out = {"frames": info.frame_count, "seconds": round(total, 3), "fps": round(info.frame_count / total, 1)}
+    if write_to is not None:
+        out["flush_s"] = round(flush_s, 3)
     if track:
         out["track_ms_per_frame"] = round(1000 * track_s / info.frame_count, 2)
     return out

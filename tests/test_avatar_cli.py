@@ -64,3 +64,33 @@ def test_sample_then_skip_existing(tmp_path: Path):
     assert "built sample avatar 's': 30 frames (1.2 s at 25 fps), 1080×1920" in built.stdout
     kept = lipstream("avatar", "sample", "--name", "s", "--skip-existing", home=home)
     assert kept.returncode == 0 and "already exists (30 frames)" in kept.stdout and "kept" in kept.stdout
+
+
+@pytest.mark.slow
+def test_interrupted_prepare_leaves_nothing(tmp_path: Path):
+    """Ctrl-C in the middle of writing frames: exit 130, no bundle and no temp folder remain."""
+    import signal
+    import time
+
+    from lipstream.avatar.sample import write_sample_video
+
+    clip = tmp_path / "long.mp4"
+    write_sample_video(clip, width=1080, height=1920, seconds=4.0)
+    home = tmp_path / "home"
+    avatars = home / "avatars"
+    env = {**os.environ, "LIPSTREAM_HOME": str(home), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lipstream", "avatar", "prepare", str(clip), "--name", "cut", "-q"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        partial = list(avatars.glob(".cut.partial-*/frames.npy")) if avatars.is_dir() else []
+        if partial and partial[0].stat().st_size > 20 * 1080 * 1920 * 3:
+            break
+        time.sleep(0.01)
+    assert proc.poll() is None, "prepare finished before it could be interrupted"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert list(avatars.iterdir()) == []

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, Field
 
+from lipstream.audio.decode import to_int16
 from lipstream.audio.levels import SilenceDetector
 from lipstream.audio.timeline import FPS, SAMPLES_PER_FRAME
 from lipstream.avatar.bundle import AvatarBundle
@@ -134,7 +135,7 @@ def render_speech_to_mp4(
         log.warning(notes[-1])
     base_ids = np.array([bundle.base_frame_index(k) for k in range(n)], dtype=np.int64)
     renderer = FrameRenderer(bundle, engine, timer, i420=True)
-    pcm16 = np.clip(np.round(speech.pcm[: n * SAMPLES_PER_FRAME] * 32767.0), -32768, 32767).astype(np.int16)
+    pcm16 = to_int16(speech.pcm[: n * SAMPLES_PER_FRAME])
     width, height = bundle.size
     batch = max(1, int(engine.batch_size)) * 2
     with Mp4Writer(out_path, width, height, fps=FPS, preset=preset, crf=crf) as writer:

@@ -29,7 +29,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
-from lipstream.audio.decode import StreamResampler, to_float32
+from lipstream.audio.decode import StreamResampler, to_float32, to_int16
 from lipstream.audio.levels import SilenceDetector, frame_rms
 from lipstream.audio.timeline import FPS, SAMPLE_RATE, SAMPLES_PER_FRAME
 from lipstream.avatar.bundle import AvatarBundle
@@ -501,7 +501,7 @@ class Session:
             position = ticks[0] * SAMPLES_PER_FRAME
             event = SessionEvent("speech_started", utterance_id=utt.id, position_samples=position)
             await self._out.put((generation, event))
-        pcm16 = np.clip(np.round(audio * 32767.0), -32768, 32767).astype(np.int16)
+        pcm16 = to_int16(audio)
         for i, (tick, base_id, frame) in enumerate(zip(ticks, base_ids, frames, strict=True)):
             if generation != self._generation:
                 return

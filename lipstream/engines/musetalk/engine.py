@@ -116,7 +116,7 @@ class MuseTalkEngine:
             log.warning("avatar '%s' has no MuseTalk latents yet: encoding them now, once", bundle.name)
             latents = prepare_latents(bundle, self.models.vae)
         rt = self.models.runtime
-        tensor = torch.from_numpy(np.asarray(latents, dtype=np.float16)).to(device=rt.device, dtype=rt.dtype)
+        tensor = torch.from_numpy(np.array(latents, dtype=np.float16)).to(device=rt.device, dtype=rt.dtype)
         self._latents[key] = tensor
         return tensor
 

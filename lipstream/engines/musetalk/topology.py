@@ -75,11 +75,16 @@ FULL_WHISPER_CONFIG: dict[str, Any] = {
 # Same block types and depths that matter (4 VAE levels -> 32x32 latents; 4 Whisper layers -> 5 states),
 # at widths small enough for CI.
 TINY_UNET_OVERRIDES: dict[str, Any] = {
-    "block_out_channels": [32, 64, 64, 64],
+    "block_out_channels": [16, 32, 32, 32],
     "layers_per_block": 1,
+    "norm_num_groups": 8,
     "cross_attention_dim": 64,
 }
-TINY_VAE_OVERRIDES: dict[str, Any] = {"block_out_channels": [32, 32, 64, 64], "layers_per_block": 1}
+TINY_VAE_OVERRIDES: dict[str, Any] = {
+    "block_out_channels": [16, 16, 32, 32],
+    "layers_per_block": 1,
+    "norm_num_groups": 8,
+}
 TINY_WHISPER_OVERRIDES: dict[str, Any] = {
     "d_model": 64,
     "encoder_attention_heads": 4,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,26 @@ from lipstream.server.registry import SessionRegistry
 STATIC_DIR = Path(__file__).resolve().parent.parent / "web" / "static"
 
 
-def render_session_factory(config: ServerConfig) -> SessionFactory:
-    """Sessions from lipstream.render.session, encoding H.264 for the wire."""
+class SharedVoices:
+    """TTS voices loaded once per server and shared by all sessions (loading a voice takes about a second)."""
+
+    def __init__(self) -> None:
+        self._voices: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, voice: str) -> Any:
+        """The loaded voice called `voice` (loaded on first use)."""
+        with self._lock:
+            if voice not in self._voices:
+                from lipstream.talk.tts import create_tts
+
+                self._voices[voice] = create_tts(voice)
+            return self._voices[voice]
+
+
+def render_session_factory(config: ServerConfig, voices: SharedVoices | None = None) -> SessionFactory:
+    """Sessions from lipstream.render.session, encoding H.264 for the wire; TTS voices shared."""
+    voices = voices or SharedVoices()
 
     def make(bundle: AvatarBundle, engine: Any, output_width: int | None) -> Any:
         from lipstream.render.session import Session, SessionConfig
@@ -32,7 +51,7 @@ def render_session_factory(config: ServerConfig) -> SessionFactory:
             voice=config.voice,
             max_lead_seconds=config.max_lead_seconds,
         )
-        return Session(bundle, engine, cfg)
+        return Session(bundle, engine, cfg, tts_factory=voices)
 
     return make
 

@@ -50,7 +50,7 @@ def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from lipstream.engines.registry import create_engine
-    from lipstream.server.app import create_app
+    from lipstream.server.app import SharedVoices, create_app, render_session_factory
     from lipstream.server.config import MIB, Limits, ServerConfig
 
     if args.max_sessions < 1 or args.max_message_mb <= 0 or args.max_upload_seconds <= 0:
@@ -74,7 +74,9 @@ def run_serve(args: argparse.Namespace) -> int:
         limits=limits,
     )
     engine = create_engine(args.engine)
-    app = create_app(config, engine)
+    voices = SharedVoices()
+    voices(config.voice)  # load the voice now, not on the first speak request
+    app = create_app(config, engine, render_session_factory(config, voices))
     server = uvicorn.Server(
         uvicorn.Config(
             app,

@@ -1,0 +1,105 @@
+"""The player page in headless Chromium, ~30 s utterance: A/V offset p50/p95, drops, decode errors, interrupt.
+
+Full size and half size in one run, against one `lipstream serve` process (viseme engine).
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/browser_bench.py --avatars-dir out/home/avatars
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BROWSER_DIR = REPO / "tests" / "browser"
+LONG_TEXT = (
+    "Good evening, and welcome to the late news. Tonight we look at the weather along the coast, where "
+    "strong winds are expected to ease by the morning. In the city, the new bridge opened to traffic after "
+    "three years of work, and early reports say the journey across the river is now ten minutes shorter. "
+    "In sport, the home team won their third match in a row, and the coach said the players had earned a "
+    "quiet weekend. Finally, the museum on the hill will open late on Fridays this summer, with music in the "
+    "garden and free entry for children. That is all for tonight. Thank you for watching, and good night."
+)
+
+
+def start_server(avatars_dir: Path) -> tuple[subprocess.Popen, str]:
+    """`lipstream serve --port 0`; returns the process and its http URL."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lipstream", "serve", "--port", "0", "--avatars-dir", str(avatars_dir)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    for line in proc.stdout:  # type: ignore[union-attr]
+        match = re.search(r"(http://[\d.]+:\d+)", line)
+        if match:
+            return proc, match.group(1)
+    raise RuntimeError("server did not start")
+
+
+def drive(options: dict) -> dict:
+    """One run of tests/browser/player.mjs."""
+    done = subprocess.run(
+        ["node", "player.mjs", json.dumps(options)],
+        cwd=BROWSER_DIR,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    line = [ln for ln in done.stdout.splitlines() if ln.startswith("{")][-1]
+    return json.loads(line)
+
+
+def main() -> None:
+    """Run both sizes and write JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--avatars-dir", type=Path, required=True)
+    parser.add_argument("--avatar", default="sample")
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "browser_bench.json")
+    args = parser.parse_args()
+    manifest = json.loads((args.avatars_dir / args.avatar / "manifest.json").read_text())
+    w, h = manifest["width"], manifest["height"]
+    proc, url = start_server(args.avatars_dir)
+    results: dict = {"avatar": args.avatar, "sizes": {}}
+    try:
+        for label, width in ((f"full {w}x{h}", None), (f"half {w // 2}x{h // 2}", w // 2)):
+            base = {"url": url, "avatars": [args.avatar], "timeoutMs": 120000, "width": width}
+            speak = drive({**base, "scenario": "speak", "text": LONG_TEXT})
+            interrupt = drive({**base, "scenario": "interrupt"})
+            snap = speak.get("snap", {})
+            results["sizes"][label] = {
+                "speech_frames_shown": snap.get("speechFramesShown"),
+                "utterance_seconds": round((snap.get("speechFramesShown") or 0) / 25, 1),
+                "av_offset_ms": snap.get("avOffsetMs"),
+                "frames_shown": snap.get("framesShown"),
+                "frames_dropped": snap.get("framesDropped"),
+                "frames_late_over_40ms": snap.get("framesLate"),
+                "decode_errors": snap.get("decodeErrors"),
+                "audio_late_reanchors": snap.get("audioLate"),
+                "ttff_shown_ms": snap.get("ttffMs"),
+                "ttff_received_ms": snap.get("ttffReceivedMs"),
+                "interrupt_to_last_speech_frame_ms": interrupt.get("snap", {}).get("interruptMs"),
+                "problems": speak.get("problems", []) + interrupt.get("problems", []),
+                "failed": speak.get("failed") or interrupt.get("failed"),
+            }
+    finally:
+        proc.terminate()
+        proc.wait()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    for label, r in results["sizes"].items():
+        o = r["av_offset_ms"] or {}
+        print(
+            f"{label}: {r['utterance_seconds']} s speech | A/V offset p50 {o.get('p50', 0):.1f} p95 "
+            f"{o.get('p95', 0):.1f} max {o.get('max', 0):.1f} ms (n={o.get('count')}) | dropped "
+            f"{r['frames_dropped']}/{r['frames_shown']} | decode errors {r['decode_errors']} | ttff shown "
+            f"{r['ttff_shown_ms']} ms | interrupt->last speech frame "
+            f"{r['interrupt_to_last_speech_frame_ms']} ms"
+        )
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -44,6 +44,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--report", help="write a JSON report here")
     p.add_argument("--avatars-dir", help="avatars folder (default $LIPSTREAM_HOME/avatars)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--no-accel", action="store_true",
+        help="render every frame with the engine (no silence gating, keyframes, codebook or infill)",
+    )
     add_engine_arguments(p)
     p.set_defaults(func=run_render)
 
@@ -62,6 +66,7 @@ def run_render(args: argparse.Namespace) -> int:
 
     from lipstream.avatar.bundle import load_avatar
     from lipstream.engines.registry import create_engine
+    from lipstream.render.accel import AccelConfig
     from lipstream.render.offline import check_speech, render_speech_to_mp4
     from lipstream.render.speech_input import load_speech
 
@@ -80,7 +85,8 @@ def run_render(args: argparse.Namespace) -> int:
     ) as progress:
         task = progress.add_task("render", total=speech.frame_count)
         report = render_speech_to_mp4(
-            bundle, engine, speech, out, on_frame=lambda done, total: progress.update(task, completed=done)
+            bundle, engine, speech, out, accel=AccelConfig(enabled=not args.no_accel),
+            on_frame=lambda done, total: progress.update(task, completed=done),
         )
     for note in report.notes:
         print(f"note: {note}")
@@ -88,6 +94,7 @@ def run_render(args: argparse.Namespace) -> int:
         Path(args.report).write_text(json.dumps(report.model_dump(), indent=2) + "\n")
     print(
         f"wrote {out}: {report.frames} frames, {report.audio_seconds:.2f} s audio, "
-        f"{report.wall_seconds:.2f} s wall ({report.realtime_factor:.2f}x real time, engine {report.engine})"
+        f"{report.wall_seconds:.2f} s wall ({report.realtime_factor:.2f}x real time, engine {report.engine}, "
+        f"{report.neural_frames} engine passes, {report.codebook_hits} codebook hits)"
     )
     return 0

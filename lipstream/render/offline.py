@@ -19,7 +19,8 @@ from lipstream.avatar.bundle import AvatarBundle
 from lipstream.engines.base import Engine, Speech
 from lipstream.errors import MediaError
 from lipstream.media.mp4 import Mp4Writer
-from lipstream.render.frame_renderer import FrameJob, FrameRenderer, speaking_mask
+from lipstream.render.accel import AccelConfig, PatchScheduler, load_codebook, save_codebook, speaking_mask
+from lipstream.render.compositor import Compositor
 from lipstream.render.timing import StageTimer
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,12 @@ class RenderReport(BaseModel):
     wall_seconds: float
     realtime_factor: float
     silent_frames: int
-    neural_frames: int
+    accel: bool = True
+    keyframes: int = 0  # frames whose patch came from the codebook or the engine
+    codebook_hits: int = 0
+    neural_frames: int = 0  # engine passes
+    infill_frames: int = 0  # cross-faded between keyframes
+    ttff_ms: float = 0.0  # start of the render to the first composited frame
     stage_ms: dict[str, float] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)
 
@@ -110,13 +116,16 @@ def render_speech_to_mp4(
     speech: Speech,
     out_path: str | Path,
     *,
+    accel: AccelConfig | None = None,
     silence: SilenceDetector | None = None,
     on_frame: Callable[[int, int], None] | None = None,
     preset: str = DEFAULT_PRESET,
     crf: int = DEFAULT_CRF,
+    persist_codebook: bool = True,
 ) -> RenderReport:
     """Render `speech` on `bundle` with `engine` into `out_path` (written atomically)."""
     check_speech(speech)
+    accel = accel or AccelConfig()
     out_path = Path(out_path)
     timer = StageTimer()
     started = time.perf_counter()
@@ -125,7 +134,6 @@ def render_speech_to_mp4(
         features = np.asarray(engine.features(speech), dtype=np.float32)
         silence = silence or SilenceDetector()
         silent = silence.silent_mask(speech.pcm)[:n]
-        speaking = speaking_mask(silent)
     if features.shape[0] < n:
         raise RuntimeError(f"engine {engine.name} returned {features.shape[0]} feature rows for {n} frames")
     features = features[:n]
@@ -133,25 +141,48 @@ def render_speech_to_mp4(
     if silent.all():
         notes.append("the audio is silent: the idle presenter is rendered with a closed mouth")
         log.warning(notes[-1])
+    # --no-accel: every frame, silent or not, goes through the engine
+    speaking = speaking_mask(silent) if accel.enabled else np.ones(n, dtype=bool)
     base_ids = np.array([bundle.base_frame_index(k) for k in range(n)], dtype=np.int64)
-    renderer = FrameRenderer(bundle, engine, timer, i420=True)
+    codebook = load_codebook(bundle, engine, accel) if accel.enabled and accel.codebook else None
+    scheduler = PatchScheduler(bundle, engine, accel, codebook, timer)
+    compositor = Compositor(bundle, engine.patch_size)
     pcm16 = to_int16(speech.pcm[: n * SAMPLES_PER_FRAME])
     width, height = bundle.size
     batch = max(1, int(engine.batch_size)) * 2
+    ttff_ms: float | None = None
+    done = 0
     with Mp4Writer(out_path, width, height, fps=FPS, preset=preset, crf=crf) as writer:
         encoder = _EncoderThread(writer, timer)
         try:
-            for start in range(0, n, batch):
+            for start in range(0, n + batch, batch):
                 stop = min(n, start + batch)
-                job = FrameJob(features[start:stop], speaking[start:stop], base_ids[start:stop])
-                for offset, frame in enumerate(renderer.frames(job)):
-                    k = start + offset
+                if start < n:
+                    released = scheduler.push(
+                        features[start:stop], ~speaking[start:stop], base_ids[start:stop],
+                        list(range(start, stop)),
+                    )
+                else:
+                    released = scheduler.finish()
+                for k, patch in released:
+                    with timer.stage("compositor"):
+                        frame = compositor.compose_i420(int(base_ids[k]), patch)
+                    if ttff_ms is None:
+                        ttff_ms = (time.perf_counter() - started) * 1000.0
                     encoder.put(frame, pcm16[k * SAMPLES_PER_FRAME : (k + 1) * SAMPLES_PER_FRAME])
+                    done += 1
                     if on_frame:
-                        on_frame(k + 1, n)
+                        on_frame(done, n)
+                if start >= n:
+                    break
         finally:
             encoder.close()
+    if done != n:
+        raise RuntimeError(f"rendered {done} of {n} frames")
+    if codebook is not None and persist_codebook:
+        save_codebook(codebook, bundle, engine)
     wall = time.perf_counter() - started
+    stats = scheduler.stats
     return RenderReport(
         engine=engine.name,
         avatar=bundle.name,
@@ -163,7 +194,12 @@ def render_speech_to_mp4(
         wall_seconds=round(wall, 3),
         realtime_factor=round(speech.seconds / wall, 3) if wall > 0 else 0.0,
         silent_frames=int(silent.sum()),
-        neural_frames=renderer.neural_frames,
+        accel=accel.enabled,
+        keyframes=stats.keyframes,
+        codebook_hits=stats.codebook_hits,
+        neural_frames=stats.neural_frames,
+        infill_frames=stats.infill_frames,
+        ttff_ms=round(ttff_ms or 0.0, 1),
         stage_ms=timer.mean_ms(n),
         notes=notes,
     )

@@ -35,6 +35,7 @@ from lipstream.audio.timeline import FPS, SAMPLE_RATE, SAMPLES_PER_FRAME
 from lipstream.avatar.bundle import AvatarBundle
 from lipstream.engines.base import Engine, FeatureStream, Speech
 from lipstream.errors import LipstreamError
+from lipstream.render.accel import AccelConfig, PatchScheduler, load_codebook
 from lipstream.render.compositor import Compositor
 from lipstream.render.frames import AvatarFrame
 from lipstream.render.timing import StageTimer
@@ -56,6 +57,7 @@ class SessionConfig(BaseModel):
     interrupt_margin_frames: int = Field(3, ge=1)  # the stream resumes this far ahead of playback
     max_utterance_seconds: float = 600.0
     queue_frames: int = Field(8, ge=1)  # produced frames waiting for the consumer
+    accel: AccelConfig = Field(default_factory=AccelConfig)
 
 
 @dataclass
@@ -84,6 +86,7 @@ class SessionStats:
     ttff_ms: list[float] = field(default_factory=list)  # first push -> first speech frame, per utterance
     stage_ms: dict[str, float] = field(default_factory=dict)
     neural_frames: int = 0
+    accel: dict[str, int] = field(default_factory=dict)  # keyframes, codebook_hits, infill_frames, ...
 
     def as_dict(self) -> dict:
         """JSON-friendly view."""
@@ -99,6 +102,7 @@ class SessionStats:
             "ttff_ms": [round(v, 1) for v in self.ttff_ms],
             "stage_ms": self.stage_ms,
             "neural_frames": self.neural_frames,
+            **{k: v for k, v in self.accel.items() if k not in ("frames", "neural_frames")},
         }
 
 
@@ -257,6 +261,11 @@ class Session:
         self.width, self.height = width, height
         self._compositor = Compositor(avatar, engine.patch_size, (width, height))
         self._generation = 0  # bumped by interrupt(): work started before it is discarded
+        self._encoded_generation = 0
+        codebook = None
+        if self.config.accel.enabled and self.config.accel.codebook:
+            codebook = load_codebook(avatar, engine, self.config.accel)  # read-only: sessions never save it
+        self._scheduler = PatchScheduler(avatar, engine, self.config.accel, codebook, self._timer)
 
     # ----- lifecycle -----------------------------------------------------------------------------------
 
@@ -353,6 +362,7 @@ class Session:
         active = self._utterances[0].id if self._utterances else None
         self._utterances.clear()
         self._resamplers.clear()
+        self._scheduler.reset()
         now = time.perf_counter()
         resume = int(np.ceil(self._clock.position_frames(now))) + self.config.interrupt_margin_frames
         self._tick = min(self._tick, max(resume, 0))
@@ -451,6 +461,8 @@ class Session:
                 elif utt is not None and ahead_frames > 1:
                     # speech is coming but not rendered yet: wait for input rather than fill with idle
                     await self._wait(min(FRAME_SECONDS, (ahead_frames - 1) / FPS))
+                elif self._scheduler.pending and utt is not None:
+                    await self._release_held(utt)
                 else:
                     if utt is not None and utt.started:
                         self.stats.underruns += 1
@@ -479,8 +491,9 @@ class Session:
 
     async def _emit_idle(self) -> None:
         tick, generation = self._tick, self._generation
+        self._tick += 1
         base_id = self.avatar.base_frame_index(tick)
-        frame = await asyncio.to_thread(self._finish_frame, base_id, None)
+        frame = await asyncio.to_thread(self._finish_frame, base_id, None, generation)
         silence = np.zeros(SAMPLES_PER_FRAME, dtype=np.int16)
         await self._put_frame(
             tick, base_id, frame, silence, speaking=False, end=False, uid=None, generation=generation
@@ -488,48 +501,66 @@ class Session:
         self.stats.idle_frames += 1
 
     async def _emit_speech(self, utt: _Utterance, count: int) -> None:
+        """Take `count` ready frames of the utterance through the scheduler and emit what it releases."""
         generation = self._generation
         feats, audio, speaking = utt.take(count)
-        ticks = list(range(self._tick, self._tick + count))
-        base_ids = np.array([self.avatar.base_frame_index(t) for t in ticks], dtype=np.int64)
-        frames = await asyncio.to_thread(self._render_batch, feats, speaking, base_ids)
-        if generation != self._generation:
+        first = self._tick
+        self._tick += count  # these ticks are reserved; the scheduler releases frames in order
+        base_ids = np.array([self.avatar.base_frame_index(t) for t in range(first, first + count)], np.int64)
+        pcm16 = to_int16(audio)
+        payloads = [
+            (first + i, int(base_ids[i]), pcm16[i * SAMPLES_PER_FRAME : (i + 1) * SAMPLES_PER_FRAME])
+            for i in range(count)
+        ]
+        final = utt.done
+        released = await asyncio.to_thread(
+            self._schedule, feats, ~speaking, base_ids, payloads, final, generation
+        )
+        await self._emit_released(utt, released, generation, final)
+
+    async def _release_held(self, utt: _Utterance) -> None:
+        """Input stalled mid-utterance: release the frames waiting for their next keyframe."""
+        generation = self._generation
+        empty = np.zeros((0, self.engine.feature_dim), np.float32)
+        released = await asyncio.to_thread(
+            self._schedule, empty, np.zeros(0, bool), np.zeros(0, np.int64), [], True, generation
+        )
+        await self._emit_released(utt, released, generation, final=False)
+
+    def _schedule(self, feats, silent, base_ids, payloads, final: bool, generation: int) -> list:
+        """Worker thread: patches from the scheduler, then composite and encode each released frame."""
+        released = self._scheduler.push(feats, silent, base_ids, payloads) if payloads else []
+        if final:
+            released += self._scheduler.finish()
+        self.stats.accel = self._scheduler.stats.as_dict()
+        self.stats.neural_frames = self._scheduler.stats.neural_frames
+        return [(payload, self._finish_frame(payload[1], patch, generation)) for payload, patch in released]
+
+    async def _emit_released(self, utt: _Utterance, released: list, generation: int, final: bool) -> None:
+        if generation != self._generation or not released:
             return  # interrupted while rendering: drop the batch
         if not utt.started:
             utt.started = True
             self.stats.ttff_ms.append((time.perf_counter() - utt.first_push) * 1000.0)
-            position = ticks[0] * SAMPLES_PER_FRAME
+            position = released[0][0][0] * SAMPLES_PER_FRAME
             event = SessionEvent("speech_started", utterance_id=utt.id, position_samples=position)
             await self._out.put((generation, event))
-        pcm16 = to_int16(audio)
-        for i, (tick, base_id, frame) in enumerate(zip(ticks, base_ids, frames, strict=True)):
-            if generation != self._generation:
-                return
-            last = utt.flushed and utt.emitted >= utt.total_frames and i == count - 1
-            chunk = pcm16[i * SAMPLES_PER_FRAME : (i + 1) * SAMPLES_PER_FRAME]
+        for i, ((tick, base_id, chunk), frame) in enumerate(released):
+            last = final and i == len(released) - 1
             await self._put_frame(
-                tick, int(base_id), frame, chunk, speaking=True, end=last, uid=utt.id, generation=generation
+                tick, base_id, frame, chunk, speaking=True, end=last, uid=utt.id, generation=generation
             )
             self.stats.speech_frames += 1
 
-    def _render_batch(self, feats: np.ndarray, speaking: np.ndarray, base_ids: np.ndarray) -> list:
-        patches: list[np.ndarray | None] = [None] * len(base_ids)
-        idx = np.flatnonzero(speaking)
-        if idx.size:
-            with self._timer.stage("engine"):
-                rendered = self.engine.render(self.avatar, feats[idx], base_ids[idx])
-            self.stats.neural_frames += int(idx.size)
-            for i, patch in zip(idx, rendered, strict=True):
-                patches[i] = patch
-        return [self._finish_frame(int(b), p) for b, p in zip(base_ids, patches, strict=True)]
-
-    def _finish_frame(self, base_id: int, patch: np.ndarray | None):
+    def _finish_frame(self, base_id: int, patch: np.ndarray | None, generation: int):
         with self._timer.stage("compositor"):
             if self._encoder is None:
                 return self._compositor.compose(base_id, patch)
             image = self._compositor.compose_i420(base_id, patch)
         with self._timer.stage("encode"):
-            force = self._force_idr
+            # frames made before an interrupt are never sent, so the first frame after one must be an IDR
+            force = self._force_idr or generation != self._encoded_generation
+            self._encoded_generation = generation
             self._force_idr = False
             return self._encoder.encode(image, force_idr=force)
 
@@ -556,7 +587,6 @@ class Session:
         else:
             item.access_unit = frame.data
             item.keyframe = bool(frame.keyframe)
-        self._tick = tick + 1
         self.stats.frames += 1
         self.stats.stage_ms = self._timer.mean_ms(self.stats.frames)
         assert self._out is not None

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from lipstream.avatar import bundle as bf
 from lipstream.errors import AvatarError
+from lipstream.render.cli import add_engine_arguments, engine_options
 
 
 def summary_line(bundle: bf.AvatarBundle, verb: str = "prepared") -> str:
@@ -36,6 +37,7 @@ def run_prepare(args: argparse.Namespace) -> int:
     )
     _print_notes(bundle)
     print(summary_line(bundle))
+    _prepare_engine_caches(args, bundle)
     return 0
 
 
@@ -108,6 +110,37 @@ def run_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_seed_codebook(args: argparse.Namespace) -> int:
+    """Seed the codebook from speech files and print what it holds."""
+    from lipstream.audio.decode import load_audio
+    from lipstream.avatar.bundle import load_avatar
+    from lipstream.engines.base import Speech
+    from lipstream.engines.registry import create_engine
+    from lipstream.render.seed import seed_codebook
+
+    bundle = load_avatar(args.name, args.avatars_dir)
+    speeches = [Speech(pcm=load_audio(path), source=str(path)) for path in args.audio]
+    engine = create_engine(args.engine, **engine_options(args))
+    engine.prepare(bundle)
+    result = seed_codebook(bundle, engine, speeches)
+    print(
+        f"seeded {result.path}: {result.entries} mouth shapes from {result.frames} frames of "
+        f"{result.utterances} file(s) ({result.neural_frames} engine passes)"
+    )
+    return 0
+
+
+def _prepare_engine_caches(args: argparse.Namespace, bundle) -> None:
+    """`prepare --engine X`: build that engine's caches right away."""
+    if not getattr(args, "engine", None):
+        return
+    from lipstream.engines.registry import create_engine
+
+    engine = create_engine(args.engine, **engine_options(args))
+    engine.prepare(bundle)
+    print(f"cached {args.engine} data in {bundle.engine_dir(args.engine)}")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `lipstream avatar prepare|sample|list|info`."""
     avatar = subparsers.add_parser("avatar", help="prepare and inspect avatars")
@@ -123,6 +156,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--name", required=True, help="avatar name (folder name under the avatars folder)")
     p.add_argument("--force", action="store_true", help="replace an existing avatar of that name")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--engine", default=None, choices=["viseme", "musetalk"],
+        help="also build this engine's caches now (musetalk: the VAE latents of every frame)",
+    )
+    add_engine_arguments(p, with_engine=False)
     common(p)
     p.set_defaults(func=run_prepare)
 
@@ -134,6 +172,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     common(p)
     p.set_defaults(func=run_sample)
+
+    p = sub.add_parser(
+        "seed-codebook", help="pre-fill an avatar's mouth-shape codebook from sample speech (acceleration)"
+    )
+    p.add_argument("name", help="avatar name or bundle folder")
+    p.add_argument("--audio", nargs="+", required=True, help="speech files in the voice(s) it will speak")
+    add_engine_arguments(p)
+    common(p)
+    p.set_defaults(func=run_seed_codebook)
 
     p = sub.add_parser("list", help="list prepared avatars")
     common(p)

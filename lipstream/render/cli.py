@@ -12,9 +12,12 @@ from lipstream.errors import MediaError
 ENGINE_OPTION_NAMES = ("musetalk_version", "device", "dtype", "batch_size", "models_dir")
 
 
-def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
-    """Engine selection flags shared by render and serve."""
-    parser.add_argument("--engine", default="viseme", choices=["viseme", "musetalk"], help="lip-sync engine")
+def add_engine_arguments(parser: argparse.ArgumentParser, with_engine: bool = True) -> None:
+    """Engine selection flags shared by render, serve and avatar commands."""
+    if with_engine:
+        parser.add_argument(
+            "--engine", default="viseme", choices=["viseme", "musetalk"], help="lip-sync engine"
+        )
     parser.add_argument("--musetalk-version", default=None, choices=["1.5", "1.0"], help="MuseTalk weights")
     parser.add_argument("--device", default=None, help="musetalk: cuda or cpu (default: cuda if available)")
     parser.add_argument("--dtype", default=None, help="musetalk: float16 (CUDA), bfloat16 or float32 (CPU)")
@@ -24,7 +27,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
 
 def engine_options(args: argparse.Namespace) -> dict:
     """Engine keyword options given on the command line (unset ones left to the engine's defaults)."""
-    if args.engine != "musetalk":
+    if getattr(args, "engine", None) != "musetalk":
         return {}
     opts = {name: getattr(args, name) for name in ENGINE_OPTION_NAMES if getattr(args, name) is not None}
     if "musetalk_version" in opts:

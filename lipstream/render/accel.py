@@ -10,7 +10,6 @@ frames wait for their right-hand keyframe, at most `slow_stride` frames), then `
 from __future__ import annotations
 
 import logging
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -161,8 +160,7 @@ class PatchScheduler:
             self.codebook = new_codebook(engine, self.config)
         self.planner = KeyframePlanner(self.config.planner)
         self._pending: dict[int, _Pending] = {}
-        self._keys: dict[int, np.ndarray] = {}  # recent keyframe patches by frame index
-        self._key_order: deque[int] = deque()
+        self._keys: dict[int, np.ndarray] = {}  # keyframe patches not yet released, plus the latest
         self._next = 0
         self._fader = CrossFader((engine.patch_size, engine.patch_size, 3))
 
@@ -172,6 +170,8 @@ class PatchScheduler:
         """Add frames; return (payload, patch or None for silence) for every frame now decided, in order."""
         n = len(base_ids)
         payloads = payloads if payloads is not None else [None] * n
+        if n == 0:
+            return []
         feats = np.asarray(features, dtype=np.float32).reshape(n, -1)
         silent = np.asarray(silent, dtype=bool).reshape(n)
         start = self._next
@@ -203,7 +203,6 @@ class PatchScheduler:
         self.planner = KeyframePlanner(self.planner.config)
         self._pending.clear()
         self._keys.clear()
-        self._key_order.clear()
         self._next = 0
 
     def _render_all(self, indices) -> list[tuple[Any, np.ndarray | None]]:
@@ -256,9 +255,6 @@ class PatchScheduler:
 
     def _remember(self, index: int, patch: np.ndarray) -> None:
         self._keys[index] = patch
-        self._key_order.append(index)
-        while len(self._key_order) > 16:  # only the neighbours of pending infill frames are ever needed
-            self._keys.pop(self._key_order.popleft(), None)
 
     def _release(self, plan) -> list[tuple[Any, np.ndarray | None]]:
         keys = [int(i) for i, k in zip(plan.index, plan.kind, strict=True) if k == KEYFRAME]
@@ -281,4 +277,7 @@ class PatchScheduler:
                     patch = np.empty_like(self._keys[int(left)])
                     self._fader.blend(self._keys[int(left)], self._keys[int(right)], float(weight), patch)
                 out.append((frame.payload, patch))
+        if self._keys:  # only the latest keyframe can be the left neighbour of frames still to come
+            latest = max(self._keys)
+            self._keys = {latest: self._keys[latest]}
         return out

@@ -121,7 +121,8 @@ class KeyframePlanner:
 
     def plan(self, features: np.ndarray, silent: np.ndarray) -> Plan:
         """Add the next frames (features [T, D], silent mask [T]); return the decisions that became final."""
-        feats = np.asarray(features, dtype=np.float32).reshape(len(features), -1)
+        feats = np.asarray(features, dtype=np.float32)
+        feats = feats.reshape(len(feats), -1) if feats.size else np.zeros((len(feats), 1), np.float32)
         mask = np.asarray(silent, dtype=bool).reshape(-1)
         if len(mask) != len(feats):
             raise ValueError(f"silent mask has {len(mask)} frames, features {len(feats)}")

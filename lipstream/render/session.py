@@ -262,6 +262,7 @@ class Session:
         self._compositor = Compositor(avatar, engine.patch_size, (width, height))
         self._generation = 0  # bumped by interrupt(): work started before it is discarded
         self._encoded_generation = 0
+        self._scheduled_generation = 0
         codebook = None
         if self.config.accel.enabled and self.config.accel.codebook:
             codebook = load_codebook(avatar, engine, self.config.accel)  # read-only: sessions never save it
@@ -362,7 +363,6 @@ class Session:
         active = self._utterances[0].id if self._utterances else None
         self._utterances.clear()
         self._resamplers.clear()
-        self._scheduler.reset()
         now = time.perf_counter()
         resume = int(np.ceil(self._clock.position_frames(now))) + self.config.interrupt_margin_frames
         self._tick = min(self._tick, max(resume, 0))
@@ -441,6 +441,10 @@ class Session:
         assert self._out is not None and self._wake is not None
         try:
             while not self._closed:
+                if self._scheduled_generation != self._generation:
+                    # reset here, not in interrupt(): a worker thread may still be using the scheduler
+                    self._scheduler.reset()
+                    self._scheduled_generation = self._generation
                 for event in self._pending_events:
                     await self._out.put((self._generation, event))
                 self._pending_events.clear()

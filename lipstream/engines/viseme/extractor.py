@@ -9,6 +9,7 @@ from lipstream.audio.timeline import SAMPLES_PER_FRAME, frame_count
 from lipstream.engines.base import Speech
 from lipstream.engines.viseme.acoustic import AcousticFrontEnd
 from lipstream.engines.viseme.articulation import FEATURE_DIM, frames_from_phonemes
+from lipstream.engines.viseme.loudness import LoudnessConfig, ease_to_rest, loudness, scale_opening
 from lipstream.engines.viseme.model import ArticulationModel
 
 # Light temporal smoothing of the model output (one frame each side) against frame-to-frame jitter.
@@ -18,27 +19,35 @@ _SMOOTH = np.array([0.25, 0.5, 0.25], dtype=np.float32)
 class ArticulationExtractor:
     """Computes articulation rows for any span of frames using only nearby audio (so it can stream)."""
 
-    def __init__(self, model: ArticulationModel, silence: SilenceDetector | None = None) -> None:
+    def __init__(
+        self,
+        model: ArticulationModel,
+        silence: SilenceDetector | None = None,
+        loud: LoudnessConfig | None = None,
+    ) -> None:
         self.model = model
         self.silence = silence or SilenceDetector()
+        self.loud = loud or LoudnessConfig()
         self.front_end = AcousticFrontEnd(model.acoustic)
+        if self.loud.ahead_frames > self.lookahead_frames:
+            raise ValueError("the loudness reference may not look further ahead than the extractor")
 
     @property
     def lookahead_frames(self) -> int:
         """Frame k needs audio up to frame k + this (model context + smoothing + analysis overhang)."""
-        return max(self.model.after + 2, self.silence.min_silent_frames - 1)
+        return max(self.model.after + 2, self.silence.min_silent_frames - 1 + self.loud.ease_frames)
 
     @property
     def lookback_frames(self) -> int:
         """Frame k needs audio from frame k - this."""
-        return max(self.model.before + 2, self.silence.min_silent_frames - 1)
+        return max(self.model.before + 2, self.silence.min_silent_frames - 1, self.loud.back_frames)
 
     def from_speech(self, speech: Speech, use_phonemes: bool = True) -> np.ndarray:
         """Whole-utterance articulation [speech.frame_count, 3]."""
         n = speech.frame_count
         if use_phonemes and speech.phonemes:
             feats = frames_from_phonemes(speech.phonemes, n)
-            return self._gate(speech.pcm, feats, 0, n, n)
+            return self._finish(speech.pcm, feats, 0, n, n)
         return self.span(speech.pcm, 0, n, n)
 
     def span(
@@ -54,21 +63,24 @@ class ArticulationExtractor:
         acoustic = self.front_end.frames(pcm, a0 - offset_frames, a1 - a0)
         raw = m.predict(acoustic)  # rows for k0-1 .. k1
         smooth = _SMOOTH[0] * raw[:-2] + _SMOOTH[1] * raw[1:-1] + _SMOOTH[2] * raw[2:]  # rows for k0 .. k1-1
-        return self._gate(pcm, smooth.astype(np.float32), k0, k1, frames_known, offset_frames)
+        return self._finish(pcm, smooth.astype(np.float32), k0, k1, frames_known, offset_frames)
 
-    def _gate(
+    def _finish(
         self, pcm: np.ndarray, feats: np.ndarray, k0: int, k1: int, frames_known: int, offset_frames: int = 0
     ) -> np.ndarray:
-        """Zero the rows of silent frames: silence is exactly the avatar's own closed mouth."""
-        pad = self.silence.min_silent_frames - 1
-        l0, l1 = max(k0 - pad, 0), min(k1 + pad, frames_known)
+        """Scale the opening by loudness, then zero silent rows: silence is exactly the avatar's own mouth."""
+        e = self.loud.ease_frames
+        pad = self.silence.min_silent_frames - 1 + e
+        l0 = max(k0 - max(pad, self.loud.back_frames), offset_frames, 0)
+        l1 = min(k1 + max(pad, self.loud.ahead_frames), frames_known)
         s0 = (l0 - offset_frames) * SAMPLES_PER_FRAME
         s1 = (l1 - offset_frames) * SAMPLES_PER_FRAME
-        levels = frame_rms(pcm[max(s0, 0) : s1])
-        silent = self.silence.mask_from_levels(levels)[k0 - l0 : k0 - l0 + (k1 - k0)]
-        out = feats.copy()
-        out[silent] = 0.0
-        return out
+        levels = frame_rms(pcm[s0:s1])
+        rows = slice(k0 - l0, k0 - l0 + (k1 - k0))
+        out = scale_opening(feats, loudness(levels, self.loud)[rows], self.loud)
+        # Silence around the rows, padded with "speech" beyond the known audio (nothing to ease into).
+        silent = np.concatenate([np.zeros(e, bool), self.silence.mask_from_levels(levels), np.zeros(e, bool)])
+        return ease_to_rest(out, silent[rows.start : rows.stop + 2 * e], self.loud)
 
 
 class StreamingArticulation:

@@ -88,8 +88,9 @@ class MuseTalkGenerator:
         if channels_last:
             unet.to(memory_format=torch.channels_last)
             vae.to(memory_format=torch.channels_last)
-        self._unet_call = torch.compile(unet) if compile else unet
-        self._decode_call = torch.compile(vae.decode) if compile else vae.decode
+        # dynamic=False: one static graph per fixed batch shape, never a symbolic one
+        self._unet_call = torch.compile(unet, dynamic=False) if compile else unet
+        self._decode_call = torch.compile(vae.decode, dynamic=False) if compile else vae.decode
         side = PATCH_SIZE // 2 ** (len(vae.config.block_out_channels) - 1)  # 32 for sd-vae's x8 downsampling
         self.latent_shape = (2 * int(vae.config.latent_channels), side, side)
         if warmup:

@@ -176,3 +176,31 @@ def write_model_folder(
     torch.save(state, whisper_dir / "pytorch_model.bin")
     WhisperFeatureExtractor(feature_size=whisper_cfg["num_mel_bins"]).save_pretrained(whisper_dir)
     return models_dir
+
+
+def random_models(
+    tiny: bool = False, device: str | torch.device = "cpu", seed: int = 0
+) -> tuple[Any, Any, Any, Any]:
+    """(unet, vae, whisper encoder, feature extractor) with random weights, fp32, built directly on `device`.
+
+    For benchmarks: the topology of the published weights (or the tiny CI widths); nothing read from disk.
+    """
+    from diffusers import AutoencoderKL
+    from transformers import WhisperConfig, WhisperFeatureExtractor
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+    torch.manual_seed(seed)
+    unet_cfg = _with(FULL_UNET_CONFIG, TINY_UNET_OVERRIDES) if tiny else dict(FULL_UNET_CONFIG)
+    vae_cfg = _with(FULL_VAE_CONFIG, TINY_VAE_OVERRIDES) if tiny else dict(FULL_VAE_CONFIG)
+    whisper_cfg = _with(FULL_WHISPER_CONFIG, TINY_WHISPER_OVERRIDES) if tiny else dict(FULL_WHISPER_CONFIG)
+    with torch.device(device):
+        unet = unet_from_config(unet_cfg, device=device)
+        vae = AutoencoderKL.from_config({k: v for k, v in vae_cfg.items() if not k.startswith("_")})
+        encoder = WhisperEncoder(WhisperConfig(**whisper_cfg))
+    extractor = WhisperFeatureExtractor(feature_size=whisper_cfg["num_mel_bins"])
+    return (
+        unet.eval().requires_grad_(False),
+        vae.eval().requires_grad_(False),
+        encoder.eval().requires_grad_(False),
+        extractor,
+    )

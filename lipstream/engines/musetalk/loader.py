@@ -211,7 +211,9 @@ def load_vae(paths: ModelPaths, runtime: Runtime):
     from diffusers import AutoencoderKL
 
     try:
-        vae = AutoencoderKL.from_pretrained(paths.vae_dir, local_files_only=True, torch_dtype=runtime.dtype)
+        vae = AutoencoderKL.from_pretrained(
+            paths.vae_dir, local_files_only=True, torch_dtype=runtime.dtype, low_cpu_mem_usage=False
+        )
     except Exception as exc:  # noqa: BLE001 - diffusers raises many types for bad folders
         raise ModelError(
             f"VAE in {paths.vae_dir} could not be loaded ({describe(exc)}); re-run `{DOWNLOAD_COMMAND}`"

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from lipstream.errors import LipstreamError
+from lipstream.render.cli import add_engine_arguments, engine_options
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -16,7 +17,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve = subparsers.add_parser("serve", help="serve the live player page and the WebSocket session API")
     serve.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="TCP port (default 8000; 0 picks a free one)")
-    serve.add_argument("--engine", default="viseme", choices=("viseme", "musetalk"), help="lip-sync engine")
+    add_engine_arguments(serve)
     serve.add_argument(
         "--token", default=None, help="bearer token required on /ws and /api (env LIPSTREAM_TOKEN)"
     )
@@ -73,7 +74,7 @@ def run_serve(args: argparse.Namespace) -> int:
         voice=args.voice,
         limits=limits,
     )
-    engine = create_engine(args.engine)
+    engine = create_engine(args.engine, **engine_options(args))
     voices = SharedVoices()
     voices(config.voice)  # load the voice now, not on the first speak request
     app = create_app(config, engine, render_session_factory(config, voices))

@@ -43,6 +43,7 @@ from lipstream.render.timing import StageTimer
 log = logging.getLogger(__name__)
 
 FRAME_SECONDS = 1.0 / FPS
+FIRST_BATCH_FRAMES = 2
 
 
 class SessionConfig(BaseModel):
@@ -461,7 +462,9 @@ class Session:
                     await self._wait((ahead_frames - lead * FPS) / FPS)
                     continue
                 if ready > 0:
-                    await self._emit_speech(utt, min(ready, max(1, int(self.engine.batch_size))))
+                    # the utterance's first batch is small so its first frame reaches the client soon
+                    batch = max(1, int(self.engine.batch_size)) if utt.started else FIRST_BATCH_FRAMES
+                    await self._emit_speech(utt, min(ready, batch))
                 elif utt is not None and ahead_frames > 1:
                     # speech is coming but not rendered yet: wait for input rather than fill with idle
                     await self._wait(min(FRAME_SECONDS, (ahead_frames - 1) / FPS))

@@ -1,16 +1,19 @@
-"""Viseme engine speed and lip-sync, side by side in one run.
+"""Viseme engine lip-sync and speed on the 1080x1920 sample avatar, every case side by side in one run.
 
-Renders ~30 s of speech from text the model never saw onto an avatar, three ways:
-  piper-audio   Piper voice (never used in training), audio-only features (the acoustic model)
-  piper-text    the same speech with Piper's own phoneme timings
-  espeak-text   espeak-ng with its phoneme timings
-then measures each MP4 with `lipstream eval lipsync` (landmarks on the output frames only), and times
-the engine hot path (features + render) per frame.
+Speech the engine was neither trained nor tuned on: a news bulletin (~30 s, with sentence pauses) that
+appears in no training or tuning text, spoken by
+  piper    the bundled Piper voice at length_scale 1.1 (training used 0.8 / 0.95 / 1.25)
+  espeak   espeak-ng's en-gb-scotland voice (not one of the seven training voices)
+and rendered two ways each:
+  text     the TTS's own phoneme timings drive the mouth (what `lipstream render --text` does)
+  audio    audio only, through the acoustic model with 200 ms look-ahead (`lipstream render --audio`)
+Each MP4 is written by `render_speech_to_mp4` (the code behind `lipstream render`) and measured by
+`measure_lipsync` (the code behind `lipstream eval lipsync`: landmarks on the decoded output only).
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/lipsync_bench.py [--avatar NAME_OR_PATH] [--seconds 30]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/lipsync_bench.py            # ~3 min on 2 cores
 
-Without --avatar it prepares the small 360x640 sample clip in a temp folder. Writes
-benchmarks/results/lipsync_bench.json and one PNG plot per case.
+Builds the sample avatar in a temp LIPSTREAM_HOME unless --avatar is given. Writes
+benchmarks/results/lipsync_bench.json, lipsync_summary.png and one lipsync_<case>.png per case.
 """
 
 from __future__ import annotations
@@ -20,17 +23,17 @@ import json
 import platform
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from lipstream.audio.timeline import SAMPLE_RATE
-from lipstream.avatar.bundle import load_avatar
+from lipstream.avatar.bundle import AvatarBundle, load_avatar
 from lipstream.engines.base import Speech
 from lipstream.engines.viseme.engine import VisemeEngine
 from lipstream.evaluation.lipsync import measure_lipsync, plot_lipsync
 from lipstream.render.offline import render_speech_to_mp4
-from lipstream.talk.tts import create_tts
 
 TEXT = (
     "Good evening. Tonight the harbour bridge reopened after three weeks of repairs, and the first cars "
@@ -40,26 +43,51 @@ TEXT = (
     "Finally, a small boat was found drifting near the old pier; nobody was on board. "
     "Police ask anyone who recognises it to call them. That is all for tonight. Thank you for watching."
 )
+PIPER_RATE = 1.1
+ESPEAK_VOICE = "en-gb-scotland"
+TARGET_CORRELATION = 0.6
+TARGET_CLOSED = 0.9
+TARGET_MS = 5.0
+
+
+@dataclass(frozen=True)
+class Case:
+    """One rendered video: which speech and which feature path."""
+
+    name: str
+    voice: str
+    use_phonemes: bool
+
+
+CASES = (
+    Case("piper-text", "piper", True),
+    Case("piper-audio", "piper", False),
+    Case("espeak-text", "espeak", True),
+    Case("espeak-audio", "espeak", False),
+)
 
 
 def speech_of(voice: str, seconds: float) -> Speech:
-    """The text spoken by a voice, cut at a frame boundary to at most `seconds`."""
-    speech = create_tts(voice, fallback=False).synthesize(TEXT)
+    """The bulletin spoken by a held-out voice, cut to at most `seconds`."""
+    from lipstream.talk.espeak_tts import EspeakTTS
+    from lipstream.talk.piper_tts import PiperTTS
+
+    tts = PiperTTS(length_scale=PIPER_RATE) if voice == "piper" else EspeakTTS(ESPEAK_VOICE)
+    speech = tts.synthesize(TEXT)
     n = min(len(speech.pcm), int(seconds * SAMPLE_RATE))
     phonemes = [p for p in speech.phonemes or [] if p.start < n]
     return Speech(speech.pcm[:n], phonemes=phonemes, text=speech.text, source=speech.source)
 
 
-def hot_path_ms(engine: VisemeEngine, bundle, speech: Speech) -> dict:
-    """Mean ms per frame of features and render (every frame rendered, batch of 8)."""
+def hot_path_ms(engine: VisemeEngine, bundle: AvatarBundle, speech: Speech) -> dict[str, float]:
+    """Mean ms per frame of features and render (every frame rendered, in engine batches)."""
     t0 = time.perf_counter()
     feats = engine.features(speech)
     t1 = time.perf_counter()
     ids = np.array([bundle.base_frame_index(i) for i in range(len(feats))])
     for start in range(0, len(feats), engine.batch_size):
-        engine.render(
-            bundle, feats[start : start + engine.batch_size], ids[start : start + engine.batch_size]
-        )
+        stop = start + engine.batch_size
+        engine.render(bundle, feats[start:stop], ids[start:stop])
     t2 = time.perf_counter()
     n = max(len(feats), 1)
     return {
@@ -69,62 +97,95 @@ def hot_path_ms(engine: VisemeEngine, bundle, speech: Speech) -> dict:
     }
 
 
+def sample_bundle(work: Path) -> AvatarBundle:
+    """The `lipstream avatar sample` avatar (1080x1920), built in a temp folder."""
+    from lipstream.avatar.sample import build_sample_avatar
+
+    return build_sample_avatar("sample", avatars_root=work / "avatars", progress=True)
+
+
+def plot_summary(path: Path, cases: dict) -> None:
+    """Bar chart of correlation (best lag) and silent-closed share per case, with the targets."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(cases)
+    corr = [cases[n]["lipsync"]["correlation_best"] for n in names]
+    closed = [cases[n]["lipsync"]["silent_closed_share"] or 0.0 for n in names]
+    x = np.arange(len(names))
+    fig, ax = plt.subplots(figsize=(8, 4), dpi=100)
+    ax.bar(x - 0.2, corr, 0.4, label="envelope correlation (best lag)", color="tab:blue")
+    ax.bar(x + 0.2, closed, 0.4, label="silent frames closed", color="tab:green")
+    ax.axhline(TARGET_CORRELATION, color="tab:blue", ls=":", lw=1)
+    ax.axhline(TARGET_CLOSED, color="tab:green", ls=":", lw=1)
+    ax.set_xticks(x, names)
+    ax.set_ylim(0, 1.05)
+    ax.set_title("viseme engine on the 1080x1920 sample, held-out speech (dotted: targets)")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
 def main() -> None:
     """Run every case, print a table, write JSON and plots."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--avatar", help="avatar name or bundle folder (default: small sample, prepared here)")
+    ap.add_argument("--avatar", help="avatar name or bundle folder (default: the sample, built here)")
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="lipsync_bench_"))
-    if args.avatar:
-        bundle = load_avatar(args.avatar)
-    else:
-        from lipstream.avatar.prepare import prepare_avatar
-        from lipstream.avatar.sample import write_sample_video
-
-        clip = work / "presenter.mp4"
-        write_sample_video(clip, width=360, height=640, seconds=2.0, fps=25, seed=0)
-        bundle = prepare_avatar(clip, "bench", avatars_root=work / "avatars", progress=False)
-    piper = speech_of("piper", args.seconds)
-    espeak = speech_of("espeak", args.seconds)
-    cases = {
-        "piper-audio": (VisemeEngine(use_phonemes=False), Speech(piper.pcm, source="piper audio only")),
-        "piper-text": (VisemeEngine(), piper),
-        "espeak-text": (VisemeEngine(), espeak),
-    }
+    bundle = load_avatar(args.avatar) if args.avatar else sample_bundle(work)
+    speeches = {voice: speech_of(voice, args.seconds) for voice in ("piper", "espeak")}
     results: dict = {
         "machine": f"{platform.machine()} {platform.processor() or ''} {platform.node()}".strip(),
         "avatar": {"name": bundle.name, "width": bundle.size[0], "height": bundle.size[1]},
+        "speech": {"text_chars": len(TEXT), "piper_length_scale": PIPER_RATE, "espeak_voice": ESPEAK_VOICE},
+        "targets": {
+            "correlation": TARGET_CORRELATION,
+            "silent_closed": TARGET_CLOSED,
+            "engine_ms": TARGET_MS,
+        },
         "cases": {},
     }
-    for name, (engine, speech) in cases.items():
+    columns = ("audio", "engine ms", "r best", "lag", "r lag0", "closed")
+    print(f"{'case':13s} " + " ".join(f"{c:>{max(len(c), 6)}s}" for c in columns))
+    for case in CASES:
+        speech = speeches[case.voice]
+        if not case.use_phonemes:
+            speech = Speech(speech.pcm, source=f"{case.voice} audio only")
+        engine = VisemeEngine(use_phonemes=case.use_phonemes)
         engine.prepare(bundle)
         hot_path_ms(engine, bundle, speech)  # warm caches (crops mmap, FFT plans)
         speed = hot_path_ms(engine, bundle, speech)
-        mp4 = work / f"{name}.mp4"
+        mp4 = work / f"{case.name}.mp4"
         render = render_speech_to_mp4(bundle, engine, speech, mp4)
-        report, env, aperture, silent = measure_lipsync(mp4, progress=True)
-        plot = args.out / f"lipsync_{name}.png"
+        report, env, aperture, silent = measure_lipsync(mp4, progress=False)
+        plot = args.out / f"lipsync_{case.name}.png"
         plot_lipsync(plot, report, env, aperture, silent)
-        results["cases"][name] = {
+        results["cases"][case.name] = {
+            "voice": case.voice,
+            "features": "phoneme timings" if case.use_phonemes else "audio only",
             "audio_seconds": round(speech.seconds, 2),
+            "lookahead_ms": engine.lookahead_frames * 40 if not case.use_phonemes else None,
             **{k: round(v, 3) for k, v in speed.items()},
-            "render_realtime_factor": getattr(render, "realtime_factor", None),
+            "render_realtime_factor": render.realtime_factor,
             "lipsync": report.as_dict(),
             "plot": str(plot),
         }
-        r = report
+        closed = "n/a" if report.silent_closed_share is None else f"{report.silent_closed_share:.1%}"
         print(
-            f"{name:12s} {speech.seconds:5.1f}s  engine {speed['total_ms']:.2f} ms/frame "
-            f"(features {speed['features_ms']:.2f}, render {speed['render_ms']:.2f})  "
-            f"r={r.correlation_best:.3f} lag {r.best_lag_frames:+d} r0={r.correlation_lag0:.3f}  "
-            f"silent closed {r.silent_closed_share}"
+            f"{case.name:13s} {speech.seconds:5.1f}s {speed['total_ms']:9.2f} {report.correlation_best:6.3f} "
+            f"{report.best_lag_frames:+6d} {report.correlation_lag0:6.3f} {closed:>6s}",
+            flush=True,
         )
+    plot_summary(args.out / "lipsync_summary.png", results["cases"])
     path = args.out / "lipsync_bench.json"
     path.write_text(json.dumps(results, indent=2, default=str) + "\n")
-    print(f"wrote {path}")
+    print(f"wrote {path} and {args.out / 'lipsync_summary.png'}")
 
 
 if __name__ == "__main__":

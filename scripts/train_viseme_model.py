@@ -1,10 +1,11 @@
 """Train the viseme engine's audio -> articulation MLP on speech synthesised here, and ship it as .npz.
 
 Labels come from the TTS voices' own phoneme timings (lipstream.engines.viseme.articulation), so no
-hand labelling is needed. Training voices: espeak-ng variants only; the Piper voice is held out
-entirely and used as the test set (a different synthesiser, closer to natural speech).
+hand labelling is needed. Training speech: seven espeak-ng voices and the bundled Piper voice at three
+speaking rates (length_scale 0.8, 0.95, 1.25). Held out for the test: other sentences, spoken by Piper at
+a rate it never trained on (length_scale 1.1) and by an espeak-ng voice it never heard (en-gb-scotland).
 
-    OMP_NUM_THREADS=1 .venv/bin/python scripts/train_viseme_model.py            # ~3 min on 2 cores
+    OMP_NUM_THREADS=1 .venv/bin/python scripts/train_viseme_model.py            # ~10 min on 2 cores
     OMP_NUM_THREADS=1 .venv/bin/python scripts/train_viseme_model.py --quick    # smoke run
 
 Writes lipstream/engines/data/viseme_mlp.npz and prints/returns accuracy on the held-out voice.
@@ -31,6 +32,9 @@ from lipstream.talk.espeak_tts import EspeakTTS
 from lipstream.talk.piper_tts import PiperTTS
 
 TRAIN_VOICES = ("en-us", "en-us+m3", "en-us+f2", "en-us+f4", "en-gb-x-rp", "en-us+klatt2", "en+m7")
+PIPER_TRAIN_SCALES = (0.8, 0.95, 1.25)  # Piper length_scale (speaking rate) of the training speech
+PIPER_TEST_SCALE = 1.1
+ESPEAK_TEST_VOICE = "en-gb-scotland"
 BEFORE, AFTER = 3, 3  # acoustic context in frames; AFTER sets the engine's look-ahead
 
 
@@ -178,8 +182,9 @@ def evaluate(model: ArticulationModel, corpus: Corpus) -> dict:
 def main() -> None:
     """Synthesise, train, evaluate on the held-out voice, write the .npz and a JSON summary."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sentences", type=int, default=220, help="training sentences (each spoken by 7 voices)")
-    ap.add_argument("--test-sentences", type=int, default=40, help="held-out Piper sentences")
+    ap.add_argument("--sentences", type=int, default=220, help="espeak-ng training sentences (7 voices each)")
+    ap.add_argument("--piper-sentences", type=int, default=150, help="Piper training sentences (3 rates)")
+    ap.add_argument("--test-sentences", type=int, default=40, help="held-out sentences (held-out voices)")
     ap.add_argument("--epochs", type=int, default=40)
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--seed", type=int, default=7)
@@ -188,27 +193,37 @@ def main() -> None:
     ap.add_argument("--report", type=Path, default=Path("benchmarks/results/viseme_model_train.json"))
     args = ap.parse_args()
     if args.quick:
-        args.sentences, args.test_sentences, args.epochs = 10, 4, 2
+        args.sentences, args.piper_sentences, args.test_sentences, args.epochs = 10, 4, 4, 2
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     words = word_list(args.seed)
     front = AcousticFrontEnd(AcousticConfig())
     train_texts = sentences(args.sentences, args.seed, words)
+    piper_texts = sentences(args.piper_sentences, args.seed + 500, words)
     test_texts = sentences(args.test_sentences, args.seed + 1000, words)
     voices = [EspeakTTS(v) for v in TRAIN_VOICES]
-    train = build(voices, train_texts, front, args.seed, augment=True, label="espeak-ng (train)")
-    test_espeak = build(
-        [EspeakTTS("en-us")], test_texts, front, args.seed + 1, False, "espeak-ng (held-out text)"
+    espeak_train = build(voices, train_texts, front, args.seed, augment=True, label="espeak-ng (train)")
+    pipers = [PiperTTS(length_scale=s) for s in PIPER_TRAIN_SCALES]
+    piper_train = build(pipers, piper_texts, front, args.seed + 3, augment=True, label="piper (train)")
+    train = Corpus(
+        np.concatenate([espeak_train.x, piper_train.x]),
+        np.concatenate([espeak_train.y, piper_train.y]),
+        np.concatenate([espeak_train.utt, piper_train.utt + espeak_train.utt.max() + 1]),
     )
-    test_piper = build([PiperTTS()], test_texts, front, args.seed + 2, False, "piper (held-out voice)")
+    test_espeak = build(
+        [EspeakTTS(ESPEAK_TEST_VOICE)], test_texts, front, args.seed + 1, False, "espeak-ng (held-out voice)"
+    )
+    held_out_piper = [PiperTTS(length_scale=PIPER_TEST_SCALE)]
+    test_piper = build(held_out_piper, test_texts, front, args.seed + 2, False, "piper (held-out rate)")
     model = fit(train, args.epochs, args.hidden, args.seed)
     summary = {
         "train_frames": int(len(train.y)),
-        "train_voices": list(TRAIN_VOICES),
+        "train_voices": [*TRAIN_VOICES, *(f"piper@{s}" for s in PIPER_TRAIN_SCALES)],
+        "test_voices": [ESPEAK_TEST_VOICE, f"piper@{PIPER_TEST_SCALE}"],
         "epochs": args.epochs,
         "hidden": args.hidden,
-        "espeak_heldout_text": evaluate(model, test_espeak),
-        "piper_heldout_voice": evaluate(model, test_piper),
+        "espeak_heldout_voice_and_text": evaluate(model, test_espeak),
+        "piper_heldout_rate_and_text": evaluate(model, test_piper),
         "seconds": round(time.perf_counter() - t0, 1),
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,8 @@ import numpy as np
 from lipstream.audio.levels import DEFAULT_SILENCE_DBFS, SilenceDetector
 from lipstream.avatar.bundle import CROP_SIZE, AvatarBundle
 from lipstream.engines.base import FeatureStream, Speech
-from lipstream.engines.viseme.articulation import FEATURE_DIM, FEATURE_NAMES
+from lipstream.engines.viseme.articulation import FEATURE_DIM, FEATURE_NAMES, OPEN
+from lipstream.engines.viseme.calibration import OpeningCurve, measure_opening_curve
 from lipstream.engines.viseme.extractor import ArticulationExtractor, StreamingArticulation
 from lipstream.engines.viseme.geometry import GEOMETRY_DIM, MouthGeometry, measure
 from lipstream.engines.viseme.model import load_model
@@ -22,13 +23,15 @@ from lipstream.errors import AvatarError
 
 CROPS_FILE = "crops.npy"  # N×256×256×3 uint8: each frame's box resized to crop space
 GEOMETRY_FILE = "geometry.npy"  # N×GEOMETRY_DIM float32: packed MouthGeometry rows
-CACHE_VERSION = 1
+OPENING_FILE = "opening.npy"  # 2×L float32: warp opening levels and the aperture tracked at each
+CACHE_VERSION = 2
 
 
 @dataclass(frozen=True)
 class _AvatarCache:
     crops: np.ndarray
     geometry: np.ndarray
+    opening: OpeningCurve
 
 
 def source_crop(bundle: AvatarBundle, frame_index: int) -> np.ndarray:
@@ -85,11 +88,13 @@ class VisemeEngine:
             and entry.get("frames") == bundle.frame_count
             and (folder / CROPS_FILE).is_file()
             and (folder / GEOMETRY_FILE).is_file()
+            and (folder / OPENING_FILE).is_file()
         ):
             return
         crops, geometry = self._build(bundle)
+        opening = self._calibrate(bundle, crops, geometry)
         folder.mkdir(parents=True, exist_ok=True)
-        for name, array in ((CROPS_FILE, crops), (GEOMETRY_FILE, geometry)):
+        for name, array in ((CROPS_FILE, crops), (GEOMETRY_FILE, geometry), (OPENING_FILE, opening.pack())):
             fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
             with os.fdopen(fd, "wb") as fh:
                 np.save(fh, array)
@@ -101,6 +106,7 @@ class VisemeEngine:
                 "frames": bundle.frame_count,
                 "crops": CROPS_FILE,
                 "geometry": GEOMETRY_FILE,
+                "opening": OPENING_FILE,
             },
         )
         self._caches.pop(Path(bundle.path), None)
@@ -115,6 +121,16 @@ class VisemeEngine:
             geometry[i] = measure(bundle.crop_landmarks(i), float(bundle.nose_base[i])).pack()
         return crops, geometry
 
+    def _calibrate(self, bundle: AvatarBundle, crops: np.ndarray, geometry: np.ndarray) -> OpeningCurve:
+        """Aperture the tracker reads at each warp opening, on a few of this avatar's frames."""
+
+        def render_open(level: float, fid: int) -> np.ndarray:
+            row = np.array([level, 0.0, 0.0], dtype=np.float32)
+            geo = MouthGeometry.unpack(geometry[fid])
+            return render_patch(np.asarray(crops[fid]), np.asarray(bundle.masks[fid]), geo, row, self.warp)
+
+        return measure_opening_curve(bundle, render_open)
+
     def _cache(self, bundle: AvatarBundle) -> _AvatarCache:
         """Crops and geometry: from the prepared cache, else computed in memory (never written here)."""
         key = Path(bundle.path)
@@ -124,9 +140,11 @@ class VisemeEngine:
             if entry.get("version") == CACHE_VERSION and (folder / CROPS_FILE).is_file():
                 crops = np.load(folder / CROPS_FILE, mmap_mode="r")
                 geometry = np.load(folder / GEOMETRY_FILE)
+                opening = OpeningCurve.unpack(np.load(folder / OPENING_FILE))
             else:
                 crops, geometry = self._build(bundle)
-            self._caches[key] = _AvatarCache(crops, geometry)
+                opening = self._calibrate(bundle, crops, geometry)
+            self._caches[key] = _AvatarCache(crops, geometry, opening)
         return self._caches[key]
 
     # ---- rendering
@@ -137,6 +155,8 @@ class VisemeEngine:
         if len(features) != len(frame_ids):
             raise ValueError(f"{len(features)} feature rows for {len(frame_ids)} frame ids")
         cache = self._cache(bundle)
+        features = features.copy()
+        features[:, OPEN] = cache.opening.warp_opening(features[:, OPEN])
         out = np.empty((len(frame_ids), CROP_SIZE, CROP_SIZE, 3), dtype=np.uint8)
         for i, (row, fid) in enumerate(zip(features, frame_ids, strict=True)):
             fid = int(fid)

@@ -1,0 +1,93 @@
+"""Loudness-driven opening, easing into rest around pauses, and the per-avatar opening calibration."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lipstream.audio.timeline import SAMPLE_RATE, SAMPLES_PER_FRAME
+from lipstream.engines.base import PhonemeTiming, Speech
+from lipstream.engines.viseme.articulation import CLOSURE, OPEN, WIDTH
+from lipstream.engines.viseme.calibration import LEVELS, OpeningCurve
+from lipstream.engines.viseme.engine import OPENING_FILE, VisemeEngine
+from lipstream.engines.viseme.loudness import LoudnessConfig, ease_to_rest, loudness, scale_opening
+
+
+def test_loudness_is_relative_to_the_local_loudest_frame() -> None:
+    cfg = LoudnessConfig()
+    levels = np.array([-60.0, -45.0, -30.0, -15.0, -20.0, -45.0])
+    loud = loudness(levels, cfg)
+    assert loud[0] == 0.0 and loud[1] == 0.0 and loud[-1] == 0.0
+    assert loud[3] == pytest.approx(1.0)
+    assert loud[2] == pytest.approx(0.5)
+    # 20 dB quieter everywhere: the reference follows, but the floor (silence) does not.
+    quiet = loudness(levels - 10.0, cfg)
+    assert np.all(quiet <= loud + 1e-6)
+    # A loud frame more than back_frames earlier no longer sets the reference.
+    far = np.full(cfg.back_frames + 10, -30.0)
+    far[0] = -10.0
+    assert loudness(far, cfg)[-1] == pytest.approx(1.0)
+
+
+def test_louder_vowels_open_wider_and_closures_stay_shut() -> None:
+    cfg = LoudnessConfig()
+    feats = np.array([[0.85, 0.0, 0.0], [0.85, 0.0, 0.0], [0.0, 0.0, 1.0], [0.25, 0.6, 0.0]], np.float32)
+    out = scale_opening(feats, np.array([1.0, 0.4, 1.0, 1.0], np.float32), cfg)
+    assert out[0, OPEN] > out[1, OPEN] > 0.0
+    assert out[0, OPEN] == pytest.approx(cfg.open_gain)
+    assert out[2, OPEN] == 0.0 and out[2, CLOSURE] == 1.0
+    assert out[3, WIDTH] == feats[3, WIDTH]
+    assert out[0, OPEN] > out[3, OPEN]  # vowel height still counts at equal loudness
+
+
+def test_ease_tapers_frames_next_to_silence() -> None:
+    cfg = LoudnessConfig(ease_frames=2)
+    feats = np.tile(np.array([[0.6, 0.5, 0.0]], np.float32), (8, 1))
+    silent = np.zeros(8 + 4, bool)
+    silent[2 + 6 :] = True  # rows 6, 7 and beyond are silent
+    out = ease_to_rest(feats, silent, cfg)
+    assert np.all(out[6:] == 0.0)
+    assert out[5, OPEN] == pytest.approx(0.6 / 3)
+    assert out[4, OPEN] == pytest.approx(0.6 * 2 / 3)
+    assert out[3, OPEN] == pytest.approx(0.6)
+    with pytest.raises(ValueError):
+        ease_to_rest(feats, silent[:-1], cfg)
+
+
+def test_opening_curve_inverts_a_measured_response() -> None:
+    levels = np.asarray(LEVELS, np.float32)
+    measured = 0.1 + 0.3 * np.sqrt(levels)  # a concave response, like the tracker's on a parted mouth
+    curve = OpeningCurve(levels, measured.astype(np.float32))
+    command = np.linspace(0.0, 1.0, 21, dtype=np.float32)
+    warp = curve.warp_opening(command)
+    seen = np.interp(warp, levels, measured)
+    np.testing.assert_allclose(seen, 0.1 + 0.3 * command, atol=0.01)
+    assert warp[0] == 0.0
+    np.testing.assert_allclose(OpeningCurve.identity().warp_opening(command), command, atol=1e-5)
+    np.testing.assert_allclose(OpeningCurve.unpack(curve.pack()).aperture, curve.aperture)
+
+
+def test_prepare_measures_a_rising_opening_curve(small_avatar) -> None:
+    engine = VisemeEngine()
+    engine.prepare(small_avatar)
+    curve = OpeningCurve.unpack(np.load(small_avatar.engine_dir("viseme") / OPENING_FILE))
+    assert curve.aperture[-1] > curve.aperture[0] + 0.1  # the tracker sees the warp open the mouth
+    assert np.corrcoef(curve.levels, curve.aperture)[0, 1] > 0.9
+
+
+def test_a_louder_syllable_renders_a_wider_mouth() -> None:
+    """Same phonemes twice, the second 12 dB quieter: the features open less on the quiet one."""
+    rng = np.random.default_rng(0)
+    frames = 10
+    tone = (np.sin(2 * np.pi * 180 * np.arange(frames * SAMPLES_PER_FRAME) / SAMPLE_RATE)).astype(np.float32)
+    tone += 0.05 * rng.standard_normal(tone.size).astype(np.float32)
+    gap = np.zeros(6 * SAMPLES_PER_FRAME, np.float32)
+    pcm = np.concatenate([gap, 0.2 * tone, gap, 0.05 * tone, gap])
+    span = frames * SAMPLES_PER_FRAME
+    a0, a1 = gap.size, gap.size + span
+    b0 = a1 + gap.size
+    phonemes = [PhonemeTiming("ɑ", a0, a1), PhonemeTiming("_", a1, b0), PhonemeTiming("ɑ", b0, b0 + span)]
+    feats = VisemeEngine().features(Speech(pcm, phonemes=phonemes))
+    mid_a = (a0 + a1) // 2 // SAMPLES_PER_FRAME
+    mid_b = (b0 + b0 + span) // 2 // SAMPLES_PER_FRAME
+    assert feats[mid_a, OPEN] > 1.3 * feats[mid_b, OPEN] > 0.0

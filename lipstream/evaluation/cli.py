@@ -48,7 +48,8 @@ def run_lipsync(args: argparse.Namespace) -> int:
         print(
             f"envelope correlation {report.correlation_best:.3f} "
             f"at best lag {report.best_lag_frames:+d} frames "
-            f"({report.correlation_lag0:.3f} at lag 0)"
+            f"({report.correlation_lag0:.3f} at lag 0; "
+            f"{report.correlation_speech_lag0:.3f} over speech frames only)"
         )
         print(f"silent frames {report.silent_frames}, mouth closed in {closed}")
         print(f"plot: {plot}")

@@ -51,6 +51,7 @@ class LipsyncReport:
     best_lag_frames: int  # > 0: the mouth moves after the sound
     correlation_best: float
     correlation_lag0: float
+    correlation_speech_lag0: float  # lag 0, speech frames only: how well opening follows loudness in speech
     silent_frames: int
     silent_closed_share: float | None  # None when the audio has no silent frames
     closed_baseline: float
@@ -149,6 +150,8 @@ def measure_lipsync(
         )
     silent = silence.mask_from_levels(frame_rms(pcm)[:n])
     corr = lagged_correlations(env, aperture)
+    speech = ~silent
+    in_speech = lagged_correlations(env[speech], aperture[speech], max_lag=0)[0] if speech.sum() >= 3 else 0.0
     best = max(corr, key=lambda lag: (round(corr[lag], 6), -abs(lag)))
     baseline, threshold = closed_threshold(aperture, rule)
     silent_ok = silent & np.isfinite(aperture)
@@ -161,6 +164,7 @@ def measure_lipsync(
         best_lag_frames=int(best),
         correlation_best=round(corr[best], 4),
         correlation_lag0=round(corr[0], 4),
+        correlation_speech_lag0=round(in_speech, 4),
         silent_frames=int(silent.sum()),
         silent_closed_share=None if share is None else round(share, 4),
         closed_baseline=round(baseline, 5),

@@ -9,7 +9,13 @@ from lipstream.audio.timeline import SAMPLES_PER_FRAME, frame_count
 from lipstream.engines.base import Speech
 from lipstream.engines.viseme.acoustic import AcousticFrontEnd
 from lipstream.engines.viseme.articulation import FEATURE_DIM, frames_from_phonemes
-from lipstream.engines.viseme.loudness import LoudnessConfig, ease_to_rest, loudness, scale_opening
+from lipstream.engines.viseme.loudness import (
+    ClosureGate,
+    LoudnessConfig,
+    ease_to_rest,
+    loudness,
+    scale_opening,
+)
 from lipstream.engines.viseme.model import ArticulationModel
 
 # Light temporal smoothing of the model output (one frame each side) against frame-to-frame jitter.
@@ -24,10 +30,12 @@ class ArticulationExtractor:
         model: ArticulationModel,
         silence: SilenceDetector | None = None,
         loud: LoudnessConfig | None = None,
+        closure_gate: ClosureGate | None = None,
     ) -> None:
         self.model = model
         self.silence = silence or SilenceDetector()
         self.loud = loud or LoudnessConfig()
+        self.closure_gate = closure_gate or ClosureGate()
         self.front_end = AcousticFrontEnd(model.acoustic)
         if self.loud.ahead_frames > self.lookahead_frames:
             raise ValueError("the loudness reference may not look further ahead than the extractor")
@@ -63,10 +71,18 @@ class ArticulationExtractor:
         acoustic = self.front_end.frames(pcm, a0 - offset_frames, a1 - a0)
         raw = m.predict(acoustic)  # rows for k0-1 .. k1
         smooth = _SMOOTH[0] * raw[:-2] + _SMOOTH[1] * raw[1:-1] + _SMOOTH[2] * raw[2:]  # rows for k0 .. k1-1
-        return self._finish(pcm, smooth.astype(np.float32), k0, k1, frames_known, offset_frames)
+        smooth = smooth.astype(np.float32)
+        return self._finish(pcm, smooth, k0, k1, frames_known, offset_frames, acoustic=True)
 
     def _finish(
-        self, pcm: np.ndarray, feats: np.ndarray, k0: int, k1: int, frames_known: int, offset_frames: int = 0
+        self,
+        pcm: np.ndarray,
+        feats: np.ndarray,
+        k0: int,
+        k1: int,
+        frames_known: int,
+        offset_frames: int = 0,
+        acoustic: bool = False,
     ) -> np.ndarray:
         """Scale the opening by loudness, then zero silent rows: silence is exactly the avatar's own mouth."""
         e = self.loud.ease_frames
@@ -77,7 +93,10 @@ class ArticulationExtractor:
         s1 = (l1 - offset_frames) * SAMPLES_PER_FRAME
         levels = frame_rms(pcm[s0:s1])
         rows = slice(k0 - l0, k0 - l0 + (k1 - k0))
-        out = scale_opening(feats, loudness(levels, self.loud)[rows], self.loud)
+        loud = loudness(levels, self.loud)[rows]
+        if acoustic:
+            feats = self.closure_gate.apply(feats, loud)
+        out = scale_opening(feats, loud, self.loud)
         # Silence around the rows, padded with "speech" beyond the known audio (nothing to ease into).
         silent = np.concatenate([np.zeros(e, bool), self.silence.mask_from_levels(levels), np.zeros(e, bool)])
         return ease_to_rest(out, silent[rows.start : rows.stop + 2 * e], self.loud)

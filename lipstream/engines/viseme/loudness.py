@@ -33,6 +33,25 @@ class LoudnessConfig:
         return self.back_frames
 
 
+@dataclass(frozen=True)
+class ClosureGate:
+    """Audio-only closures are kept only when the model is confident and the sound dips.
+
+    A false closure (lips pressed while the voice is loud) is the worst error a viewer can see, and
+    a bilabial stop is quiet (lips shut, little sound) or nasal (/m/, softer than the vowels around it).
+    """
+
+    min_confidence: float = 0.45  # smoothed model closure output at or above this ...
+    max_loudness: float = 0.75  # ... on a frame at most this loud (0..1, see `loudness`)
+
+    def apply(self, feats: np.ndarray, loud: np.ndarray) -> np.ndarray:
+        """Rows with CLOSURE zeroed where the gate rejects it."""
+        out = np.array(feats, dtype=np.float32, copy=True)
+        keep = (out[:, CLOSURE] >= self.min_confidence) & (loud <= self.max_loudness)
+        out[~keep, CLOSURE] = 0.0
+        return out
+
+
 def loudness(levels_dbfs: np.ndarray, cfg: LoudnessConfig) -> np.ndarray:
     """Per-frame loudness 0..1: level above the floor, relative to the loudest frame in [k-back, k+ahead]."""
     levels = np.asarray(levels_dbfs, dtype=np.float64).reshape(-1)

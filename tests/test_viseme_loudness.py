@@ -10,7 +10,13 @@ from lipstream.engines.base import PhonemeTiming, Speech
 from lipstream.engines.viseme.articulation import CLOSURE, OPEN, WIDTH
 from lipstream.engines.viseme.calibration import LEVELS, OpeningCurve
 from lipstream.engines.viseme.engine import OPENING_FILE, VisemeEngine
-from lipstream.engines.viseme.loudness import LoudnessConfig, ease_to_rest, loudness, scale_opening
+from lipstream.engines.viseme.loudness import (
+    ClosureGate,
+    LoudnessConfig,
+    ease_to_rest,
+    loudness,
+    scale_opening,
+)
 
 
 def test_loudness_is_relative_to_the_local_loudest_frame() -> None:
@@ -91,3 +97,28 @@ def test_a_louder_syllable_renders_a_wider_mouth() -> None:
     mid_a = (a0 + a1) // 2 // SAMPLES_PER_FRAME
     mid_b = (b0 + b0 + span) // 2 // SAMPLES_PER_FRAME
     assert feats[mid_a, OPEN] > 1.3 * feats[mid_b, OPEN] > 0.0
+
+
+def test_closure_gate_needs_confidence_and_a_quiet_frame() -> None:
+    gate = ClosureGate(min_confidence=0.45, max_loudness=0.75)
+    feats = np.array([[0.1, 0.0, 0.9], [0.1, 0.0, 0.9], [0.1, 0.0, 0.3]], np.float32)
+    out = gate.apply(feats, np.array([0.5, 0.95, 0.2], np.float32))
+    np.testing.assert_allclose(out[:, CLOSURE], [0.9, 0.0, 0.0], atol=1e-6)
+    np.testing.assert_array_equal(out[:, :CLOSURE], feats[:, :CLOSURE])
+
+
+@pytest.mark.slow
+def test_audio_only_on_piper_has_no_flood_of_false_closures() -> None:
+    """Piper at a rate the model never trained on: audio-only closures stay about as rare as the real ones."""
+    from lipstream.engines.viseme.articulation import frames_from_phonemes
+    from lipstream.talk.piper_tts import PiperTTS
+
+    speech = PiperTTS(length_scale=1.1).synthesize(
+        "Maybe the bus will be late this morning, but the market opens at ten."
+    )
+    audio_only = VisemeEngine(use_phonemes=False).features(Speech(speech.pcm))
+    with_timings = VisemeEngine().features(speech)
+    truth = frames_from_phonemes(speech.phonemes, speech.frame_count)[:, CLOSURE] > 0.5
+    predicted = audio_only[:, CLOSURE] > 0.0
+    assert predicted.sum() <= 2 * truth.sum() + 2
+    assert np.corrcoef(audio_only[:, OPEN], with_timings[:, OPEN])[0, 1] > 0.7

@@ -7,10 +7,12 @@ appears in no training or tuning text, spoken by
 and rendered two ways each:
   text     the TTS's own phoneme timings drive the mouth (what `lipstream render --text` does)
   audio    audio only, through the acoustic model with 200 ms look-ahead (`lipstream render --audio`)
-Each MP4 is written by `render_speech_to_mp4` (the code behind `lipstream render`) and measured by
-`measure_lipsync` (the code behind `lipstream eval lipsync`: landmarks on the decoded output only).
+Each MP4 is written by `render_speech_to_mp4` (the code behind `lipstream render`) twice: with the render's
+default acceleration (keyframes, codebook, cross-fade infill; a fresh codebook per case) and with
+`--no-accel` (every speaking frame from the engine), and measured by `measure_lipsync` (the code behind
+`lipstream eval lipsync`: landmarks on the decoded output only).
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/lipsync_bench.py            # ~3 min on 2 cores
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/lipsync_bench.py            # ~6 min on 2 cores
 
 Builds the sample avatar in a temp LIPSTREAM_HOME unless --avatar is given. Writes
 benchmarks/results/lipsync_bench.json, lipsync_summary.png and one lipsync_<case>.png per case.
@@ -33,6 +35,7 @@ from lipstream.avatar.bundle import AvatarBundle, load_avatar
 from lipstream.engines.base import Speech
 from lipstream.engines.viseme.engine import VisemeEngine
 from lipstream.evaluation.lipsync import measure_lipsync, plot_lipsync
+from lipstream.render.accel import AccelConfig
 from lipstream.render.offline import render_speech_to_mp4
 
 TEXT = (
@@ -115,12 +118,12 @@ def plot_summary(path: Path, cases: dict) -> None:
     corr = [cases[n]["lipsync"]["correlation_best"] for n in names]
     closed = [cases[n]["lipsync"]["silent_closed_share"] or 0.0 for n in names]
     x = np.arange(len(names))
-    fig, ax = plt.subplots(figsize=(8, 4), dpi=100)
+    fig, ax = plt.subplots(figsize=(12, 4.5), dpi=100)
     ax.bar(x - 0.2, corr, 0.4, label="envelope correlation (best lag)", color="tab:blue")
     ax.bar(x + 0.2, closed, 0.4, label="silent frames closed", color="tab:green")
     ax.axhline(TARGET_CORRELATION, color="tab:blue", ls=":", lw=1)
     ax.axhline(TARGET_CLOSED, color="tab:green", ls=":", lw=1)
-    ax.set_xticks(x, names)
+    ax.set_xticks(x, names, rotation=20, fontsize=8)
     ax.set_ylim(0, 1.05)
     ax.set_title("viseme engine on the 1080x1920 sample, held-out speech (dotted: targets)")
     ax.legend(loc="lower right", fontsize=8)
@@ -151,9 +154,9 @@ def main() -> None:
         },
         "cases": {},
     }
-    columns = ("audio", "engine ms", "r best", "lag", "r lag0", "closed")
-    print(f"{'case':13s} " + " ".join(f"{c:>{max(len(c), 6)}s}" for c in columns))
-    for case in CASES:
+    columns = ("audio", "engine ms", "r best", "lag", "r lag0", "r speech", "closed")
+    print(f"{'case':19s} " + " ".join(f"{c:>{max(len(c), 6)}s}" for c in columns))
+    for case, accelerated in ((c, a) for c in CASES for a in (False, True)):
         speech = speeches[case.voice]
         if not case.use_phonemes:
             speech = Speech(speech.pcm, source=f"{case.voice} audio only")
@@ -161,13 +164,19 @@ def main() -> None:
         engine.prepare(bundle)
         hot_path_ms(engine, bundle, speech)  # warm caches (crops mmap, FFT plans)
         speed = hot_path_ms(engine, bundle, speech)
-        mp4 = work / f"{case.name}.mp4"
-        render = render_speech_to_mp4(bundle, engine, speech, mp4)
+        name = f"{case.name}{'+accel' if accelerated else ''}"
+        mp4 = work / f"{name}.mp4"
+        render = render_speech_to_mp4(
+            bundle, engine, speech, mp4, accel=AccelConfig(enabled=accelerated), persist_codebook=False
+        )
         report, env, aperture, silent = measure_lipsync(mp4, progress=False)
-        plot = args.out / f"lipsync_{case.name}.png"
+        plot = args.out / f"lipsync_{name}.png"
         plot_lipsync(plot, report, env, aperture, silent)
-        results["cases"][case.name] = {
+        results["cases"][name] = {
             "voice": case.voice,
+            "render_accel": accelerated,
+            "keyframes": render.keyframes,
+            "codebook_hits": render.codebook_hits,
             "features": "phoneme timings" if case.use_phonemes else "audio only",
             "audio_seconds": round(speech.seconds, 2),
             "lookahead_ms": engine.lookahead_frames * 40 if not case.use_phonemes else None,
@@ -178,8 +187,9 @@ def main() -> None:
         }
         closed = "n/a" if report.silent_closed_share is None else f"{report.silent_closed_share:.1%}"
         print(
-            f"{case.name:13s} {speech.seconds:5.1f}s {speed['total_ms']:9.2f} {report.correlation_best:6.3f} "
-            f"{report.best_lag_frames:+6d} {report.correlation_lag0:6.3f} {closed:>6s}",
+            f"{name:19s} {speech.seconds:5.1f}s {speed['total_ms']:9.2f} {report.correlation_best:6.3f} "
+            f"{report.best_lag_frames:+6d} {report.correlation_lag0:6.3f} "
+            f"{report.correlation_speech_lag0:8.3f} {closed:>6s}",
             flush=True,
         )
     plot_summary(args.out / "lipsync_summary.png", results["cases"])

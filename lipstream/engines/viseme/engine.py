@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from dataclasses import dataclass
@@ -66,6 +67,9 @@ class VisemeEngine:
         )
         self.lookahead_frames = self.extractor.lookahead_frames
         self.warp = warp or WarpConfig()
+        # Patch caches kept by others (the render codebook) are valid only for this warp and cache layout.
+        digest = hashlib.sha1(f"{CACHE_VERSION}:{self.warp!r}".encode()).hexdigest()[:8]
+        self.cache_key = f"w{digest}"
         self.feature_names = FEATURE_NAMES
         self._caches: dict[Path, _AvatarCache] = {}
 
@@ -94,6 +98,9 @@ class VisemeEngine:
         crops, geometry = self._build(bundle)
         opening = self._calibrate(bundle, crops, geometry)
         folder.mkdir(parents=True, exist_ok=True)
+        # Patches cached from the previous crops/calibration would no longer match what render() draws.
+        for stale in folder.glob("codebook*.npz"):
+            stale.unlink()
         for name, array in ((CROPS_FILE, crops), (GEOMETRY_FILE, geometry), (OPENING_FILE, opening.pack())):
             fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
             with os.fdopen(fd, "wb") as fh:

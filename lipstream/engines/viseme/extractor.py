@@ -72,7 +72,7 @@ class ArticulationExtractor:
         raw = m.predict(acoustic)  # rows for k0-1 .. k1
         smooth = _SMOOTH[0] * raw[:-2] + _SMOOTH[1] * raw[1:-1] + _SMOOTH[2] * raw[2:]  # rows for k0 .. k1-1
         smooth = smooth.astype(np.float32)
-        return self._finish(pcm, smooth, k0, k1, frames_known, offset_frames, acoustic=True)
+        return self._finish(pcm, smooth, k0, k1, frames_known, offset_frames)
 
     def _finish(
         self,
@@ -82,9 +82,9 @@ class ArticulationExtractor:
         k1: int,
         frames_known: int,
         offset_frames: int = 0,
-        acoustic: bool = False,
     ) -> np.ndarray:
-        """Scale the opening by loudness, then zero silent rows: silence is exactly the avatar's own mouth."""
+        """Gate closures, scale the opening by loudness, ease into rest and zero silent rows (silence is
+        exactly the avatar's own mouth)."""
         e = self.loud.ease_frames
         pad = self.silence.min_silent_frames - 1 + e
         l0 = max(k0 - max(pad, self.loud.back_frames), offset_frames, 0)
@@ -94,8 +94,9 @@ class ArticulationExtractor:
         levels = frame_rms(pcm[s0:s1])
         rows = slice(k0 - l0, k0 - l0 + (k1 - k0))
         loud = loudness(levels, self.loud)[rows]
-        if acoustic:
-            feats = self.closure_gate.apply(feats, loud)
+        # Also for TTS timings: lips cannot be shut on a frame as loud as a vowel; such a frame is the
+        # alignment's 40 ms rounding into the neighbouring vowel.
+        feats = self.closure_gate.apply(feats, loud)
         out = scale_opening(feats, loud, self.loud)
         # Silence around the rows, padded with "speech" beyond the known audio (nothing to ease into).
         silent = np.concatenate([np.zeros(e, bool), self.silence.mask_from_levels(levels), np.zeros(e, bool)])

@@ -35,7 +35,7 @@ class LoudnessConfig:
 
 @dataclass(frozen=True)
 class ClosureGate:
-    """Audio-only closures are kept only when the model is confident and the sound dips.
+    """Closures are kept only when confident (model output; TTS timings give 1.0) and the sound dips.
 
     A false closure (lips pressed while the voice is loud) is the worst error a viewer can see, and
     a bilabial stop is quiet (lips shut, little sound) or nasal (/m/, softer than the vowels around it).

@@ -185,3 +185,28 @@ def test_render_cli_end_to_end(tiny_models: Path, engine, avatar, tmp_path: Path
         frames = [f.to_ndarray(format="rgb24") for f in container.decode(video)]
     assert len(frames) == data["frames"] > 10
     assert frames[0].shape == (640, 360, 3)
+
+
+def test_first_use_prepares_latents_and_says_so(engine, small_avatar, tmp_path: Path, caplog) -> None:
+    bundle = load_avatar(shutil.copytree(small_avatar.path, tmp_path / "new"))
+    feats = np.zeros((1, engine.feature_dim), np.float32)
+    with caplog.at_level("WARNING", logger="lipstream.engines.musetalk.engine"):
+        patch = engine.render(bundle, feats, np.array([0]))
+    assert patch.shape == (1, 256, 256, 3)
+    assert "has no MuseTalk latents yet: encoding them now" in caplog.text
+    assert (bundle.engine_dir("musetalk") / LATENTS_FILE).is_file()
+
+
+def test_models_latents_command(tiny_models: Path, small_avatar, tmp_path: Path, capsys) -> None:
+    from lipstream.cli import main
+
+    folder = shutil.copytree(small_avatar.path, tmp_path / "cli")
+    argv = ["models", "latents", str(folder), "--models-dir", str(tiny_models), "--device", "cpu"]
+    assert main(argv) == 0
+    assert f"MuseTalk latents [{small_avatar.frame_count}, 8, 32, 32] stored in" in capsys.readouterr().out
+    assert load_avatar(folder).manifest.engines["musetalk"]["dtype"] == "float16"
+    assert (
+        main(["models", "latents", str(folder), "--models-dir", str(tmp_path / "none"), "--device", "cpu"])
+        == 2
+    )
+    assert "lipstream models download" in capsys.readouterr().err

@@ -45,16 +45,18 @@ def frame_windows(
     `states` holds encoder steps [states_offset, states_offset + L); steps outside [0, total_steps) read as 0.
     """
     _, n_states, dim = states.shape
-    out = np.zeros((n_frames, WINDOW_STEPS, n_states, dim), dtype=np.float32)
-    for row in range(n_frames):
-        steps = window_steps(first_frame + row)
-        valid = (steps >= 0) & (steps < total_steps)
-        local = steps[valid] - states_offset
-        if local.size and (local.min() < 0 or local.max() >= len(states)):
-            raise ValueError(
-                f"frame {first_frame + row} needs steps {steps[valid]} not held (offset {states_offset})"
-            )
-        out[row, valid] = states[local]
+    frames = np.arange(first_frame, first_frame + n_frames)
+    steps = STEPS_PER_FRAME * frames[:, None] + WINDOW_START + np.arange(WINDOW_STEPS)  # [n, 10]
+    valid = (steps >= 0) & (steps < total_steps)
+    local = steps - states_offset
+    held = (local >= 0) & (local < len(states))
+    if np.any(valid & ~held):
+        raise ValueError(
+            f"frames from {first_frame} need steps not held (offset {states_offset}, {len(states)} held)"
+        )
+    zero_row = len(states)  # gather from one appended row of zeros where the window leaves the audio
+    padded = np.concatenate([states.astype(np.float32, copy=False), np.zeros((1, n_states, dim), np.float32)])
+    out = padded[np.where(valid, local, zero_row)]  # [n, 10, S, D]
     return out.reshape(n_frames, WINDOW_STEPS * n_states * dim)
 
 

@@ -122,3 +122,20 @@ def test_audio_only_on_piper_has_no_flood_of_false_closures() -> None:
     predicted = audio_only[:, CLOSURE] > 0.0
     assert predicted.sum() <= 2 * truth.sum() + 2
     assert np.corrcoef(audio_only[:, OPEN], with_timings[:, OPEN])[0, 1] > 0.7
+
+
+def test_another_warp_recalibrates_and_drops_stale_codebooks(small_avatar) -> None:
+    from lipstream.engines.viseme.warp import WarpConfig
+
+    first = VisemeEngine()
+    first.prepare(small_avatar)
+    folder = small_avatar.engine_dir("viseme")
+    stale = folder / f"codebook-{first.cache_key}.npz"
+    stale.write_bytes(b"patches drawn by the old warp")
+    wider = VisemeEngine(warp=WarpConfig(jaw_drop=0.8))
+    assert wider.cache_key != first.cache_key
+    wider.prepare(small_avatar)
+    assert small_avatar.manifest.engines["viseme"]["warp"] == wider.cache_key
+    assert not stale.exists()
+    curve = OpeningCurve.unpack(np.load(folder / OPENING_FILE))
+    assert curve.aperture[-1] > curve.aperture[0]

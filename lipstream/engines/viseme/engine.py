@@ -25,7 +25,7 @@ from lipstream.errors import AvatarError
 CROPS_FILE = "crops.npy"  # N×256×256×3 uint8: each frame's box resized to crop space
 GEOMETRY_FILE = "geometry.npy"  # N×GEOMETRY_DIM float32: packed MouthGeometry rows
 OPENING_FILE = "opening.npy"  # 2×L float32: warp opening levels and the aperture tracked at each
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,7 @@ class VisemeEngine:
         if (
             entry.get("version") == CACHE_VERSION
             and entry.get("frames") == bundle.frame_count
+            and entry.get("warp") == self.cache_key
             and (folder / CROPS_FILE).is_file()
             and (folder / GEOMETRY_FILE).is_file()
             and (folder / OPENING_FILE).is_file()
@@ -114,6 +115,7 @@ class VisemeEngine:
                 "crops": CROPS_FILE,
                 "geometry": GEOMETRY_FILE,
                 "opening": OPENING_FILE,
+                "warp": self.cache_key,  # the opening calibration was measured with this warp
             },
         )
         self._caches.pop(Path(bundle.path), None)
@@ -144,7 +146,11 @@ class VisemeEngine:
         if key not in self._caches:
             folder = bundle.engine_dir(self.name)
             entry = bundle.manifest.engines.get(self.name, {})
-            if entry.get("version") == CACHE_VERSION and (folder / CROPS_FILE).is_file():
+            if (
+                entry.get("version") == CACHE_VERSION
+                and entry.get("warp") == self.cache_key
+                and (folder / CROPS_FILE).is_file()
+            ):
                 crops = np.load(folder / CROPS_FILE, mmap_mode="r")
                 geometry = np.load(folder / GEOMETRY_FILE)
                 opening = OpeningCurve.unpack(np.load(folder / OPENING_FILE))

@@ -20,8 +20,9 @@ class WarpConfig:
     upper_share: float = 0.22  # part of the parting taken by the upper lip
     spread: float = 0.13  # corner shift at width=±1, in W
     roi_half_width: float = 2.6  # warped region half-width, in W
-    teeth_rgb: tuple[int, int, int] = (214, 208, 196)
-    cavity_rgb: tuple[int, int, int] = (48, 16, 18)
+    teeth_rgb: tuple[int, int, int] = (206, 198, 186)  # drawn only where the source shows no teeth
+    cavity_rgb: tuple[int, int, int] = (78, 34, 38)  # at the front; darker towards the throat
+    tongue_rgb: tuple[int, int, int] = (98, 44, 48)  # faint: a lip-coloured tongue reads as the lower lip
 
 
 def _interp_contour(contour: np.ndarray, xs: np.ndarray) -> np.ndarray:
@@ -88,9 +89,13 @@ def render_patch(
     sigma = 0.5 * w_half
     fade = np.exp(-(np.maximum(ys - geo.chin_y, 0.0) ** 2) / (2 * sigma * sigma))
     map_y_low = ys - d_low * fade
-    # Between the new lip edges: stretch the source's own gap (zero for a closed mouth).
+    # Between the new lip edges: the source's own gap (teeth of a parted rest mouth) rides with the upper
+    # lip at its own size, as upper teeth do; squeezed when the lips part less than in the source.
     span = np.maximum(lower_dst - upper_dst, 1e-3)
-    map_y_mid = upper + (ys - upper_dst) * (gap - close) / span
+    shown = gap - close
+    squeezed = upper + (ys - upper_dst) * shown / span
+    riding = upper + np.minimum(ys - upper_dst, shown)
+    map_y_mid = np.where(span <= shown, squeezed, riding)
     map_y = np.where(ys <= upper_dst, map_y_up, np.where(ys >= lower_dst, map_y_low, map_y_mid))
     weight = np.asarray(mask[r0:, c0:c1], dtype=np.float32) / 255.0
     map_y = ys + (map_y - ys) * weight
@@ -103,18 +108,25 @@ def render_patch(
         borderMode=cv2.BORDER_REPLICATE,
     )
 
-    # Mouth interior where the parting is wider than the source's own: dark cavity, upper teeth.
-    extra = (lower_dst - upper_dst) - (gap - close)
-    strength = np.clip(extra / 3.0, 0.0, 1.0)
-    inside = np.clip(ys - upper_dst + 0.5, 0.0, 1.0) * np.clip(lower_dst - ys + 0.5, 0.0, 1.0)
+    # Mouth interior below the source's own gap: cavity, a tongue at the bottom, and drawn upper teeth
+    # only where the source shows none (a closed rest mouth).
+    top = upper_dst + shown
+    height = lower_dst - top
+    strength = np.clip(height / 3.0, 0.0, 1.0)
+    inside = np.clip(ys - top + 0.5, 0.0, 1.0) * np.clip(lower_dst - ys + 0.5, 0.0, 1.0)
     alpha = (inside * strength)[..., None]
     if float(alpha.max()) > 0.0:
-        depth = np.clip((ys - upper_dst) / np.maximum(lower_dst - upper_dst, 1.0), 0.0, 1.0)
-        cavity = np.array(cfg.cavity_rgb, dtype=np.float32) * (1.0 - 0.5 * depth)[..., None]
-        teeth_h = np.minimum(0.4 * (lower_dst - upper_dst), 0.2 * w_half)
-        teeth = np.clip(upper_dst + teeth_h - ys, 0.0, 1.0) * np.clip(1.0 - (np.abs(u) / 0.75) ** 4, 0.0, 1.0)
+        depth = np.clip((ys - top) / np.maximum(height, 1.0), 0.0, 1.0)
+        side = np.clip(1.0 - 0.35 * u**2, 0.5, 1.0)  # darker towards the corners
+        cavity = np.array(cfg.cavity_rgb, dtype=np.float32) * ((1.0 - 0.45 * depth) * side)[..., None]
+        tongue = np.clip((depth - 0.55) / 0.3, 0.0, 1.0) * np.clip((height - 4.0) / 6.0, 0.0, 1.0)
+        tongue = (tongue * side)[..., None]
+        tongue_rgb = np.array(cfg.tongue_rgb, dtype=np.float32) * side[..., None]
+        interior = cavity * (1.0 - tongue) + tongue_rgb * tongue
+        teeth_h = np.maximum(np.minimum(0.35 * span, 0.18 * w_half) - shown, 0.0)
+        teeth = np.clip(top + teeth_h - ys, 0.0, 1.0) * np.clip(1.0 - (np.abs(u) / 0.75) ** 4, 0.0, 1.0)
         teeth = teeth[..., None]
-        interior = cavity * (1.0 - teeth) + np.array(cfg.teeth_rgb, dtype=np.float32) * 0.85 * teeth
+        interior = interior * (1.0 - teeth) + np.array(cfg.teeth_rgb, dtype=np.float32) * teeth
         warped = (warped.astype(np.float32) * (1.0 - alpha) + interior * alpha + 0.5).astype(np.uint8)
     patch[r0:, c0:c1] = warped
     return patch

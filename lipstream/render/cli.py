@@ -9,7 +9,7 @@ from pathlib import Path
 
 from lipstream.errors import MediaError
 
-ENGINE_OPTION_NAMES = ("musetalk_version", "device", "dtype", "batch_size", "models_dir")
+ENGINE_OPTION_NAMES = ("musetalk_version", "device", "dtype", "batch_size", "models_dir", "compile")
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser, with_engine: bool = True) -> None:
@@ -23,6 +23,10 @@ def add_engine_arguments(parser: argparse.ArgumentParser, with_engine: bool = Tr
     parser.add_argument("--dtype", default=None, help="musetalk: float16 (CUDA), bfloat16 or float32 (CPU)")
     parser.add_argument("--batch-size", type=int, default=None, help="musetalk: frames per neural call")
     parser.add_argument("--models-dir", default=None, help="musetalk: weights folder")
+    parser.add_argument(
+        "--compile", action="store_true", default=None,
+        help="musetalk: torch.compile the UNet and VAE (1.8x faster on an H200, 60-90 s at load)",
+    )
 
 
 def engine_options(args: argparse.Namespace) -> dict:

@@ -275,6 +275,9 @@ class Session:
         """Start the producer; frames begin to flow at once (idle until speech arrives)."""
         if self._task is not None:
             return
+        # everything that depends only on the avatar is made (or read from its cache) before the
+        # first frame, so the first utterance does not pay for it
+        await asyncio.to_thread(self._warm_up)
         if self.config.encode:
             from lipstream.media.h264 import H264StreamEncoder
 
@@ -301,6 +304,13 @@ class Session:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+    def _warm_up(self) -> None:
+        self.engine.prepare(self.avatar)
+        if self.config.encode:
+            self._compositor.base.i420(0)  # builds the avatar's I420 cache at this size once
+        for index in self.avatar.idle_loop[: len(self.avatar.idle_loop) // 2 + 1]:
+            self._compositor.geometry(int(index))
 
     @property
     def codec_string(self) -> str:

@@ -34,7 +34,9 @@ class SharedVoices:
             if voice not in self._voices:
                 from lipstream.talk.tts import create_tts
 
-                self._voices[voice] = create_tts(voice)
+                tts = create_tts(voice)
+                tts.synthesize("Ready.")  # the first synthesis is slow (model warm-up): pay it at load
+                self._voices[voice] = tts
             return self._voices[voice]
 
 

@@ -197,7 +197,7 @@ def plot_lipsync(
     closed = "n/a" if report.silent_closed_share is None else f"{report.silent_closed_share:.0%}"
     ax.set_title(
         f"r={report.correlation_best:.2f} at lag {report.best_lag_frames:+d} "
-        f"(r0={report.correlation_lag0:.2f}); "
+        f"(r0={report.correlation_lag0:.2f}, speech only {report.correlation_speech_lag0:.2f}); "
         f"silent frames closed: {closed}"
     )
     lines = ax.get_legend_handles_labels()

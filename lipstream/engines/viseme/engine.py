@@ -45,7 +45,7 @@ def source_crop(bundle: AvatarBundle, frame_index: int) -> np.ndarray:
 
 
 class VisemeEngine:
-    """Weight-free lip-sync on a CPU: phoneme timings or a 30 kB acoustic model drive a warp of the lips."""
+    """Weight-free lip-sync on a CPU: phoneme timings or a 104 kB acoustic model drive a warp of the lips."""
 
     name = "viseme"
     feature_kind = "viseme"

@@ -169,7 +169,7 @@ def main() -> None:
         render = render_speech_to_mp4(
             bundle, engine, speech, mp4, accel=AccelConfig(enabled=accelerated), persist_codebook=False
         )
-        report, env, aperture, silent = measure_lipsync(mp4, progress=False)
+        report, env, aperture, silent = measure_lipsync(mp4, progress=True)
         plot = args.out / f"lipsync_{name}.png"
         plot_lipsync(plot, report, env, aperture, silent)
         results["cases"][name] = {

@@ -98,10 +98,10 @@ def bench_engine(
     if quality:
         full, full_stats = mouth_frames(bundle, engine, test, AccelConfig(enabled=False))
         result["no_accel"] = {**full_stats.as_dict(), "max_step": round(max_step(full), 2)}
-    cold, cold_stats = mouth_frames(bundle, engine, test, AccelConfig())
+    cold, cold_stats = mouth_frames(bundle, engine, test, AccelConfig(enabled=True))
     seed_codebook(bundle, engine, [seed])
-    book = load_codebook(bundle, engine, AccelConfig())
-    seeded, seeded_stats = mouth_frames(bundle, engine, test, AccelConfig(), book)
+    book = load_codebook(bundle, engine, AccelConfig(enabled=True))
+    seeded, seeded_stats = mouth_frames(bundle, engine, test, AccelConfig(enabled=True), book)
     for label, crops, stats in (("unseeded", cold, cold_stats), ("seeded", seeded, seeded_stats)):
         row = {**stats.as_dict(), "neural_ratio": round(stats.neural_frames / max(stats.frames, 1), 3)}
         if full is not None:
@@ -115,7 +115,8 @@ def bench_engine(
     if not quality:
         return result
     # whole renders (features + engine + compositor + H.264 + mux), side by side
-    for label, config in (("render_accel", AccelConfig()), ("render_no_accel", AccelConfig(enabled=False))):
+    configs = (("render_accel", AccelConfig(enabled=True)), ("render_no_accel", AccelConfig(enabled=False)))
+    for label, config in configs:
         report = render_speech_to_mp4(
             bundle, engine, test, out_dir / f"{name}-{label}.mp4", accel=config, persist_codebook=False
         )

@@ -75,7 +75,7 @@ def _mouth_psnr(bundle, a_patches, b_patches, base_ids) -> np.ndarray:
 
 def test_accelerated_patches_stay_within_psnr_of_full_render(own_avatar, engine, speech) -> None:
     engine.prepare(own_avatar)
-    fast, sched, base_ids = _schedule(own_avatar, engine, speech, AccelConfig())
+    fast, sched, base_ids = _schedule(own_avatar, engine, speech, AccelConfig(enabled=True))
     full, _, _ = _schedule(own_avatar, engine, speech, AccelConfig(enabled=False))
     assert [k for k, _ in fast] == list(range(speech.frame_count)) == [k for k, _ in full]
     assert sched.stats.neural_frames < 0.5 * speech.frame_count
@@ -86,7 +86,7 @@ def test_accelerated_patches_stay_within_psnr_of_full_render(own_avatar, engine,
 
 def test_chunked_scheduling_equals_whole(own_avatar, engine, speech) -> None:
     # a fixed threshold: automatic calibration needs a chunk of >= 25 voiced frames
-    config = AccelConfig(codebook=False, planner=PlannerConfig(velocity_threshold=0.02))
+    config = AccelConfig(enabled=True, codebook=False, planner=PlannerConfig(velocity_threshold=0.02))
     whole, _, _ = _schedule(own_avatar, engine, speech, config)
     chunked, _, _ = _schedule(own_avatar, engine, speech, config, chunk=7)
     assert [k for k, _ in whole] == [k for k, _ in chunked]
@@ -99,9 +99,9 @@ def test_infill_frames_are_crossfades_of_their_keyframes(own_avatar, engine, spe
     feats = engine.features(speech)[:n]
     silent = ~speaking_mask(SilenceDetector().silent_mask(speech.pcm)[:n])
     base_ids = np.array([own_avatar.base_frame_index(k) for k in range(n)])
-    sched = PatchScheduler(own_avatar, engine, AccelConfig(codebook=False))
+    sched = PatchScheduler(own_avatar, engine, AccelConfig(enabled=True, codebook=False))
     plan = Plan.concat([sched.planner.plan(feats, silent), sched.planner.finish()])
-    patches = dict(_schedule(own_avatar, engine, speech, AccelConfig(codebook=False))[0])
+    patches = dict(_schedule(own_avatar, engine, speech, AccelConfig(enabled=True, codebook=False))[0])
     infill = [i for i, kind in enumerate(plan.kind) if kind == INFILL]
     assert infill, "a sentence of speech must have infill frames"
     for i in infill[:10]:
@@ -137,7 +137,7 @@ def test_seeded_codebook_is_persisted_and_reused(own_avatar, speech, tmp_path: P
     manifest = json.loads((own_avatar.path / "manifest.json").read_text())
     assert manifest["engines"]["viseme"]["codebook"]["entries"] > 0
     reports = []
-    for flag in ([], ["--no-accel"]):
+    for flag in (["--accel"], ["--no-accel"]):
         out, rep = tmp_path / f"out{len(reports)}.mp4", tmp_path / f"rep{len(reports)}.json"
         res = subprocess.run(
             [*cmd, "render", "--avatar", own_avatar.name, "--avatars-dir", root, "--audio", str(test_wav),
@@ -151,3 +151,11 @@ def test_seeded_codebook_is_persisted_and_reused(own_avatar, speech, tmp_path: P
     assert full["neural_frames"] == full["frames"] and accel["neural_frames"] < full["neural_frames"] / 2
     for key in ("keyframes", "codebook_hits", "neural_frames", "ttff_ms"):
         assert key in accel
+
+
+def test_acceleration_default_follows_the_engine(engine) -> None:
+    from lipstream.render.accel import resolve_accel
+
+    assert resolve_accel(None, engine).enabled is False  # the viseme engine costs less than accel saves
+    assert resolve_accel(AccelConfig(enabled=True), engine).enabled is True
+    assert resolve_accel(AccelConfig(enabled=False), engine).enabled is False

@@ -73,6 +73,7 @@ class Engine(Protocol):
     patch_size: int
     batch_size: int
     lookahead_frames: int  # features of frame k need audio up to frame k + lookahead_frames
+    accelerate_by_default: bool  # keyframes/codebook/infill on unless the user says otherwise
 
     def prepare(self, bundle: AvatarBundle) -> None:
         """Build (or check) this engine's caches for an avatar; idempotent."""

@@ -35,11 +35,12 @@ LIFT_GAIN = 2.0
 
 
 class AccelConfig(BaseModel):
-    """Acceleration settings; `enabled=False` (the CLI's --no-accel) renders every frame with the engine."""
+    """Acceleration settings. `enabled=False` (the CLI's --no-accel) renders every frame with the engine;
+    None (the default) follows the engine's `accelerate_by_default`."""
 
     model_config = ConfigDict(extra="forbid")
 
-    enabled: bool = True
+    enabled: bool | None = None
     planner: PlannerConfig = Field(default_factory=PlannerConfig)
     codebook: bool = True
     codebook_threshold: int = Field(2, ge=0, le=16, description="max Hamming distance of a hit")
@@ -48,6 +49,14 @@ class AccelConfig(BaseModel):
     )
     codebook_bits: int = Field(64, ge=8, le=64)
     seed: int = 0
+
+
+def resolve_accel(config: AccelConfig | None, engine: Engine) -> AccelConfig:
+    """The settings with `enabled` decided: the user's choice, else the engine's default."""
+    config = config or AccelConfig()
+    if config.enabled is not None:
+        return config
+    return config.model_copy(update={"enabled": bool(getattr(engine, "accelerate_by_default", True))})
 
 
 @dataclass
@@ -152,7 +161,7 @@ class PatchScheduler:
     ) -> None:
         self.bundle = bundle
         self.engine = engine
-        self.config = config or AccelConfig()
+        self.config = resolve_accel(config, engine)
         self.timer = timer or StageTimer()
         self.stats = AccelStats()
         self.codebook = codebook if (self.config.enabled and self.config.codebook) else None

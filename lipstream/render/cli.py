@@ -51,8 +51,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--report", help="write a JSON report here")
     p.add_argument("--avatars-dir", help="avatars folder (default $LIPSTREAM_HOME/avatars)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument(
-        "--no-accel", action="store_true",
+    accel = p.add_mutually_exclusive_group()
+    accel.add_argument(
+        "--accel", dest="accel", action="store_true", default=None,
+        help="force acceleration on (silence gating, keyframes, codebook, infill); default: per engine",
+    )
+    accel.add_argument(
+        "--no-accel", dest="accel", action="store_false",
         help="render every frame with the engine (no silence gating, keyframes, codebook or infill)",
     )
     add_engine_arguments(p)
@@ -92,7 +97,7 @@ def run_render(args: argparse.Namespace) -> int:
     ) as progress:
         task = progress.add_task("render", total=speech.frame_count)
         report = render_speech_to_mp4(
-            bundle, engine, speech, out, accel=AccelConfig(enabled=not args.no_accel),
+            bundle, engine, speech, out, accel=AccelConfig(enabled=args.accel),
             on_frame=lambda done, total: progress.update(task, completed=done),
         )
     for note in report.notes:

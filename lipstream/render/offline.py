@@ -19,7 +19,14 @@ from lipstream.avatar.bundle import AvatarBundle
 from lipstream.engines.base import Engine, Speech
 from lipstream.errors import MediaError
 from lipstream.media.mp4 import Mp4Writer
-from lipstream.render.accel import AccelConfig, PatchScheduler, load_codebook, save_codebook, speaking_mask
+from lipstream.render.accel import (
+    AccelConfig,
+    PatchScheduler,
+    load_codebook,
+    resolve_accel,
+    save_codebook,
+    speaking_mask,
+)
 from lipstream.render.compositor import Compositor
 from lipstream.render.timing import StageTimer
 
@@ -125,7 +132,7 @@ def render_speech_to_mp4(
 ) -> RenderReport:
     """Render `speech` on `bundle` with `engine` into `out_path` (written atomically)."""
     check_speech(speech)
-    accel = accel or AccelConfig()
+    accel = resolve_accel(accel, engine)
     out_path = Path(out_path)
     timer = StageTimer()
     started = time.perf_counter()

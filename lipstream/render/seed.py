@@ -29,7 +29,8 @@ def seed_codebook(
     bundle: AvatarBundle, engine: Engine, speeches: Sequence[Speech], config: AccelConfig | None = None
 ) -> SeedResult:
     """Run the keyframe planner and codebook over `speeches` (no compositing, no encoding) and save."""
-    config = config or AccelConfig()
+    # seeding is asked for explicitly, so it runs even for engines that do not accelerate by default
+    config = (config or AccelConfig()).model_copy(update={"enabled": True})
     codebook = load_codebook(bundle, engine, config)
     scheduler = PatchScheduler(bundle, engine, config, codebook)
     silence = SilenceDetector()

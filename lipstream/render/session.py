@@ -35,7 +35,7 @@ from lipstream.audio.timeline import FPS, SAMPLE_RATE, SAMPLES_PER_FRAME
 from lipstream.avatar.bundle import AvatarBundle
 from lipstream.engines.base import Engine, FeatureStream, Speech
 from lipstream.errors import LipstreamError
-from lipstream.render.accel import AccelConfig, PatchScheduler, load_codebook
+from lipstream.render.accel import AccelConfig, PatchScheduler, load_codebook, resolve_accel
 from lipstream.render.compositor import Compositor
 from lipstream.render.frames import AvatarFrame
 from lipstream.render.timing import StageTimer
@@ -264,10 +264,11 @@ class Session:
         self._generation = 0  # bumped by interrupt(): work started before it is discarded
         self._encoded_generation = 0
         self._scheduled_generation = 0
+        accel = resolve_accel(self.config.accel, engine)
         codebook = None
-        if self.config.accel.enabled and self.config.accel.codebook:
-            codebook = load_codebook(avatar, engine, self.config.accel)  # read-only: sessions never save it
-        self._scheduler = PatchScheduler(avatar, engine, self.config.accel, codebook, self._timer)
+        if accel.enabled and accel.codebook:
+            codebook = load_codebook(avatar, engine, accel)  # read-only: sessions never save it
+        self._scheduler = PatchScheduler(avatar, engine, accel, codebook, self._timer)
 
     # ----- lifecycle -----------------------------------------------------------------------------------
 

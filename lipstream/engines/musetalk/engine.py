@@ -41,6 +41,7 @@ class MuseTalkEngine:
 
     name = "musetalk"
     feature_kind = "whisper"
+    accelerate_by_default = True  # a neural pass per frame is the cost acceleration exists to avoid
     patch_size = PATCH_SIZE
     lookahead_frames = LOOKAHEAD_FRAMES
 

@@ -52,6 +52,9 @@ class VisemeEngine:
     feature_dim = FEATURE_DIM
     patch_size = CROP_SIZE
     batch_size = 8
+    # Rendering costs ~2 ms a frame, less than acceleration could save, and cross-fade infill between
+    # keyframes measurably loosens lip-sync (docs/benchmarks.md): off unless asked for (--accel).
+    accelerate_by_default = False
 
     def __init__(
         self,

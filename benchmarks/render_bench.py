@@ -94,7 +94,8 @@ def main() -> None:
     out_dir = Path(tempfile.mkdtemp(prefix="render-bench-"))
     runs = []
     for r in range(args.repeats):
-        for label, accel in (("accel", AccelConfig()), ("no_accel", AccelConfig(enabled=False))):
+        # "default" is what `lipstream render` does (the viseme engine does not accelerate by default)
+        for label, accel in (("default", AccelConfig()), ("accel", AccelConfig(enabled=True))):
             report = render_speech_to_mp4(
                 bundle, engine, speech, out_dir / f"{label}{r}.mp4", accel=accel, persist_codebook=False
             )
@@ -105,14 +106,14 @@ def main() -> None:
             )
     comp = time_compositors(bundle)
     print(f"compositor {comp['compositor_ms']} ms/frame vs naive {comp['naive_ms']} ms ({comp['speedup']}x)")
-    best = max((r for r in runs if r["label"] == "accel"), key=lambda r: r["realtime_factor"])
+    best = max((r for r in runs if r["label"] == "default"), key=lambda r: r["realtime_factor"])
     result = {
         "date": time.strftime("%Y-%m-%d"),
         "machine": f"{platform.machine()} {os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f}",
         "avatar": {"name": bundle.name, "size": list(bundle.size)},
         "audio_seconds": round(speech.seconds, 2),
         "runs": runs,
-        "best_accel_realtime_factor": best["realtime_factor"],
+        "best_default_realtime_factor": best["realtime_factor"],
         "compositor": comp,
     }
     RESULTS.mkdir(exist_ok=True)

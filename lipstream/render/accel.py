@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lipstream.avatar.bundle import AvatarBundle
 from lipstream.engines.base import Engine
-from lipstream.render.codebook import SimHashCodebook
+from lipstream.render.codebook import SimHashCodebook, hamming
 from lipstream.render.infill import CrossFader
 from lipstream.render.planner import INFILL, KEYFRAME, SILENT, KeyframePlanner, PlannerConfig
 from lipstream.render.timing import StageTimer
@@ -29,9 +29,10 @@ log = logging.getLogger(__name__)
 # Low-dimensional features (the viseme engine's 3 articulation values) lose their magnitude under a
 # plain SimHash, which only sees direction. Appending a constant coordinate hashes the point itself
 # (the sign of a·f + b), so "half open" and "wide open" land far apart. LIFT_GAIN sets how far: with
-# 2.0, a change of about 0.05 in a feature in [0, 1] flips about 2 of 64 bits (the hit threshold).
+# 4.0, a change of about 0.025 in a feature in [0, 1] flips about 2 of 64 bits (the hit threshold);
+# chosen on benchmarks/accel_bench.py's seed clip: 2.0 reused too loosely (mouth PSNR 29.0 dB vs 30.0).
 LOW_DIM = 16
-LIFT_GAIN = 2.0
+LIFT_GAIN = 4.0
 
 
 class AccelConfig(BaseModel):
@@ -239,21 +240,32 @@ class PatchScheduler:
         return patches
 
     def _keyframe_patches(self, indices: list[int]) -> None:
-        """Fill self._keys for these keyframes: codebook hits first, the rest in engine batches."""
+        """Fill self._keys for these keyframes: codebook hits first (also against earlier misses of the
+        same batch, so a long push reuses its own shapes), the rest in engine batches."""
         misses: list[int] = []
+        aliases: dict[int, int] = {}  # keyframe -> the earlier miss of this batch whose patch it reuses
         codes: dict[int, np.uint64] = {}
         if self.codebook is not None and indices:
             with self.timer.stage("codebook"):
                 vectors = hash_vectors(np.stack([self._pending[i].features for i in indices]))
                 hashed = self.codebook.hash(vectors)
+                miss_codes: list[np.uint64] = []
                 for i, code in zip(indices, hashed, strict=True):
                     codes[i] = code
                     found = self.codebook.lookup(code)
                     if found.patch is not None:
                         self._remember(i, found.patch.copy())
                         self.stats.codebook_hits += 1
-                    else:
-                        misses.append(i)
+                        continue
+                    if miss_codes:
+                        near = hamming(np.array(miss_codes, dtype=np.uint64), code)
+                        j = int(np.argmin(near))
+                        if int(near[j]) <= self.codebook.threshold:
+                            aliases[i] = misses[j]
+                            self.stats.codebook_hits += 1
+                            continue
+                    misses.append(i)
+                    miss_codes.append(code)
         else:
             misses = list(indices)
         rendered = self._render([self._pending[i] for i in misses])
@@ -261,6 +273,8 @@ class PatchScheduler:
             self._remember(i, patch)
             if self.codebook is not None:
                 self.codebook.insert(codes[i], patch)
+        for i, source in aliases.items():
+            self._remember(i, self._keys[source])
 
     def _remember(self, index: int, patch: np.ndarray) -> None:
         self._keys[index] = patch

@@ -21,10 +21,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+from bench_common import open_or_build_avatar
 
 from lipstream.audio.levels import SilenceDetector
-from lipstream.avatar.bundle import load_avatar
-from lipstream.avatar.sample import build_sample_avatar
 from lipstream.engines.base import Engine, Speech
 from lipstream.engines.registry import create_engine
 from lipstream.render.accel import AccelConfig, PatchScheduler, codebook_path, load_codebook, speaking_mask
@@ -145,11 +144,7 @@ def main() -> None:
     parser.add_argument("--avatar", default="sample", help="avatar name (built as the sample when missing)")
     parser.add_argument("--engines", nargs="+", default=["viseme", "musetalk-tiny"])
     args = parser.parse_args()
-    os.environ.setdefault("LIPSTREAM_HOME", str(Path.home() / ".lipstream"))
-    try:
-        bundle = load_avatar(args.avatar)
-    except Exception:  # noqa: BLE001 - build the sample on first use
-        bundle = build_sample_avatar(args.avatar)
+    bundle = open_or_build_avatar(args.avatar)
     tts = create_tts("piper")
     seed, test = tts.synthesize(SEED_SCRIPT), tts.synthesize(TEST_SCRIPT)
     out_dir = Path(tempfile.mkdtemp(prefix="accel-bench-"))

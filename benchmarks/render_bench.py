@@ -22,9 +22,8 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+from bench_common import open_or_build_avatar
 
-from lipstream.avatar.bundle import load_avatar
-from lipstream.avatar.sample import build_sample_avatar
 from lipstream.engines.registry import create_engine
 from lipstream.render.accel import AccelConfig
 from lipstream.render.compositor import Compositor
@@ -83,11 +82,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--voice", default="piper")
     args = parser.parse_args()
-    os.environ.setdefault("LIPSTREAM_HOME", str(Path.home() / ".lipstream"))
-    try:
-        bundle = load_avatar(args.avatar)
-    except Exception:  # noqa: BLE001 - build the sample on first use
-        bundle = build_sample_avatar(args.avatar)
+    bundle = open_or_build_avatar(args.avatar)
     speech = create_tts(args.voice).synthesize(SCRIPT)
     engine = create_engine("viseme")
     engine.prepare(bundle)

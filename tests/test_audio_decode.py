@@ -100,31 +100,20 @@ def test_load_espeak_wav(tmp_path: Path) -> None:
     assert np.abs(pcm).max() > 0.05
 
 
-def test_load_audio_from_video_file(tmp_path: Path) -> None:
-    mp4 = tmp_path / "clip.mp4"
+def _ffmpeg_clip(path: Path, seconds: float, extra_inputs_and_codecs: list[str]) -> Path:
+    """A small H.264 test-pattern clip made by the ffmpeg CLI, with optional extra inputs (audio)."""
+    video = ["-f", "lavfi", "-i", "testsrc2=size=64x64:rate=25"]
     subprocess.run(
-        [
-            "ffmpeg",
-            "-v",
-            "error",
-            "-f",
-            "lavfi",
-            "-i",
-            "testsrc2=size=64x64:rate=25",
-            "-f",
-            "lavfi",
-            "-i",
-            "sine=frequency=500:sample_rate=44100",
-            "-t",
-            "1",
-            "-c:v",
-            "libx264",
-            "-c:a",
-            "aac",
-            str(mp4),
-        ],
+        ["ffmpeg", "-v", "error", *video, *extra_inputs_and_codecs, "-t", str(seconds), "-c:v", "libx264"]
+        + [str(path)],
         check=True,
     )
+    return path
+
+
+def test_load_audio_from_video_file(tmp_path: Path) -> None:
+    sine = ["-f", "lavfi", "-i", "sine=frequency=500:sample_rate=44100", "-c:a", "aac"]
+    mp4 = _ffmpeg_clip(tmp_path / "clip.mp4", 1.0, sine)
     pcm = load_audio(mp4)
     assert abs(len(pcm) - 16000) < 400
     spectrum = np.abs(np.fft.rfft(pcm[2000:10000]))
@@ -149,23 +138,6 @@ def test_unreadable_file(tmp_path: Path) -> None:
 
 
 def test_video_without_audio(tmp_path: Path) -> None:
-    mp4 = tmp_path / "silent.mp4"
-    subprocess.run(
-        [
-            "ffmpeg",
-            "-v",
-            "error",
-            "-f",
-            "lavfi",
-            "-i",
-            "testsrc2=size=64x64:rate=25",
-            "-t",
-            "0.4",
-            "-c:v",
-            "libx264",
-            str(mp4),
-        ],
-        check=True,
-    )
+    mp4 = _ffmpeg_clip(tmp_path / "silent.mp4", 0.4, [])
     with pytest.raises(MediaError, match="no audio stream"):
         load_audio(mp4)

@@ -1,0 +1,19 @@
+"""What the benchmark scripts share: the avatar they measure on."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from lipstream.avatar.bundle import AvatarBundle, load_avatar
+from lipstream.avatar.sample import build_sample_avatar
+from lipstream.errors import AvatarError
+
+
+def open_or_build_avatar(name: str) -> AvatarBundle:
+    """The avatar called `name` in $LIPSTREAM_HOME (default ~/.lipstream), built as the sample if missing."""
+    os.environ.setdefault("LIPSTREAM_HOME", str(Path.home() / ".lipstream"))
+    try:
+        return load_avatar(name)
+    except AvatarError:
+        return build_sample_avatar(name)

@@ -89,7 +89,7 @@ def max_step(crops: list) -> float:
 def bench_engine(
     name: str, engine: Engine, bundle, seed: Speech, test: Speech, out_dir: Path, quality: bool = True
 ) -> dict:
-    """All figures for one engine on one avatar (quality=False: engine-pass counts only)."""
+    """All figures for one engine on one avatar (quality=False: no PSNR, for random-weight models)."""
     engine.prepare(bundle)
     codebook_path(bundle, engine).unlink(missing_ok=True)
     result: dict = {"engine": name, "frames": test.frame_count, "test_seconds": round(test.seconds, 2)}
@@ -113,8 +113,6 @@ def bench_engine(
                 max_step=round(max_step(crops), 2),
             )
         result[label] = row
-    if not quality:
-        return result
     # whole renders (features + engine + compositor + H.264 + mux), side by side
     configs = (("render_accel", AccelConfig(enabled=True)), ("render_no_accel", AccelConfig(enabled=False)))
     for label, config in configs:

@@ -29,8 +29,8 @@ log = logging.getLogger(__name__)
 # Low-dimensional features (the viseme engine's 3 articulation values) lose their magnitude under a
 # plain SimHash, which only sees direction. Appending a constant coordinate hashes the point itself
 # (the sign of a·f + b), so "half open" and "wide open" land far apart. LIFT_GAIN sets how far: with
-# 4.0, a change of about 0.025 in a feature in [0, 1] flips about 2 of 64 bits (the hit threshold);
-# chosen on benchmarks/accel_bench.py's seed clip: 2.0 reused too loosely (mouth PSNR 29.0 dB vs 30.0).
+# 4.0, a change of about 0.025 in a feature in [0, 1] flips about 2 of 64 bits. Gain and hit threshold
+# (1 bit for these features, see AccelConfig) were chosen on benchmarks/accel_bench.py's seed clip.
 LOW_DIM = 16
 LIFT_GAIN = 4.0
 
@@ -44,7 +44,11 @@ class AccelConfig(BaseModel):
     enabled: bool | None = None
     planner: PlannerConfig = Field(default_factory=PlannerConfig)
     codebook: bool = True
-    codebook_threshold: int = Field(2, ge=0, le=16, description="max Hamming distance of a hit")
+    codebook_threshold: int | None = Field(
+        None, ge=0, le=16,
+        description="max Hamming distance of a hit; None: 2 for rich features (MuseTalk's Whisper windows), "
+        "1 for low-dimensional ones (the viseme engine's 3 values), whose 64 bits are largely redundant",
+    )
     codebook_entries: int = Field(
         512, ge=1, description="bound; the least recently used entry is evicted (a 256² patch is 192 kB)"
     )
@@ -105,6 +109,13 @@ def codebook_path(bundle: AvatarBundle, engine: Engine) -> Path:
     return bundle.engine_dir(engine.name) / name
 
 
+def hit_threshold(engine: Engine, config: AccelConfig) -> int:
+    """The codebook's Hamming threshold for this engine's feature kind (see AccelConfig)."""
+    if config.codebook_threshold is not None:
+        return config.codebook_threshold
+    return 2 if engine.feature_dim >= LOW_DIM else 1
+
+
 def new_codebook(engine: Engine, config: AccelConfig) -> SimHashCodebook:
     """An empty codebook for this engine's feature kind."""
     dim = engine.feature_dim if engine.feature_dim >= LOW_DIM else engine.feature_dim + 1
@@ -112,7 +123,7 @@ def new_codebook(engine: Engine, config: AccelConfig) -> SimHashCodebook:
     mean = np.zeros(dim, np.float32) if engine.feature_dim < LOW_DIM else None
     return SimHashCodebook(
         dim, bits=config.codebook_bits, seed=config.seed, max_entries=config.codebook_entries,
-        threshold=config.codebook_threshold, mean=mean,
+        threshold=hit_threshold(engine, config), mean=mean,
     )
 
 
@@ -123,7 +134,7 @@ def load_codebook(bundle: AvatarBundle, engine: Engine, config: AccelConfig) -> 
         book = SimHashCodebook.load(path)
         expected = engine.feature_dim if engine.feature_dim >= LOW_DIM else engine.feature_dim + 1
         if book.dim == expected and book.bits == config.codebook_bits and book.seed == config.seed:
-            book.threshold = config.codebook_threshold
+            book.threshold = hit_threshold(engine, config)
             return book
         log.warning("codebook %s was made with other settings; starting a new one", path)
     return new_codebook(engine, config)

@@ -55,7 +55,7 @@ class SessionConfig(BaseModel):
     voice: str = "piper"
     max_lead_seconds: float = Field(1.0, gt=0)  # how far production may run ahead of playback during speech
     idle_lead_seconds: float = Field(0.12, ge=0)  # ... and while idle (small: a new utterance starts soon)
-    interrupt_margin_frames: int = Field(3, ge=1)  # the stream resumes this far ahead of playback
+    interrupt_margin_frames: int = Field(2, ge=1)  # the stream resumes this far ahead of playback
     max_utterance_seconds: float = 600.0
     queue_frames: int = Field(8, ge=1)  # produced frames waiting for the consumer
     accel: AccelConfig = Field(default_factory=AccelConfig)

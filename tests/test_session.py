@@ -144,3 +144,20 @@ def test_half_size_stream(small_avatar, engine) -> None:
     codec_ctx = av.CodecContext.create("h264", "r")
     pictures = codec_ctx.decode(av.Packet(frames[0].access_unit))
     assert (pictures[0].width, pictures[0].height) == (w // 2, h // 2)
+
+
+def test_first_frame_after_an_interrupt_is_an_idr(small_avatar, engine, speech) -> None:
+    async def run():
+        async with Session(small_avatar, engine, SessionConfig(encode=True)) as session:
+            session.push_audio(speech.pcm, 16000)
+            session.flush()
+            await _collect(session, lambda i: getattr(i, "speaking", False) and i.index > 5)
+            session.interrupt()
+            return await _collect(session, lambda i: isinstance(i, AvatarFrame) and i.index > 20)
+
+    after = asyncio.run(run())
+    frames = [i for i in after if isinstance(i, AvatarFrame)]
+    assert frames[0].keyframe and not any(f.keyframe for f in frames[1:])
+    codec_ctx = av.CodecContext.create("h264", "r")
+    decoded = sum(len(codec_ctx.decode(av.Packet(f.access_unit))) for f in frames)
+    assert decoded + len(codec_ctx.decode(None)) == len(frames)  # a fresh decoder can start right there

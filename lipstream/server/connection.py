@@ -198,25 +198,15 @@ class Connection:
     async def _send_frames(self) -> None:
         from lipstream.render.frames import AvatarFrame
 
-        # After an interrupt the encoder may already have used frames the session then discarded, so the
-        # client's decoder would miss references: hold pictures back (audio still flows) until an IDR.
-        await_idr = False
+        # the Session makes the first frame after an interrupt an IDR, so every frame can go out as it comes
         async for item in self.session:
             if isinstance(item, AvatarFrame):
                 video, audio = frame_messages(item)
-                if await_idr and not item.keyframe:
-                    self.session.request_keyframe()
-                    await self.ws.send_bytes(audio)
-                    continue
-                await_idr = False
                 async with self._send_lock:
                     await self.ws.send_bytes(video)
                     await self.ws.send_bytes(audio)
                 self.record.frames_sent += 1
             else:
-                if item.type == "playback_finished" and item.interrupted:
-                    await_idr = True
-                    self.session.request_keyframe()
                 await self._send_text(event_message(item))
 
     async def _receive_loop(self) -> None:

@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 
 FRAME_SECONDS = 1.0 / FPS
 FIRST_BATCH_FRAMES = 2
+LATE_WARNING_SECONDS = 0.1
 
 
 class SessionConfig(BaseModel):
@@ -592,8 +593,10 @@ class Session:
             self.stats.late_frames += 1
             self.stats.max_late_ms = max(self.stats.max_late_ms, due_late * 1000.0)
             if self.stats.late_frames in (1, 25, 250) or self.stats.late_frames % 1000 == 0:
-                log.warning(
-                    "session %s: production behind the audio clock by %.0f ms (%d late frames so far)",
+                # a player's jitter buffer (150 ms in ours) absorbs small lateness; more is worth a warning
+                level = logging.WARNING if due_late > LATE_WARNING_SECONDS else logging.INFO
+                log.log(
+                    level, "session %s: production behind the audio clock by %.0f ms (%d late frames so far)",
                     self.avatar.name, due_late * 1000.0, self.stats.late_frames,
                 )
         item = AvatarFrame(

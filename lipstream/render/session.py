@@ -132,14 +132,19 @@ class _Utterance:
         self.pcm = np.concatenate([self.pcm, pcm])
         self._add_features(self.stream.push(pcm))
 
-    def append_speech(self, speech: Speech) -> None:
-        """Whole-segment input (TTS sentence with phoneme timings), padded to whole frames."""
+    def segment(self, speech: Speech) -> tuple[np.ndarray, np.ndarray]:
+        """Audio padded to whole frames and its features, for a whole segment (a TTS sentence with
+        phoneme timings). Pure, so it can run on a worker thread; `append_segment` then adds it."""
         pad = (-len(speech.pcm)) % SAMPLES_PER_FRAME
         pcm = np.concatenate([speech.pcm, np.zeros(pad, dtype=np.float32)])
         seg = Speech(pcm=pcm, phonemes=speech.phonemes, text=speech.text, source=speech.source)
         feats = np.asarray(self.engine.features(seg), dtype=np.float32)[: seg.frame_count]
         if len(feats) < seg.frame_count:
             feats = _pad_rows(feats, seg.frame_count, self.engine.feature_dim)
+        return pcm, feats
+
+    def append_segment(self, pcm: np.ndarray, feats: np.ndarray) -> None:
+        """Add a segment made by `segment` (on the event loop, where the producer reads the utterance)."""
         self.pcm = np.concatenate([self.pcm, pcm])
         self._add_features(feats)
 
@@ -361,7 +366,10 @@ class Session:
             if speech is None or generation != self._generation:
                 break
             with self._timer.stage("features"):
-                await asyncio.to_thread(utt.append_speech, speech)
+                pcm, feats = await asyncio.to_thread(utt.segment, speech)
+            if generation != self._generation:
+                break
+            utt.append_segment(pcm, feats)
             self._poke()
         utt.flush()
         self._poke()

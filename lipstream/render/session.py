@@ -109,14 +109,18 @@ class SessionStats:
 
 
 class _Utterance:
-    """One utterance's input and its progress through the renderer."""
+    """One utterance's input and its progress through the renderer.
+
+    Only what is not yet produced is kept (audio from frame `emitted` on, feature rows not yet taken), so
+    a long live utterance costs the same per push as a short one."""
 
     def __init__(self, uid: int, engine: Engine, silence: SilenceDetector, kind: str) -> None:
         self.id = uid
         self.kind = kind  # "stream" (push_audio chunks) or "text" (TTS sentences)
-        self.pcm = np.zeros(0, dtype=np.float32)
-        self.features: list[np.ndarray] = []  # chunks of final feature rows
-        self.feature_rows = 0
+        self._pcm = np.zeros(0, dtype=np.float32)  # audio of frames emitted.. onwards
+        self._samples = 0  # samples received in all
+        self._features: list[np.ndarray] = []  # final feature rows not yet taken, in chunks
+        self.feature_rows = 0  # final feature rows in all
         self.stream: FeatureStream | None = None
         self.engine = engine
         self.silence = silence
@@ -125,11 +129,15 @@ class _Utterance:
         self.first_push = time.perf_counter()
         self.started = False
 
+    def _append_audio(self, pcm: np.ndarray) -> None:
+        self._pcm = np.concatenate([self._pcm, pcm])
+        self._samples += len(pcm)
+
     def append_pcm(self, pcm: np.ndarray) -> None:
         """Streaming input: add audio and pull any features that became final."""
         if self.stream is None:
             self.stream = self.engine.stream_features()
-        self.pcm = np.concatenate([self.pcm, pcm])
+        self._append_audio(pcm)
         self._add_features(self.stream.push(pcm))
 
     def segment(self, speech: Speech) -> tuple[np.ndarray, np.ndarray]:
@@ -145,7 +153,7 @@ class _Utterance:
 
     def append_segment(self, pcm: np.ndarray, feats: np.ndarray) -> None:
         """Add a segment made by `segment` (on the event loop, where the producer reads the utterance)."""
-        self.pcm = np.concatenate([self.pcm, pcm])
+        self._append_audio(pcm)
         self._add_features(feats)
 
     def flush(self) -> None:
@@ -153,10 +161,10 @@ class _Utterance:
         if self.flushed:
             return
         self.flushed = True
-        pad = (-len(self.pcm)) % SAMPLES_PER_FRAME
+        pad = (-self._samples) % SAMPLES_PER_FRAME
         if pad:
             tail = np.zeros(pad, dtype=np.float32)
-            self.pcm = np.concatenate([self.pcm, tail])
+            self._append_audio(tail)
             if self.stream is not None:
                 self._add_features(self.stream.push(tail))
         if self.stream is not None:
@@ -168,13 +176,18 @@ class _Utterance:
     def _add_features(self, rows: np.ndarray) -> None:
         rows = np.asarray(rows, dtype=np.float32)
         if rows.size:
-            self.features.append(rows.reshape(len(rows), -1))
+            self._features.append(rows.reshape(len(rows), -1))
             self.feature_rows += len(rows)
+
+    @property
+    def samples(self) -> int:
+        """Samples of audio received so far."""
+        return self._samples
 
     @property
     def total_frames(self) -> int:
         """Frames of audio received so far (whole frames)."""
-        return len(self.pcm) // SAMPLES_PER_FRAME
+        return self._samples // SAMPLES_PER_FRAME
 
     def ready_frames(self) -> int:
         """Frames that have both audio and final features and are not yet produced."""
@@ -186,14 +199,15 @@ class _Utterance:
         return self.flushed and self.emitted >= self.total_frames
 
     def take(self, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Features, audio and speaking mask of the next `count` frames."""
-        feats = np.concatenate(self.features) if len(self.features) > 1 else self.features[0]
-        self.features = [feats]
-        a, b = self.emitted, self.emitted + count
-        audio = self.pcm[a * SAMPLES_PER_FRAME : b * SAMPLES_PER_FRAME]
+        """Features, audio and speaking mask of the next `count` ready frames (dropped from the buffers)."""
+        pending = np.concatenate(self._features) if len(self._features) > 1 else self._features[0]
+        feats, rest = pending[:count], pending[count:]
+        self._features = [rest] if len(rest) else []
+        split = count * SAMPLES_PER_FRAME
+        audio, self._pcm = self._pcm[:split], self._pcm[split:]
         speaking = ~self.silence.mask_from_levels(frame_rms(audio))
-        self.emitted = b
-        return feats[a:b], audio, speaking
+        self.emitted += count
+        return feats, audio, speaking
 
 
 def _pad_rows(rows: np.ndarray, n: int, dim: int) -> np.ndarray:
@@ -330,10 +344,11 @@ class Session:
         """Add a chunk of speech (int16 or float32 mono, any rate) to the current utterance."""
         pcm = to_float32(np.asarray(pcm).reshape(-1))
         if sample_rate != SAMPLE_RATE:
-            resampler = self._resamplers.setdefault(sample_rate, StreamResampler(sample_rate, SAMPLE_RATE))
-            pcm = resampler.push(pcm)
+            if sample_rate not in self._resamplers:  # one per rate, kept across chunks (no clicks)
+                self._resamplers[sample_rate] = StreamResampler(sample_rate, SAMPLE_RATE)
+            pcm = self._resamplers[sample_rate].push(pcm)
         utt = self._open_stream_utterance()
-        if (len(utt.pcm) + len(pcm)) / SAMPLE_RATE > self.config.max_utterance_seconds:
+        if (utt.samples + len(pcm)) / SAMPLE_RATE > self.config.max_utterance_seconds:
             raise LipstreamError(
                 f"utterance longer than {self.config.max_utterance_seconds:.0f} s; flush() more often"
             )

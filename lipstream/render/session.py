@@ -257,7 +257,7 @@ class Session:
         self.avatar = avatar
         self.engine = engine
         self.config = config or SessionConfig()
-        self.stats = SessionStats()
+        self._stats = SessionStats()
         self._timer = StageTimer()
         self._silence = silence or SilenceDetector()
         self._tts_factory = tts_factory
@@ -334,6 +334,14 @@ class Session:
             self._compositor.geometry(int(index))
 
     @property
+    def stats(self) -> SessionStats:
+        """Running figures; stage times and acceleration counts are read from their sources when asked."""
+        self._stats.stage_ms = self._timer.mean_ms(self._stats.frames)
+        self._stats.accel = self._scheduler.stats.as_dict()
+        self._stats.neural_frames = self._scheduler.stats.neural_frames
+        return self._stats
+
+    @property
     def codec_string(self) -> str:
         """WebCodecs codec string of the H.264 stream (empty when not encoding)."""
         return self._encoder.codec_string if self._encoder is not None else ""
@@ -403,7 +411,7 @@ class Session:
         resume = int(np.ceil(self._clock.position_frames(now))) + self.config.interrupt_margin_frames
         self._tick = min(self._tick, max(resume, 0))
         self._force_idr = True
-        self.stats.interrupts += 1
+        self._stats.interrupts += 1
         self._pending_events.append(
             SessionEvent(
                 "playback_finished", utterance_id=active, position_samples=self._tick * SAMPLES_PER_FRAME,
@@ -453,7 +461,7 @@ class Session:
         utt = _Utterance(self._next_uid, self.engine, self._silence, kind)
         self._next_uid += 1
         self._utterances.append(utt)
-        self.stats.utterances += 1
+        self._stats.utterances += 1
         return utt
 
     def _open_stream_utterance(self) -> _Utterance:
@@ -507,7 +515,7 @@ class Session:
                     await self._release_held(utt)
                 else:
                     if utt is not None and utt.started:
-                        self.stats.underruns += 1
+                        self._stats.underruns += 1
                     await self._emit_idle()
         except asyncio.CancelledError:
             raise
@@ -540,7 +548,7 @@ class Session:
         await self._put_frame(
             tick, base_id, frame, silence, speaking=False, end=False, uid=None, generation=generation
         )
-        self.stats.idle_frames += 1
+        self._stats.idle_frames += 1
 
     async def _emit_speech(self, utt: _Utterance, count: int) -> None:
         """Take `count` ready frames of the utterance through the scheduler and emit what it releases."""
@@ -574,8 +582,6 @@ class Session:
         released = self._scheduler.push(feats, silent, base_ids, payloads) if payloads else []
         if final:
             released += self._scheduler.finish()
-        self.stats.accel = self._scheduler.stats.as_dict()
-        self.stats.neural_frames = self._scheduler.stats.neural_frames
         return [(payload, self._finish_frame(payload[1], patch, generation)) for payload, patch in released]
 
     async def _emit_released(self, utt: _Utterance, released: list, generation: int, final: bool) -> None:
@@ -583,7 +589,7 @@ class Session:
             return  # interrupted while rendering: drop the batch
         if not utt.started:
             utt.started = True
-            self.stats.ttff_ms.append((time.perf_counter() - utt.first_push) * 1000.0)
+            self._stats.ttff_ms.append((time.perf_counter() - utt.first_push) * 1000.0)
             position = released[0][0][0] * SAMPLES_PER_FRAME
             event = SessionEvent("speech_started", utterance_id=utt.id, position_samples=position)
             await self._out.put((generation, event))
@@ -592,7 +598,7 @@ class Session:
             await self._put_frame(
                 tick, base_id, frame, chunk, speaking=True, end=last, uid=utt.id, generation=generation
             )
-            self.stats.speech_frames += 1
+            self._stats.speech_frames += 1
 
     def _finish_frame(self, base_id: int, patch: np.ndarray | None, generation: int):
         with self._timer.stage("compositor"):
@@ -613,14 +619,14 @@ class Session:
         self._clock.start(now)
         due_late = (self._clock.position_frames(now) - tick) / FPS
         if due_late > 0:
-            self.stats.late_frames += 1
-            self.stats.max_late_ms = max(self.stats.max_late_ms, due_late * 1000.0)
-            if self.stats.late_frames in (1, 25, 250) or self.stats.late_frames % 1000 == 0:
+            self._stats.late_frames += 1
+            self._stats.max_late_ms = max(self._stats.max_late_ms, due_late * 1000.0)
+            if self._stats.late_frames in (1, 25, 250) or self._stats.late_frames % 1000 == 0:
                 # a player's jitter buffer (150 ms in ours) absorbs small lateness; more is worth a warning
                 level = logging.WARNING if due_late > LATE_WARNING_SECONDS else logging.INFO
                 log.log(
                     level, "session %s: production behind the audio clock by %.0f ms (%d late frames so far)",
-                    self.avatar.name, due_late * 1000.0, self.stats.late_frames,
+                    self.avatar.name, due_late * 1000.0, self._stats.late_frames,
                 )
         item = AvatarFrame(
             index=tick, pts=tick * SAMPLES_PER_FRAME, base_index=base_id, audio=audio,
@@ -631,7 +637,6 @@ class Session:
         else:
             item.access_unit = frame.data
             item.keyframe = bool(frame.keyframe)
-        self.stats.frames += 1
-        self.stats.stage_ms = self._timer.mean_ms(self.stats.frames)
+        self._stats.frames += 1
         assert self._out is not None
         await self._out.put((generation, item))

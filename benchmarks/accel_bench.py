@@ -26,7 +26,7 @@ from bench_common import open_or_build_avatar
 from lipstream.audio.levels import SilenceDetector
 from lipstream.engines.base import Engine, Speech
 from lipstream.engines.registry import create_engine
-from lipstream.render.accel import AccelConfig, PatchScheduler, codebook_path, load_codebook, speaking_mask
+from lipstream.render.accel import AccelConfig, PatchScheduler, codebook_path, load_codebook, utterance_frames
 from lipstream.render.compositor import Compositor
 from lipstream.render.offline import render_speech_to_mp4
 from lipstream.render.seed import seed_codebook
@@ -54,13 +54,10 @@ TEST_SCRIPT = (
 
 def mouth_frames(bundle, engine: Engine, speech: Speech, config: AccelConfig, codebook=None) -> tuple:
     """Composited mouth rectangles of every frame (RGB, before encoding), and the scheduler stats."""
-    n = speech.frame_count
-    feats = np.asarray(engine.features(speech), np.float32)[:n]
-    silent = SilenceDetector().silent_mask(speech.pcm)[:n]
-    silent = ~speaking_mask(silent) if config.enabled else np.zeros(n, bool)
-    base_ids = np.array([bundle.base_frame_index(k) for k in range(n)])
+    frames = utterance_frames(bundle, engine, speech, config, SilenceDetector())
+    base_ids = frames.base_ids
     sched = PatchScheduler(bundle, engine, config, codebook)
-    released = sched.push(feats, silent, base_ids, list(range(n))) + sched.finish()
+    released = sched.push(frames.features, frames.skip, base_ids, list(range(len(base_ids)))) + sched.finish()
     comp = Compositor(bundle, engine.patch_size)
     crops = []
     for k, patch in released:

@@ -15,7 +15,7 @@ import pytest
 from lipstream.audio.levels import SilenceDetector
 from lipstream.avatar.bundle import load_avatar
 from lipstream.engines.registry import create_engine
-from lipstream.render.accel import AccelConfig, PatchScheduler, codebook_path, speaking_mask
+from lipstream.render.accel import AccelConfig, PatchScheduler, codebook_path, utterance_frames
 from lipstream.render.compositor import Compositor
 from lipstream.render.infill import crossfade
 from lipstream.render.planner import INFILL, Plan, PlannerConfig
@@ -46,10 +46,8 @@ def own_avatar(small_avatar, tmp_path: Path):
 
 def _schedule(bundle, engine, speech, config: AccelConfig, chunk: int | None = None):
     n = speech.frame_count
-    feats = engine.features(speech)[:n]
-    silent = SilenceDetector().silent_mask(speech.pcm)[:n]
-    silent = ~speaking_mask(silent) if config.enabled else np.zeros(n, bool)
-    base_ids = np.array([bundle.base_frame_index(k) for k in range(n)])
+    frames = utterance_frames(bundle, engine, speech, config, SilenceDetector())
+    feats, silent, base_ids = frames.features, frames.skip, frames.base_ids
     sched = PatchScheduler(bundle, engine, config)
     out = []
     step = chunk or n
@@ -95,19 +93,16 @@ def test_chunked_scheduling_equals_whole(own_avatar, engine, speech) -> None:
 
 
 def test_infill_frames_are_crossfades_of_their_keyframes(own_avatar, engine, speech) -> None:
-    n = speech.frame_count
-    feats = engine.features(speech)[:n]
-    silent = ~speaking_mask(SilenceDetector().silent_mask(speech.pcm)[:n])
-    base_ids = np.array([own_avatar.base_frame_index(k) for k in range(n)])
-    sched = PatchScheduler(own_avatar, engine, AccelConfig(enabled=True, codebook=False))
-    plan = Plan.concat([sched.planner.plan(feats, silent), sched.planner.finish()])
+    config = AccelConfig(enabled=True, codebook=False)
+    frames = utterance_frames(own_avatar, engine, speech, config, SilenceDetector())
+    sched = PatchScheduler(own_avatar, engine, config)
+    plan = Plan.concat([sched.planner.plan(frames.features, frames.skip), sched.planner.finish()])
     patches = dict(_schedule(own_avatar, engine, speech, AccelConfig(enabled=True, codebook=False))[0])
     infill = [i for i, kind in enumerate(plan.kind) if kind == INFILL]
     assert infill, "a sentence of speech must have infill frames"
     for i in infill[:10]:
         left, right, w = int(plan.left[i]), int(plan.right[i]), float(plan.weight[i])
         assert np.array_equal(patches[int(plan.index[i])], crossfade(patches[left], patches[right], w))
-    del base_ids
 
 
 def _wav(path: Path, pcm: np.ndarray) -> Path:

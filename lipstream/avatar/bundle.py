@@ -84,6 +84,11 @@ class AvatarBundle:
         """Source frame shown at display tick `tick` (the idle loop wraps around)."""
         return int(self.idle_loop[tick % len(self.idle_loop)])
 
+    def base_frame_indices(self, first_tick: int, count: int) -> np.ndarray:
+        """Source frames shown at display ticks first_tick .. first_tick + count - 1 (int64)."""
+        ticks = np.arange(first_tick, first_tick + count, dtype=np.int64)
+        return self.idle_loop[ticks % len(self.idle_loop)].astype(np.int64)
+
     def crop_landmarks(self, frame_index: int) -> np.ndarray:
         """Landmarks of a frame mapped into crop space (CROP_SIZE×CROP_SIZE)."""
         x1, y1, x2, y2 = (float(v) for v in self.boxes[frame_index])

@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from lipstream.audio.levels import SilenceDetector
 from lipstream.avatar.bundle import AvatarBundle
-from lipstream.engines.base import Engine
+from lipstream.engines.base import Engine, Speech
 from lipstream.render.codebook import SimHashCodebook, hamming
 from lipstream.render.infill import CrossFader
 from lipstream.render.planner import INFILL, KEYFRAME, SILENT, KeyframePlanner, PlannerConfig
@@ -91,6 +92,30 @@ def speaking_mask(silent: np.ndarray, margin_frames: int = 2) -> np.ndarray:
         shifted = idx + d
         widened[shifted[(shifted >= 0) & (shifted < speaking.size)]] = True
     return widened
+
+
+@dataclass
+class UtteranceFrames:
+    """What the scheduler needs for a whole utterance, frame by frame."""
+
+    features: np.ndarray  # [n, D] float32
+    silent: np.ndarray  # [n] bool: the audio is silent there
+    skip: np.ndarray  # [n] bool: frames left to the idle presenter (none without acceleration)
+    base_ids: np.ndarray  # [n] int64: source frame shown under each frame (the idle loop from tick 0)
+
+
+def utterance_frames(
+    bundle: AvatarBundle, engine: Engine, speech: Speech, accel: AccelConfig, silence: SilenceDetector
+) -> UtteranceFrames:
+    """Features, silence and base frames of a whole utterance; `accel` must be resolved."""
+    n = speech.frame_count
+    features = np.asarray(engine.features(speech), dtype=np.float32)
+    if features.shape[0] < n:
+        raise RuntimeError(f"engine {engine.name} returned {features.shape[0]} feature rows for {n} frames")
+    silent = silence.silent_mask(speech.pcm)[:n]
+    # without acceleration every frame, silent or not, goes through the engine
+    skip = ~speaking_mask(silent) if accel.enabled else np.zeros(n, dtype=bool)
+    return UtteranceFrames(features[:n], silent, skip, bundle.base_frame_indices(0, n))
 
 
 def hash_vectors(features: np.ndarray) -> np.ndarray:

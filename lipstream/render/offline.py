@@ -6,7 +6,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -22,20 +22,21 @@ from lipstream.media.mp4 import Mp4Writer
 from lipstream.render.accel import (
     AccelConfig,
     PatchScheduler,
+    UtteranceFrames,
     load_codebook,
     resolve_accel,
     save_codebook,
-    speaking_mask,
+    utterance_frames,
 )
 from lipstream.render.compositor import Compositor
 from lipstream.render.timing import StageTimer
 
 log = logging.getLogger(__name__)
 
-MAX_AUDIO_SECONDS = 600.0
+MAX_AUDIO_SECONDS = 600.0  # one render is at most 10 minutes of speech; longer input is refused up front
 # x264 settings of the MP4: "veryfast" keeps a 1080×1920 render above 2x real time on two cores
 DEFAULT_PRESET = "veryfast"
-DEFAULT_CRF = 20  # one render is at most 10 minutes of speech; longer input is refused up front
+DEFAULT_CRF = 20
 
 
 class RenderReport(BaseModel):
@@ -103,6 +104,17 @@ class _EncoderThread:
             raise self._error
 
 
+def _scheduled(scheduler: PatchScheduler, frames: UtteranceFrames, batch: int) -> Iterator[list]:
+    """Push the utterance through the scheduler in time-ordered batches; each yield is what it released."""
+    n = len(frames.base_ids)
+    for start in range(0, n, batch):
+        span = slice(start, min(n, start + batch))
+        yield scheduler.push(
+            frames.features[span], frames.skip[span], frames.base_ids[span], list(range(start, span.stop))
+        )
+    yield scheduler.finish()
+
+
 def check_speech(speech: Speech, max_seconds: float = MAX_AUDIO_SECONDS) -> None:
     """Refuse empty or over-long speech with a clear message."""
     if speech.frame_count == 0:
@@ -138,19 +150,11 @@ def render_speech_to_mp4(
     started = time.perf_counter()
     n = speech.frame_count
     with timer.stage("features"):
-        features = np.asarray(engine.features(speech), dtype=np.float32)
-        silence = silence or SilenceDetector()
-        silent = silence.silent_mask(speech.pcm)[:n]
-    if features.shape[0] < n:
-        raise RuntimeError(f"engine {engine.name} returned {features.shape[0]} feature rows for {n} frames")
-    features = features[:n]
+        frames = utterance_frames(bundle, engine, speech, accel, silence or SilenceDetector())
     notes: list[str] = []
-    if silent.all():
+    if frames.silent.all():
         notes.append("the audio is silent: the idle presenter is rendered with a closed mouth")
         log.warning(notes[-1])
-    # --no-accel: every frame, silent or not, goes through the engine
-    speaking = speaking_mask(silent) if accel.enabled else np.ones(n, dtype=bool)
-    base_ids = np.array([bundle.base_frame_index(k) for k in range(n)], dtype=np.int64)
     codebook = load_codebook(bundle, engine, accel) if accel.enabled and accel.codebook else None
     scheduler = PatchScheduler(bundle, engine, accel, codebook, timer)
     compositor = Compositor(bundle, engine.patch_size)
@@ -162,26 +166,16 @@ def render_speech_to_mp4(
     with Mp4Writer(out_path, width, height, fps=FPS, preset=preset, crf=crf) as writer:
         encoder = _EncoderThread(writer, timer)
         try:
-            for start in range(0, n + batch, batch):
-                stop = min(n, start + batch)
-                if start < n:
-                    released = scheduler.push(
-                        features[start:stop], ~speaking[start:stop], base_ids[start:stop],
-                        list(range(start, stop)),
-                    )
-                else:
-                    released = scheduler.finish()
+            for released in _scheduled(scheduler, frames, batch):
                 for k, patch in released:
                     with timer.stage("compositor"):
-                        frame = compositor.compose_i420(int(base_ids[k]), patch)
+                        frame = compositor.compose_i420(int(frames.base_ids[k]), patch)
                     if ttff_ms is None:
                         ttff_ms = (time.perf_counter() - started) * 1000.0
                     encoder.put(frame, pcm16[k * SAMPLES_PER_FRAME : (k + 1) * SAMPLES_PER_FRAME])
                     done += 1
                     if on_frame:
                         on_frame(done, n)
-                if start >= n:
-                    break
         finally:
             encoder.close()
     if done != n:
@@ -200,7 +194,7 @@ def render_speech_to_mp4(
         audio_seconds=round(speech.seconds, 3),
         wall_seconds=round(wall, 3),
         realtime_factor=round(speech.seconds / wall, 3) if wall > 0 else 0.0,
-        silent_frames=int(silent.sum()),
+        silent_frames=int(frames.silent.sum()),
         accel=accel.enabled,
         keyframes=stats.keyframes,
         codebook_hits=stats.codebook_hits,

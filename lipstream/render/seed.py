@@ -5,12 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from lipstream.audio.levels import SilenceDetector
 from lipstream.avatar.bundle import AvatarBundle
 from lipstream.engines.base import Engine, Speech
-from lipstream.render.accel import AccelConfig, PatchScheduler, load_codebook, save_codebook, speaking_mask
+from lipstream.render.accel import AccelConfig, PatchScheduler, load_codebook, save_codebook, utterance_frames
 
 
 @dataclass
@@ -36,15 +34,12 @@ def seed_codebook(
     silence = SilenceDetector()
     frames = 0
     for speech in speeches:
-        n = speech.frame_count
-        if n == 0:
+        if speech.frame_count == 0:
             continue
-        features = np.asarray(engine.features(speech), dtype=np.float32)[:n]
-        silent = ~speaking_mask(silence.silent_mask(speech.pcm)[:n])
-        base_ids = np.array([bundle.base_frame_index(k) for k in range(n)], dtype=np.int64)
-        scheduler.push(features, silent, base_ids)
+        utterance = utterance_frames(bundle, engine, speech, config, silence)
+        scheduler.push(utterance.features, utterance.skip, utterance.base_ids)
         scheduler.finish()
-        frames += n
+        frames += speech.frame_count
     path = save_codebook(codebook, bundle, engine)
     stats = scheduler.stats
     return SeedResult(len(speeches), frames, stats.keyframes, stats.neural_frames, codebook.size, str(path))

@@ -556,7 +556,7 @@ class Session:
         feats, audio, speaking = utt.take(count)
         first = self._tick
         self._tick += count  # these ticks are reserved; the scheduler releases frames in order
-        base_ids = np.array([self.avatar.base_frame_index(t) for t in range(first, first + count)], np.int64)
+        base_ids = self.avatar.base_frame_indices(first, count)
         pcm16 = to_int16(audio)
         payloads = [
             (first + i, int(base_ids[i]), pcm16[i * SAMPLES_PER_FRAME : (i + 1) * SAMPLES_PER_FRAME])

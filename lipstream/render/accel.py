@@ -141,9 +141,14 @@ def hit_threshold(engine: Engine, config: AccelConfig) -> int:
     return 2 if engine.feature_dim >= LOW_DIM else 1
 
 
+def hash_dim(engine: Engine) -> int:
+    """Length of the vectors `hash_vectors` makes from this engine's features."""
+    return engine.feature_dim if engine.feature_dim >= LOW_DIM else engine.feature_dim + 1
+
+
 def new_codebook(engine: Engine, config: AccelConfig) -> SimHashCodebook:
     """An empty codebook for this engine's feature kind."""
-    dim = engine.feature_dim if engine.feature_dim >= LOW_DIM else engine.feature_dim + 1
+    dim = hash_dim(engine)
     # lifted low-dim vectors are already centred by construction; high-dim ones use a running mean
     mean = np.zeros(dim, np.float32) if engine.feature_dim < LOW_DIM else None
     return SimHashCodebook(
@@ -157,8 +162,7 @@ def load_codebook(bundle: AvatarBundle, engine: Engine, config: AccelConfig) -> 
     path = codebook_path(bundle, engine)
     if path.is_file():
         book = SimHashCodebook.load(path)
-        expected = engine.feature_dim if engine.feature_dim >= LOW_DIM else engine.feature_dim + 1
-        if book.dim == expected and book.bits == config.codebook_bits and book.seed == config.seed:
+        if book.dim == hash_dim(engine) and book.bits == config.codebook_bits and book.seed == config.seed:
             book.threshold = hit_threshold(engine, config)
             return book
         log.warning("codebook %s was made with other settings; starting a new one", path)

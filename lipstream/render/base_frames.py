@@ -34,18 +34,28 @@ class BaseFrameStore:
         self.scale = self.width / src_w
         self._scaled = (self.width, self.height) != (src_w, src_h)
         self._i420: np.ndarray | None = None
-        self._rgb_scaled: dict[int, np.ndarray] = {}
+        self._regions: dict[int, np.ndarray] = {}  # scaled RGB under each frame's mouth rectangle
 
     def rgb(self, index: int) -> np.ndarray:
-        """Base frame `index` as H×W×3 RGB at the output size (read-only view when not scaled)."""
+        """Base frame `index` as H×W×3 RGB at the output size (a read-only view when not scaled; a
+        scaled frame is made on each call: the hot path reads `rgb_region` or the I420 cache instead)."""
         frame = self.bundle.frames[index]
         if not self._scaled:
             return frame
-        cached = self._rgb_scaled.get(index)
-        if cached is None:
-            cached = cv2.resize(np.asarray(frame), (self.width, self.height), interpolation=cv2.INTER_AREA)
-            self._rgb_scaled[index] = cached
-        return cached
+        return cv2.resize(np.asarray(frame), (self.width, self.height), interpolation=cv2.INTER_AREA)
+
+    def rgb_region(self, index: int, rect: tuple[int, int, int, int]) -> np.ndarray:
+        """RGB of base frame `index` inside `rect` (x0, y0, x1, y1) at the output size. Scaled regions are
+        cut from the scaled frame once and kept (the rectangle of a frame never changes), which keeps
+        the pixels identical to the full scaled frame while holding only the small rectangles."""
+        x0, y0, x1, y1 = rect
+        if not self._scaled:
+            return self.bundle.frames[index][y0:y1, x0:x1]
+        region = self._regions.get(index)
+        if region is None:
+            region = self.rgb(index)[y0:y1, x0:x1].copy()
+            self._regions[index] = region
+        return region
 
     def i420(self, index: int) -> np.ndarray:
         """Base frame `index` as an I420 picture [(H*3/2), W] at the output size."""

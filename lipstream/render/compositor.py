@@ -109,7 +109,7 @@ class Compositor:
         if geo is None:
             return out
         x0, y0, x1, y1 = geo.rect
-        region = self._blend_region(frame_index, patch, self.base.rgb(frame_index)[y0:y1, x0:x1])
+        region = self._blend_region(frame_index, patch, self.base.rgb_region(frame_index, geo.rect))
         yuv = cv2.cvtColor(region, cv2.COLOR_RGB2YUV_I420).reshape(-1)
         write_i420_rect(out, self.width, self.height, (x0, y0, x1, y1), yuv)
         return out

@@ -46,6 +46,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     client.set_defaults(func=run_client_command)
 
 
+def _token(args: argparse.Namespace) -> str | None:
+    """The bearer token: --token, else $LIPSTREAM_TOKEN, else none."""
+    return args.token or os.environ.get("LIPSTREAM_TOKEN") or None
+
+
 def run_serve(args: argparse.Namespace) -> int:
     """Start uvicorn with one shared engine."""
     import uvicorn
@@ -69,7 +74,7 @@ def run_serve(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         engine=args.engine,
-        token=args.token or os.environ.get("LIPSTREAM_TOKEN") or None,
+        token=_token(args),
         avatars_dir=args.avatars_dir,
         voice=args.voice,
         limits=limits,
@@ -126,7 +131,7 @@ def run_client_command(args: argparse.Namespace) -> int:
             text=args.text,
             audio=args.audio,
             out=args.out,
-            token=args.token or os.environ.get("LIPSTREAM_TOKEN") or None,
+            token=_token(args),
             output_width=args.width,
             timeout=args.timeout,
         )

@@ -4,11 +4,40 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from types import FrameType
 
 from lipstream import __version__
 from lipstream.errors import LipstreamError
+
+SIGTERM_EXIT = 128 + signal.SIGTERM  # 143, what shells report for a process ended by SIGTERM
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread; a KeyboardInterrupt so it unwinds exactly like Ctrl-C does."""
+
+
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    # a second SIGTERM while temp folders are being removed must not cut the cleanup short
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Terminated
+
+
+@contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """While inside, SIGTERM raises Terminated so `finally`/`except BaseException` cleanup runs."""
+    if threading.current_thread() is not threading.main_thread():  # handlers can only be set there
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,10 +68,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 1
     try:
-        return int(args.func(args) or 0)
+        with _sigterm_unwinds():
+            return int(args.func(args) or 0)
     except LipstreamError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except Terminated:
+        print("terminated", file=sys.stderr)
+        return SIGTERM_EXIT
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

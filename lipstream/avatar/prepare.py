@@ -59,6 +59,14 @@ def crop_space(landmarks: np.ndarray, boxes: np.ndarray, size: int) -> np.ndarra
     return out
 
 
+def check_source(source: str | Path) -> Path:
+    """Return the source path, refusing a folder with its own message (it would read as 'does not exist')."""
+    path = Path(source)
+    if path.is_dir():
+        raise MediaError(f"avatar source {path} is a folder; pass a video or image file")
+    return path
+
+
 def _track_frames(
     info: VideoInfo, folder: Path, config: PrepareConfig, progress: bool
 ) -> tuple[np.ndarray, np.ndarray, list[str]]:
@@ -100,7 +108,7 @@ def prepare_avatar(
     final = bf.bundle_path(name, avatars_root)
     if final.exists() and not force:
         raise AvatarError(f"avatar '{name}' already exists at {final}; use --force to replace it")
-    info = probe_video(source)
+    info = probe_video(check_source(source))
     if not info.is_still and info.frame_count < config.min_seconds * FPS:
         raise MediaError(
             f"{info.path} is too short ({info.frame_count} frames at {FPS} fps); give at least "

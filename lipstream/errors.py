@@ -27,3 +27,7 @@ class ModelError(LipstreamError):
 
 class SpeechError(LipstreamError):
     """Text with nothing to say, or a TTS voice that cannot run."""
+
+
+class QueueFullError(LipstreamError):
+    """A session already holds as much pending speech as it may; the input was refused, nothing else."""

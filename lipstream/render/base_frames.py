@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+import threading
+import weakref
 from pathlib import Path
 
 import cv2
@@ -15,6 +17,32 @@ from lipstream.avatar.bundle import AvatarBundle
 log = logging.getLogger(__name__)
 
 CACHE_DIR = "cache"
+# the stream widths a client may ask for, as fractions of the avatar's width: only downscaling, and few
+# sizes, so what a client asks for can never grow memory or disk beyond these
+STREAM_SCALES = (1.0, 3 / 4, 2 / 3, 1 / 2, 1 / 3, 1 / 4)
+MIN_STREAM_WIDTH = 64
+
+
+def stream_sizes(avatar_size: tuple[int, int]) -> list[tuple[int, int]]:
+    """The output sizes a stream of this avatar may have (even, aspect kept), largest first."""
+    width, height = avatar_size
+    sizes: list[tuple[int, int]] = []
+    for scale in STREAM_SCALES:
+        w = int(round(width * scale / 2)) * 2
+        h = int(round(height * w / width / 2)) * 2
+        if (w >= MIN_STREAM_WIDTH or not sizes) and (w, h) not in sizes:
+            sizes.append((w, h))
+    return sizes
+
+
+def stream_size(avatar_size: tuple[int, int], requested_width: int | None) -> tuple[int, int]:
+    """The allowed output size for a requested width: the largest allowed size not wider than it (the
+    smallest allowed one when it is narrower than all of them); None or wider: the avatar's own size."""
+    sizes = stream_sizes(avatar_size)
+    if requested_width is None:
+        return sizes[0]
+    fitting = [size for size in sizes if size[0] <= requested_width]
+    return fitting[0] if fitting else sizes[-1]
 
 
 def i420_shape(width: int, height: int) -> tuple[int, int]:
@@ -24,8 +52,10 @@ def i420_shape(width: int, height: int) -> tuple[int, int]:
 
 class BaseFrameStore:
     """Base frames for the hot path: RGB (scaled if asked) and I420, so no full-frame colour
-    conversion runs per output frame. The I420 copies are built once and kept in the bundle's
-    cache/ folder (memory-mapped), where every session and render of that avatar shares them."""
+    conversion runs per output frame. At the avatar's own size the I420 copies are built once and kept
+    in the bundle's cache/ folder (memory-mapped), where every session and render of that avatar shares
+    them. Scaled copies are never written to the bundle: they are made in memory, one frame when it is
+    first needed, and live as long as the store (see `SharedBaseFrames`)."""
 
     def __init__(self, bundle: AvatarBundle, output_size: tuple[int, int] | None = None) -> None:
         self.bundle = bundle
@@ -34,6 +64,7 @@ class BaseFrameStore:
         self.scale = self.width / src_w
         self._scaled = (self.width, self.height) != (src_w, src_h)
         self._i420: np.ndarray | None = None
+        self._built: np.ndarray | None = None  # scaled stores: which in-memory I420 frames exist yet
         self._regions: dict[int, np.ndarray] = {}  # scaled RGB under each frame's mouth rectangle
 
     def rgb(self, index: int) -> np.ndarray:
@@ -59,8 +90,23 @@ class BaseFrameStore:
 
     def i420(self, index: int) -> np.ndarray:
         """Base frame `index` as an I420 picture [(H*3/2), W] at the output size."""
+        if self._scaled:
+            return self._scaled_i420(index)
         if self._i420 is None:
             self._i420 = self._load_or_build()
+        return self._i420[index]
+
+    def _scaled_i420(self, index: int) -> np.ndarray:
+        if self._i420 is None or self._built is None:
+            shape = (self.bundle.frame_count, *i420_shape(self.width, self.height))
+            # one allocation: its pages are touched (and counted) only as frames are built, and it goes
+            # back to the OS in one piece when the store is dropped
+            self._i420 = np.empty(shape, dtype=np.uint8)
+            self._built = np.zeros(shape[0], dtype=bool)
+        if not self._built[index]:
+            # two threads may build the same frame at once: they write the same bytes
+            self._i420[index] = cv2.cvtColor(np.ascontiguousarray(self.rgb(index)), cv2.COLOR_RGB2YUV_I420)
+            self._built[index] = True
         return self._i420[index]
 
     def _cache_path(self) -> Path:
@@ -97,3 +143,25 @@ class BaseFrameStore:
             if os.path.exists(tmp):
                 os.unlink(tmp)
         return np.load(path, mmap_mode="r")
+
+
+class SharedBaseFrames:
+    """One BaseFrameStore per avatar and output size for all the sessions of a server; a store is
+    dropped (and its memory freed) when the last session holding it ends."""
+
+    def __init__(self) -> None:
+        self._stores: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+        self._lock = threading.Lock()
+
+    def get(self, bundle: AvatarBundle, output_size: tuple[int, int]) -> BaseFrameStore:
+        """The shared store of `bundle`'s frames at `output_size` (made when none is alive)."""
+        key = (str(Path(bundle.path).resolve()), bundle.frame_count, tuple(output_size))
+        with self._lock:
+            store = self._stores.get(key)
+            if store is None:
+                store = BaseFrameStore(bundle, output_size)
+                self._stores[key] = store
+            return store
+
+    def __len__(self) -> int:
+        return len(self._stores)

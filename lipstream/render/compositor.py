@@ -29,11 +29,16 @@ class Compositor:
     """
 
     def __init__(
-        self, bundle: AvatarBundle, patch_size: int = 256, output_size: tuple[int, int] | None = None
+        self,
+        bundle: AvatarBundle,
+        patch_size: int = 256,
+        output_size: tuple[int, int] | None = None,
+        base: BaseFrameStore | None = None,
     ) -> None:
+        """`base`: a store shared with other sessions of the same avatar and size (else a private one)."""
         self.bundle = bundle
         self.patch_size = patch_size
-        self.base = BaseFrameStore(bundle, output_size)
+        self.base = base or BaseFrameStore(bundle, output_size)
         self.width, self.height = self.base.width, self.base.height
         self._geometry: dict[int, FrameGeometry | None] = {}
 

@@ -34,11 +34,13 @@ from lipstream.audio.levels import SilenceDetector, frame_rms
 from lipstream.audio.timeline import FPS, SAMPLE_RATE, SAMPLES_PER_FRAME
 from lipstream.avatar.bundle import AvatarBundle
 from lipstream.engines.base import Engine, FeatureStream, Speech
-from lipstream.errors import LipstreamError
+from lipstream.errors import LipstreamError, QueueFullError
 from lipstream.render.accel import AccelConfig, PatchScheduler, load_codebook, resolve_accel
+from lipstream.render.base_frames import SharedBaseFrames, stream_size
 from lipstream.render.compositor import Compositor
 from lipstream.render.frames import AvatarFrame
 from lipstream.render.timing import StageTimer
+from lipstream.render.workers import WorkerPools
 
 log = logging.getLogger(__name__)
 
@@ -51,13 +53,18 @@ class SessionConfig(BaseModel):
     """Options of one live session."""
 
     encode: bool = True  # emit H.264 access units (else raw RGB images)
-    output_width: int | None = None  # scale the stream to this width (even); None = avatar size
+    # scale the stream down to the largest allowed size not wider than this (base_frames.stream_sizes);
+    # None = the avatar's own size
+    output_width: int | None = None
     bitrate: int = 2_500_000
     voice: str = "piper"
     max_lead_seconds: float = Field(1.0, gt=0)  # how far production may run ahead of playback during speech
     idle_lead_seconds: float = Field(0.12, ge=0)  # ... and while idle (small: a new utterance starts soon)
     interrupt_margin_frames: int = Field(2, ge=1)  # the stream resumes this far ahead of playback
     max_utterance_seconds: float = 600.0
+    # unproduced speech a session may hold across utterances: pushed PCM over it is refused, TTS waits
+    max_pending_seconds: float = Field(180.0, gt=0)
+    tts_lookahead_seconds: float = Field(15.0, gt=0)  # TTS runs at most this far ahead of playback
     queue_frames: int = Field(8, ge=1)  # produced frames waiting for the consumer
     accel: AccelConfig = Field(default_factory=AccelConfig)
 
@@ -135,10 +142,14 @@ class _Utterance:
 
     def append_pcm(self, pcm: np.ndarray) -> None:
         """Streaming input: add audio and pull any features that became final."""
+        self.append_segment(pcm, self.stream_features(pcm))
+
+    def stream_features(self, pcm: np.ndarray) -> np.ndarray:
+        """Feature rows that `pcm`, the next chunk of streamed audio, makes final (may run on a worker;
+        `append_segment` then adds chunk and rows on the event loop)."""
         if self.stream is None:
             self.stream = self.engine.stream_features()
-        self._append_audio(pcm)
-        self._add_features(self.stream.push(pcm))
+        return np.asarray(self.stream.push(pcm), dtype=np.float32)
 
     def segment(self, speech: Speech) -> tuple[np.ndarray, np.ndarray]:
         """Audio padded to whole frames and its features, for a whole segment (a TTS sentence with
@@ -183,6 +194,11 @@ class _Utterance:
     def samples(self) -> int:
         """Samples of audio received so far."""
         return self._samples
+
+    @property
+    def pending_samples(self) -> int:
+        """Samples received but not yet produced as frames."""
+        return max(0, self._samples - self.emitted * SAMPLES_PER_FRAME)
 
     @property
     def total_frames(self) -> int:
@@ -253,8 +269,11 @@ class Session:
         *,
         tts_factory=None,
         silence: SilenceDetector | None = None,
+        pools: WorkerPools | None = None,
+        base_frames: SharedBaseFrames | None = None,
     ) -> None:
         self.avatar = avatar
+        self._pools = pools or WorkerPools()  # a server shares its pools between sessions
         self.engine = engine
         self.config = config or SessionConfig()
         self._stats = SessionStats()
@@ -269,18 +288,16 @@ class Session:
         self._tick = 0
         self._out: asyncio.Queue | None = None
         self._wake: asyncio.Event | None = None
+        self._produced: asyncio.Event | None = None  # set whenever frames go out (pending speech shrinks)
+        self._input_lock = asyncio.Lock()  # one input operation at a time (a chunk's features, a flush)
         self._task: asyncio.Task | None = None
         self._closed = False
         self._force_idr = True
         self._pending_events: list[SessionEvent] = []
         self._encoder = None
-        width, height = avatar.size
-        if self.config.output_width:
-            out_w = int(self.config.output_width) // 2 * 2
-            height = int(round(height * out_w / width / 2)) * 2
-            width = out_w
-        self.width, self.height = width, height
-        self._compositor = Compositor(avatar, engine.patch_size, (width, height))
+        self.width, self.height = stream_size(avatar.size, self.config.output_width)
+        shared = base_frames.get(avatar, (self.width, self.height)) if base_frames is not None else None
+        self._compositor = Compositor(avatar, engine.patch_size, (self.width, self.height), base=shared)
         self._generation = 0  # bumped by interrupt(): work started before it is discarded
         self._encoded_generation = 0
         self._scheduled_generation = 0
@@ -298,7 +315,7 @@ class Session:
             return
         # everything that depends only on the avatar is made (or read from its cache) before the
         # first frame, so the first utterance does not pay for it
-        await asyncio.to_thread(self._warm_up)
+        await self._pools.run_render(self._warm_up)
         if self.config.encode:
             from lipstream.media.h264 import H264StreamEncoder
 
@@ -306,6 +323,7 @@ class Session:
             self._encoder = H264StreamEncoder(self.width, self.height, fps=FPS, bitrate=self.config.bitrate)
         self._out = asyncio.Queue(maxsize=self.config.queue_frames)
         self._wake = asyncio.Event()
+        self._produced = asyncio.Event()
         self._task = asyncio.create_task(self._produce(), name=f"session-{self.avatar.name}")
 
     async def aclose(self) -> None:
@@ -349,20 +367,65 @@ class Session:
     # ----- input ---------------------------------------------------------------------------------------
 
     def push_audio(self, pcm: np.ndarray, sample_rate: int = SAMPLE_RATE) -> None:
-        """Add a chunk of speech (int16 or float32 mono, any rate) to the current utterance."""
-        pcm = to_float32(np.asarray(pcm).reshape(-1))
-        if sample_rate != SAMPLE_RATE:
-            if sample_rate not in self._resamplers:  # one per rate, kept across chunks (no clicks)
-                self._resamplers[sample_rate] = StreamResampler(sample_rate, SAMPLE_RATE)
-            pcm = self._resamplers[sample_rate].push(pcm)
-        utt = self._open_stream_utterance()
-        if (utt.samples + len(pcm)) / SAMPLE_RATE > self.config.max_utterance_seconds:
-            raise LipstreamError(
-                f"utterance longer than {self.config.max_utterance_seconds:.0f} s; flush() more often"
-            )
+        """Add a chunk of speech (int16 or float32 mono, any rate) to the current utterance.
+
+        Raises QueueFullError (and keeps nothing of the chunk) when the session already holds
+        `max_pending_seconds` of speech not yet produced."""
+        utt, pcm = self._accept_chunk(pcm, sample_rate)
+        pcm = self._resample_chunk(pcm, sample_rate)
         with self._timer.stage("features"):
             utt.append_pcm(pcm)
         self._poke()
+
+    async def push_audio_async(self, pcm: np.ndarray, sample_rate: int = SAMPLE_RATE) -> None:
+        """`push_audio` with resampling and feature extraction on the speech pool, off the event loop."""
+        async with self._input_lock:
+            utt, pcm = self._accept_chunk(pcm, sample_rate)
+            generation = self._generation
+            pcm, feats = await self._pools.run_speech(self._chunk_features, utt, pcm, sample_rate)
+            if generation != self._generation or utt.flushed:
+                return  # interrupted while the features were made: the chunk belongs to dropped speech
+            utt.append_segment(pcm, feats)
+            self._poke()
+
+    def _accept_chunk(self, pcm: np.ndarray, sample_rate: int) -> tuple[_Utterance, np.ndarray]:
+        """The chunk as float32 and the utterance it extends, after the queue and length checks."""
+        pcm = to_float32(np.asarray(pcm).reshape(-1))
+        seconds = len(pcm) / max(1, sample_rate)
+        self._check_room(seconds)
+        utt = self._open_stream_utterance()
+        if utt.samples / SAMPLE_RATE + seconds > self.config.max_utterance_seconds:
+            raise LipstreamError(
+                f"utterance longer than {self.config.max_utterance_seconds:.0f} s; flush() more often"
+            )
+        return utt, pcm
+
+    def _check_room(self, seconds: float) -> None:
+        """Refuse input that would make the pending speech exceed `max_pending_seconds`."""
+        pending = self.pending_seconds
+        if pending + seconds > self.config.max_pending_seconds:
+            raise QueueFullError(
+                f"{pending:.1f} s of speech is still waiting to be played and the limit is "
+                f"{self.config.max_pending_seconds:g} s; send more once playback catches up, or interrupt"
+            )
+
+    @property
+    def pending_seconds(self) -> float:
+        """Speech received but not yet produced as frames, over all queued utterances."""
+        return sum(utt.pending_samples for utt in self._utterances) / SAMPLE_RATE
+
+    def _resample_chunk(self, pcm: np.ndarray, sample_rate: int) -> np.ndarray:
+        if sample_rate == SAMPLE_RATE:
+            return pcm
+        if sample_rate not in self._resamplers:  # one per rate, kept across chunks (no clicks)
+            self._resamplers[sample_rate] = StreamResampler(sample_rate, SAMPLE_RATE)
+        return self._resamplers[sample_rate].push(pcm)
+
+    def _chunk_features(self, utt: _Utterance, pcm: np.ndarray, sample_rate: int):
+        """Worker: the chunk at 16 kHz and the feature rows it makes final."""
+        with self._timer.stage("features"):
+            pcm = self._resample_chunk(pcm, sample_rate)
+            return pcm, utt.stream_features(pcm)
 
     def flush(self) -> None:
         """End of the current utterance's input: it plays to the end, then the presenter idles."""
@@ -378,24 +441,44 @@ class Session:
         self._poke()
 
     async def push_text(self, text: str, voice: str | None = None) -> None:
-        """Speak `text` via offline TTS, one sentence at a time (the first plays while the rest renders)."""
+        """Speak `text` via offline TTS, one sentence at a time (the first plays while the rest renders).
+
+        Synthesis waits while the session holds `max_pending_seconds` of unplayed speech, so a long text
+        costs memory and CPU only as fast as it is spoken."""
         tts = self._get_tts(voice or self.config.voice)
         self.flush()  # text is its own utterance
         utt = self._new_utterance("text")
         generation = self._generation
-        sentences = await asyncio.to_thread(lambda: iter(tts.synthesize_sentences(text)))
-        while True:
-            speech = await asyncio.to_thread(next, sentences, None)
+        sentences = await self._pools.run_speech(lambda: iter(tts.synthesize_sentences(text)))
+        while generation == self._generation:
+            await self._wait_for_room(generation, min(self.config.tts_lookahead_seconds,
+                                                      self.config.max_pending_seconds))
+            if generation != self._generation:
+                break
+            speech = await self._pools.run_speech(next, sentences, None)
             if speech is None or generation != self._generation:
                 break
             with self._timer.stage("features"):
-                pcm, feats = await asyncio.to_thread(utt.segment, speech)
+                pcm, feats = await self._pools.run_speech(utt.segment, speech)
             if generation != self._generation:
                 break
             utt.append_segment(pcm, feats)
             self._poke()
         utt.flush()
         self._poke()
+
+    async def run_speech_work(self, fn, *args):
+        """Run blocking speech-side work (decoding an upload, say) on the session's speech pool."""
+        return await self._pools.run_speech(fn, *args)
+
+    async def _wait_for_room(self, generation: int, limit_seconds: float) -> None:
+        """Wait until pending speech is under `limit_seconds` (frames going out make room) or an interrupt."""
+        while self.pending_seconds >= limit_seconds and generation == self._generation:
+            if self._produced is None or self._closed:
+                return
+            self._produced.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._produced.wait(), timeout=1.0)
 
     def interrupt(self) -> None:
         """Stop speaking now: drop pending input and frames; the stream resumes just ahead of playback."""
@@ -425,8 +508,12 @@ class Session:
         self._force_idr = True
 
     def update_playback_position(self, pts_samples: int) -> None:
-        """The client's audio clock position: production is paced from it (audio is the master clock)."""
-        self._clock.report(pts_samples, time.perf_counter())
+        """The client's audio clock position: production is paced from it (audio is the master clock).
+
+        Clamped to what was produced: a client cannot be playing a frame it was never sent, and a larger
+        report would turn pacing off."""
+        pts = min(max(0, int(pts_samples)), self._tick * SAMPLES_PER_FRAME)
+        self._clock.report(pts, time.perf_counter())
 
     # ----- output --------------------------------------------------------------------------------------
 
@@ -499,17 +586,22 @@ class Session:
                 ready = utt.ready_frames() if utt is not None else 0
                 now = time.perf_counter()
                 position = self._clock.position_frames(now)
-                lead = self.config.max_lead_seconds if utt is not None else self.config.idle_lead_seconds
+                # the long lead applies once speech plays; before its first frame the stream keeps the idle
+                # lead, so idle frames stay on time while the first audio is synthesised and speech starts
+                # right after the few idle frames already sent
+                speaking = utt is not None and utt.started
+                lead = self.config.max_lead_seconds if speaking else self.config.idle_lead_seconds
                 ahead_frames = self._tick - position
-                if ahead_frames > lead * FPS:
+                if ahead_frames > lead * FPS and not (ready > 0 and not utt.started):
                     await self._wait((ahead_frames - lead * FPS) / FPS)
                     continue
                 if ready > 0:
                     # the utterance's first batch is small so its first frame reaches the client soon
                     batch = max(1, int(self.engine.batch_size)) if utt.started else FIRST_BATCH_FRAMES
                     await self._emit_speech(utt, min(ready, batch))
-                elif utt is not None and ahead_frames > 1:
-                    # speech is coming but not rendered yet: wait for input rather than fill with idle
+                elif speaking and ahead_frames > 1:
+                    # speech is playing but its next input is not here yet: wait for it rather than fill
+                    # the middle of the utterance with idle frames
                     await self._wait(min(FRAME_SECONDS, (ahead_frames - 1) / FPS))
                 elif self._scheduler.pending and utt is not None:
                     await self._release_held(utt)
@@ -543,7 +635,7 @@ class Session:
         tick, generation = self._tick, self._generation
         self._tick += 1
         base_id = self.avatar.base_frame_index(tick)
-        frame = await asyncio.to_thread(self._finish_frame, base_id, None, generation)
+        frame = await self._pools.run_render(self._finish_frame, base_id, None, generation)
         silence = np.zeros(SAMPLES_PER_FRAME, dtype=np.int16)
         await self._put_frame(
             tick, base_id, frame, silence, speaking=False, end=False, uid=None, generation=generation
@@ -563,7 +655,7 @@ class Session:
             for i in range(count)
         ]
         final = utt.done
-        released = await asyncio.to_thread(
+        released = await self._pools.run_render(
             self._schedule, feats, ~speaking, base_ids, payloads, final, generation
         )
         await self._emit_released(utt, released, generation, final)
@@ -572,7 +664,7 @@ class Session:
         """Input stalled mid-utterance: release the frames waiting for their next keyframe."""
         generation = self._generation
         empty = np.zeros((0, self.engine.feature_dim), np.float32)
-        released = await asyncio.to_thread(
+        released = await self._pools.run_render(
             self._schedule, empty, np.zeros(0, bool), np.zeros(0, np.int64), [], True, generation
         )
         await self._emit_released(utt, released, generation, final=False)
@@ -638,5 +730,6 @@ class Session:
             item.access_unit = frame.data
             item.keyframe = bool(frame.keyframe)
         self._stats.frames += 1
-        assert self._out is not None
+        assert self._out is not None and self._produced is not None
         await self._out.put((generation, item))
+        self._produced.set()

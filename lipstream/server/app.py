@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from pathlib import Path
 from typing import Any
@@ -13,9 +14,12 @@ from fastapi.staticfiles import StaticFiles
 from lipstream import __version__
 from lipstream.avatar.bundle import AvatarBundle, list_avatars, load_avatar
 from lipstream.errors import LipstreamError
+from lipstream.render.base_frames import SharedBaseFrames
+from lipstream.render.workers import WorkerPools
 from lipstream.server.auth import extract_token, token_ok
 from lipstream.server.config import ServerConfig
 from lipstream.server.connection import Connection, SessionFactory
+from lipstream.server.memory import HeapTrimmer
 from lipstream.server.registry import SessionRegistry
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "web" / "static"
@@ -34,15 +38,20 @@ class SharedVoices:
             if voice not in self._voices:
                 from lipstream.talk.tts import create_tts
 
-                tts = create_tts(voice)
+                tts = create_tts(voice, threads=1)  # one core per synthesis: sessions share the CPU
                 tts.synthesize("Ready.")  # the first synthesis is slow (model warm-up): pay it at load
                 self._voices[voice] = tts
             return self._voices[voice]
 
 
-def render_session_factory(config: ServerConfig, voices: SharedVoices | None = None) -> SessionFactory:
-    """Sessions from lipstream.render.session, encoding H.264 for the wire; TTS voices shared."""
+def render_session_factory(
+    config: ServerConfig, voices: SharedVoices | None = None, pools: WorkerPools | None = None
+) -> SessionFactory:
+    """Sessions from lipstream.render.session, encoding H.264 for the wire; TTS voices, worker pools and
+    scaled base frames shared by all sessions."""
     voices = voices or SharedVoices()
+    pools = pools or WorkerPools.create(render_threads=config.limits.max_sessions)
+    base_frames = SharedBaseFrames()
 
     def make(bundle: AvatarBundle, engine: Any, output_width: int | None) -> Any:
         from lipstream.render.session import Session, SessionConfig
@@ -52,8 +61,9 @@ def render_session_factory(config: ServerConfig, voices: SharedVoices | None = N
             output_width=output_width,
             voice=config.voice,
             max_lead_seconds=config.max_lead_seconds,
+            max_pending_seconds=config.limits.max_pending_seconds,
         )
-        return Session(bundle, engine, cfg, tts_factory=voices)
+        return Session(bundle, engine, cfg, tts_factory=voices, pools=pools, base_frames=base_frames)
 
     return make
 
@@ -71,9 +81,16 @@ def _avatar_info(name: str, root: Path | None) -> dict[str, Any] | None:
     }
 
 
-def create_app(config: ServerConfig, engine: Any, session_factory: SessionFactory | None = None) -> FastAPI:
-    """Build the app around one shared engine instance."""
-    app = FastAPI(title="lipstream", version=__version__, docs_url=None, redoc_url=None)
+def create_app(
+    config: ServerConfig,
+    engine: Any,
+    session_factory: SessionFactory | None = None,
+    heap: HeapTrimmer | None = None,
+) -> FastAPI:
+    """Build the app around one shared engine instance; `heap` is trimmed after each session ends."""
+    # no /openapi.json: the API is documented in docs/protocol.md, and nothing is served without the token
+    # that does not have to be
+    app = FastAPI(title="lipstream", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
     registry = SessionRegistry(config.limits.max_sessions)
     factory = session_factory or render_session_factory(config)
     app.state.registry = registry
@@ -120,5 +137,7 @@ def create_app(config: ServerConfig, engine: Any, session_factory: SessionFactor
     async def session_socket(ws: WebSocket) -> None:
         """One live session per connection (docs/protocol.md)."""
         await Connection(ws, config, engine, registry, factory).run()
+        if heap is not None:
+            await asyncio.to_thread(heap.trim)
 
     return app

@@ -28,6 +28,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument(
         "--max-upload-seconds", type=float, default=120.0, help="longest upload (default 120 s)"
     )
+    serve.add_argument(
+        "--max-connections", type=int, default=64, help="open TCP connections at most (default 64)"
+    )
     serve.set_defaults(func=run_serve)
 
     client = subparsers.add_parser(
@@ -58,9 +61,13 @@ def run_serve(args: argparse.Namespace) -> int:
     from lipstream.engines.registry import create_engine
     from lipstream.server.app import SharedVoices, create_app, render_session_factory
     from lipstream.server.config import MIB, Limits, ServerConfig
+    from lipstream.server.memory import HeapTrimmer
+    from lipstream.server.transport import guarded_http_protocol
 
     if args.max_sessions < 1 or args.max_message_mb <= 0 or args.max_upload_seconds <= 0:
         raise LipstreamError("--max-sessions, --max-message-mb and --max-upload-seconds must be positive")
+    if args.max_connections < args.max_sessions + 2:
+        raise LipstreamError("--max-connections must leave room for every session and a page load or two")
     if args.avatars_dir is not None and not args.avatars_dir.is_dir():
         raise LipstreamError(f"--avatars-dir {args.avatars_dir} is not a folder")
     limit_bytes = max(1024, int(args.max_message_mb * MIB))
@@ -69,6 +76,8 @@ def run_serve(args: argparse.Namespace) -> int:
         max_message_bytes=limit_bytes,
         max_upload_bytes=limit_bytes,
         max_upload_seconds=args.max_upload_seconds,
+        max_pending_seconds=max(180.0, args.max_upload_seconds),
+        max_connections=args.max_connections,
     )
     config = ServerConfig(
         host=args.host,
@@ -79,10 +88,12 @@ def run_serve(args: argparse.Namespace) -> int:
         voice=args.voice,
         limits=limits,
     )
+    heap = HeapTrimmer()
+    heap.tune()  # before any worker thread exists
     engine = create_engine(args.engine, **engine_options(args))
     voices = SharedVoices()
     voices(config.voice)  # load the voice now, not on the first speak request
-    app = create_app(config, engine, render_session_factory(config, voices))
+    app = create_app(config, engine, render_session_factory(config, voices), heap=heap)
     server = uvicorn.Server(
         uvicorn.Config(
             app,
@@ -90,6 +101,7 @@ def run_serve(args: argparse.Namespace) -> int:
             port=config.port,
             ws_max_size=limits.transport_max_bytes,
             ws_per_message_deflate=False,  # media does not compress; deflate only costs CPU
+            http=guarded_http_protocol(limits),  # a cap on connections, a deadline for request heads
             log_level="warning",
             lifespan="off",
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 MIB = 1024 * 1024
 
@@ -17,7 +17,18 @@ class Limits(BaseModel):
     max_upload_seconds: float = Field(default=120.0, gt=0)
     max_text_chars: int = Field(default=4000, ge=1)
     max_sessions: int = Field(default=8, ge=1)
+    max_queued_speaks: int = Field(default=4, ge=1)  # speak requests waiting in one session
+    max_pending_seconds: float = Field(default=180.0, gt=0)  # unplayed speech one session may hold
     hello_timeout_seconds: float = Field(default=10.0, gt=0)
+    send_timeout_seconds: float = Field(default=20.0, gt=0)  # a client reading nothing this long is dropped
+    header_timeout_seconds: float = Field(default=10.0, gt=0)  # to send a whole HTTP request head
+    max_connections: int = Field(default=64, ge=2)  # open TCP connections (sessions, page loads, idle ones)
+
+    @model_validator(mode="after")
+    def _upload_fits(self) -> Limits:
+        if self.max_pending_seconds < self.max_upload_seconds:
+            raise ValueError("max_pending_seconds must be at least max_upload_seconds (uploads queue whole)")
+        return self
 
     @property
     def transport_max_bytes(self) -> int:

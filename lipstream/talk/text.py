@@ -32,7 +32,27 @@ def check_text(text: str) -> str:
     return stripped
 
 
-def split_sentences(text: str) -> list[str]:
-    """Split checked text into sentences that each have something to speak."""
+def split_sentences(text: str, quick_start: bool = True) -> list[str]:
+    """Split checked text into sentences that each have something to speak.
+
+    With `quick_start`, a long first sentence is split after its first clause ("Good evening, | and
+    welcome ..."): synthesis time grows with the sentence, so the first audio is ready sooner, and a
+    clause boundary is where a speaker pauses anyway."""
     parts = (part.strip() for part in _SENTENCE_END.split(text))
-    return [part for part in parts if has_speakable_content(part)]
+    sentences = [part for part in parts if has_speakable_content(part)]
+    if quick_start and sentences:
+        sentences[:1] = _split_first_clause(sentences[0])
+    return sentences
+
+
+_CLAUSE_END = re.compile(r"(?<=[,;:\u2013\u2014])\s+")
+QUICK_START_MIN_WORDS = 8  # shorter first sentences are quick to synthesise whole
+
+
+def _split_first_clause(sentence: str) -> list[str]:
+    if len(sentence.split()) < QUICK_START_MIN_WORDS:
+        return [sentence]
+    pieces = _CLAUSE_END.split(sentence, maxsplit=1)
+    if len(pieces) < 2 or len(pieces[0].split()) < 2 or not has_speakable_content(pieces[1]):
+        return [sentence]
+    return pieces

@@ -35,14 +35,16 @@ class TTS(Protocol):
         """Speak sentence by sentence, yielding each Speech as soon as it is ready."""
 
 
-def create_tts(voice: str = "piper", fallback: bool = True) -> TTS:
-    """Make a TTS: "piper" (bundled neural voice; falls back to espeak-ng if it cannot load) or "espeak"."""
+def create_tts(voice: str = "piper", fallback: bool = True, threads: int = 0) -> TTS:
+    """Make a TTS: "piper" (bundled neural voice; falls back to espeak-ng if it cannot load) or "espeak".
+
+    `threads`: CPU threads one Piper synthesis may use (0: onnxruntime's default, all cores)."""
     if voice == "espeak":
         return EspeakTTS()
     if voice != "piper":
         raise SpeechError(f"unknown voice {voice!r}; choose one of {', '.join(VOICES)}")
     try:
-        return PiperTTS()
+        return PiperTTS(threads=threads)
     except SpeechError as exc:
         if not fallback:
             raise

@@ -52,6 +52,14 @@ def _create_temp_beside(path: Path) -> Path:
     raise MediaError(f"cannot create a temporary file beside {path}; clean up .{path.name}.*.part files")
 
 
+def x264_options(preset: str, crf: int, tune: str | None = None) -> dict[str, str]:
+    """libx264 private options for a preset, a CRF and an optional tune."""
+    options = {"crf": str(crf), "preset": preset}
+    if tune:
+        options["tune"] = tune
+    return options
+
+
 class Mp4Writer:
     """Write RGB frames and mono PCM to an MP4 (H.264 yuv420p + AAC), atomically.
 
@@ -73,8 +81,9 @@ class Mp4Writer:
         preset: str = "fast",
         audio_bitrate: int = 96_000,
         threads: int = 0,
+        tune: str | None = None,
     ) -> None:
-        """Check the target and open the encoders; threads=0 lets libx264 choose."""
+        """Check the target and open the encoders; threads=0 lets libx264 choose, tune=None sets none."""
         self.path = Path(path)
         check_writable_target(self.path)
         check_even_size(width, height)
@@ -89,9 +98,8 @@ class Mp4Writer:
             self._container = av.open(
                 str(self._tmp), mode="w", format="mp4", options={"movflags": "+faststart"}
             )
-            self._video = self._container.add_stream(
-                "libx264", rate=fps, options={"crf": str(crf), "preset": preset}
-            )
+            options = x264_options(preset, crf, tune)
+            self._video = self._container.add_stream("libx264", rate=fps, options=options)
             self._video.width, self._video.height, self._video.pix_fmt = width, height, "yuv420p"
             self._video.codec_context.time_base = Fraction(1, fps)
             self._video.codec_context.thread_count = threads

@@ -7,6 +7,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -34,9 +35,38 @@ from lipstream.render.timing import StageTimer
 log = logging.getLogger(__name__)
 
 MAX_AUDIO_SECONDS = 600.0  # one render is at most 10 minutes of speech; longer input is refused up front
-# x264 settings of the MP4: "veryfast" keeps a 1080×1920 render above 2x real time on two cores
-DEFAULT_PRESET = "veryfast"
-DEFAULT_CRF = 20
+
+
+@dataclass(frozen=True)
+class H264Settings:
+    """libx264 settings of the render's MP4; threads=0 lets libx264 choose."""
+
+    preset: str
+    crf: int
+    tune: str | None = None
+    threads: int = 0
+
+
+# `--quality` levels, measured in benchmarks/encode_bench.py (docs/benchmarks.md, issue 11). H.264 at
+# 1080×1920 is most of a render's cost: the setting before issue 11 (veryfast crf 20) held a render to
+# ~1.25x real time on a 2-core review machine. ultrafast needs ~40 % of its encoder CPU, and at these
+# CRFs its mouth PSNR is higher (veryfast's mb-tree starves the moving mouth of bits); the price is
+# bigger files. "best" spends about twice the encoder time of "balanced" for a sharper, smaller file.
+QUALITY_LEVELS: dict[str, H264Settings] = {
+    "fast": H264Settings("ultrafast", 23),
+    "balanced": H264Settings("ultrafast", 20),
+    "best": H264Settings("superfast", 18),
+}
+DEFAULT_QUALITY = "balanced"
+
+
+def encoder_settings(quality: str) -> H264Settings:
+    """The H.264 settings of a `--quality` level; MediaError names the levels for an unknown one."""
+    try:
+        return QUALITY_LEVELS[quality]
+    except KeyError:
+        levels = ", ".join(QUALITY_LEVELS)
+        raise MediaError(f"unknown render quality {quality!r}; choose one of {levels}") from None
 
 
 class RenderReport(BaseModel):
@@ -59,6 +89,8 @@ class RenderReport(BaseModel):
     neural_frames: int = 0  # engine passes
     infill_frames: int = 0  # cross-faded between keyframes
     ttff_ms: float = 0.0  # start of the render to the first composited frame
+    quality: str = DEFAULT_QUALITY  # the `--quality` level ("custom" when settings were given directly)
+    encoder: dict = Field(default_factory=dict)  # the libx264 settings used: preset, crf, tune, threads
     stage_ms: dict[str, float] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)
 
@@ -138,12 +170,16 @@ def render_speech_to_mp4(
     accel: AccelConfig | None = None,
     silence: SilenceDetector | None = None,
     on_frame: Callable[[int, int], None] | None = None,
-    preset: str = DEFAULT_PRESET,
-    crf: int = DEFAULT_CRF,
+    quality: str = DEFAULT_QUALITY,
+    encoder: H264Settings | None = None,
     persist_codebook: bool = True,
 ) -> RenderReport:
-    """Render `speech` on `bundle` with `engine` into `out_path` (written atomically)."""
+    """Render `speech` on `bundle` with `engine` into `out_path` (written atomically).
+
+    `quality` picks the H.264 settings (QUALITY_LEVELS); `encoder` overrides them (reported as "custom").
+    """
     check_speech(speech)
+    settings = encoder or encoder_settings(quality)
     accel = resolve_accel(accel, engine)
     out_path = Path(out_path)
     timer = StageTimer()
@@ -163,8 +199,11 @@ def render_speech_to_mp4(
     batch = max(1, int(engine.batch_size)) * 2
     ttff_ms: float | None = None
     done = 0
-    with Mp4Writer(out_path, width, height, fps=FPS, preset=preset, crf=crf) as writer:
-        encoder = _EncoderThread(writer, timer)
+    with Mp4Writer(
+        out_path, width, height, fps=FPS, preset=settings.preset, crf=settings.crf, threads=settings.threads,
+        tune=settings.tune,
+    ) as writer:
+        sink = _EncoderThread(writer, timer)
         try:
             for released in _scheduled(scheduler, frames, batch):
                 for k, patch in released:
@@ -172,12 +211,12 @@ def render_speech_to_mp4(
                         frame = compositor.compose_i420(int(frames.base_ids[k]), patch)
                     if ttff_ms is None:
                         ttff_ms = (time.perf_counter() - started) * 1000.0
-                    encoder.put(frame, pcm16[k * SAMPLES_PER_FRAME : (k + 1) * SAMPLES_PER_FRAME])
+                    sink.put(frame, pcm16[k * SAMPLES_PER_FRAME : (k + 1) * SAMPLES_PER_FRAME])
                     done += 1
                     if on_frame:
                         on_frame(done, n)
         finally:
-            encoder.close()
+            sink.close()
     if done != n:
         raise RuntimeError(f"rendered {done} of {n} frames")
     if codebook is not None and persist_codebook:
@@ -201,6 +240,8 @@ def render_speech_to_mp4(
         neural_frames=stats.neural_frames,
         infill_frames=stats.infill_frames,
         ttff_ms=round(ttff_ms or 0.0, 1),
+        quality="custom" if encoder is not None else quality,
+        encoder=asdict(settings),
         stage_ms=timer.mean_ms(n),
         notes=notes,
     )

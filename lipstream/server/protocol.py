@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import json
+import re
 import struct
 from dataclasses import dataclass
 from enum import IntEnum, IntFlag
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, TypeAdapter, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    TypeAdapter,
+    ValidationError,
+)
+from pydantic_core import PydanticCustomError
 
 from lipstream.errors import LipstreamError
 
@@ -67,7 +77,13 @@ class MediaMessage:
 
 
 def decode_media(data: bytes) -> MediaMessage:
-    """Parse a binary message; raise ProtocolError naming what is wrong."""
+    """Parse a binary message; raise ProtocolError (and nothing else) naming what is wrong.
+
+    Flag bits above bit 2 and the reserved byte are ignored, so that they can gain a meaning later.
+    Kind-specific checks (pcm sample rate, sizes) belong to the connection.
+    """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ProtocolError(f"binary message must be bytes, not {type(data).__name__}")
     if len(data) < HEADER_SIZE:
         raise ProtocolError(
             f"binary message of {len(data)} bytes is shorter than the {HEADER_SIZE}-byte header"
@@ -110,77 +126,145 @@ def frame_messages(frame: Any) -> tuple[bytes, bytes]:
 
 # ---- control messages, client -> server ----
 
+# JSON numbers above 2^53 lose precision in JavaScript clients and overflow the u64/u32 fields downstream;
+# no legitimate pts, id or count gets near it (2^53 samples at 16 kHz is ~17,800 years)
+MAX_SAFE_INT = 2**53 - 1
+# No client message nests deeper than 2 (client_stats.av_offset_ms); 16 leaves room for ignored future
+# fields while keeping any later walk over the value (pydantic's included) far from the recursion limit
+MAX_NESTING = 16
+# Control characters (C0 except tab/newline/carriage return, DEL, C1) and UTF-16 surrogates: a lone
+# surrogate cannot be encoded as UTF-8, so it would crash TTS or the sender later instead of failing here
+_BAD_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
+_VOICE = r"^[A-Za-z0-9_-]{1,32}$"
 
-class Hello(BaseModel):
+
+def _bad_char(text: str) -> str | None:
+    """A description of the first forbidden character in `text`, or None when it is clean."""
+    match = _BAD_CHARS.search(text)
+    if match is None:
+        return None
+    char = match.group()
+    kind = "a lone UTF-16 surrogate" if "\ud800" <= char <= "\udfff" else "a control character"
+    return f"{kind} U+{ord(char):04X} at index {match.start()}"
+
+
+# The character checks run before pydantic's own str check, which refuses some surrogates with a vaguer
+# message of its own; a non-str value passes through to be refused by the strict str type.
+
+
+def _clean_text(value: Any) -> Any:
+    """Speak text: reject control characters and surrogates with the `bad_text` error type."""
+    problem = _bad_char(value) if isinstance(value, str) else None
+    if problem is not None:
+        raise PydanticCustomError("bad_text", "text contains {problem}", {"problem": problem})
+    return value
+
+
+def _clean_name(value: Any) -> Any:
+    """Names and tokens: the same character rule as text, but a plain bad_message."""
+    problem = _bad_char(value) if isinstance(value, str) else None
+    if problem is not None:
+        raise ValueError(f"contains {problem}")
+    return value
+
+
+def _ping_id(value: Any) -> int | str | None:
+    """Ping ids are echoed back: a JSON-safe integer, a short string, or null."""
+    if value is None or (isinstance(value, str) and len(value) <= 64):
+        return value
+    if type(value) is int and -MAX_SAFE_INT <= value <= MAX_SAFE_INT:  # type(): a bool is not an id
+        return value
+    raise ValueError("id must be an integer with |id| < 2^53, a string of at most 64 characters, or null")
+
+
+Count = Annotated[int, Field(ge=0, le=MAX_SAFE_INT)]
+FiniteMs = Annotated[float, Field(allow_inf_nan=False)]
+Name = Annotated[str, Field(max_length=128), BeforeValidator(_clean_name)]
+
+
+class ClientModel(BaseModel):
+    """Base of the client messages: strict types, unknown fields ignored.
+
+    Strict: a JSON string is never a number ("5" is not 5), a bool is never an int, a float is never an
+    int (an int is accepted where a float is expected). Unknown fields are ignored so that a newer client
+    can add optional fields without breaking an older server.
+    """
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+
+class Hello(ClientModel):
     """Opens a session."""
 
     type: Literal["hello"]
-    version: int = PROTOCOL_VERSION
-    avatar: str | None = None
-    output_width: int | None = Field(default=None, ge=64, le=4096)
-    token: str | None = None
+    version: Annotated[int, Field(ge=0, le=2**31 - 1)] = PROTOCOL_VERSION
+    avatar: Name | None = None
+    # a parser-level sanity range only; the server snaps it to the sizes it can produce
+    output_width: Annotated[int, Field(ge=16, le=8192)] | None = None
+    token: Annotated[str, Field(max_length=1024), BeforeValidator(_clean_name)] | None = None
 
 
-class Speak(BaseModel):
+class Speak(ClientModel):
     """Speak text through TTS."""
 
     type: Literal["speak"]
-    text: str
-    voice: str | None = None
+    # length and emptiness are checked by the connection against its configured max_text_chars
+    text: Annotated[str, BeforeValidator(_clean_text)]
+    voice: Annotated[str, Field(pattern=_VOICE)] | None = None
 
 
-class Flush(BaseModel):
+class Flush(ClientModel):
     """End of the pushed-PCM utterance."""
 
     type: Literal["flush"]
 
 
-class Interrupt(BaseModel):
+class Interrupt(ClientModel):
     """Drop pending speech now."""
 
     type: Literal["interrupt"]
 
 
-class KeyframeRequest(BaseModel):
+class KeyframeRequest(ClientModel):
     """Ask for an IDR."""
 
     type: Literal["keyframe"]
 
 
-class OffsetStats(BaseModel):
+class OffsetStats(ClientModel):
     """A/V offset summary measured by the player, in ms (positive: video late)."""
 
-    p50: float = 0.0
-    p95: float = 0.0
-    max: float = 0.0
-    mean: float = 0.0
-    count: int = 0
+    p50: FiniteMs = 0.0
+    p95: FiniteMs = 0.0
+    max: FiniteMs = 0.0
+    mean: FiniteMs = 0.0
+    count: Count = 0
 
 
-class ClientStats(BaseModel):
+class ClientStats(ClientModel):
     """What the player measured; kept per session for /api/sessions."""
 
     type: Literal["client_stats"]
     av_offset_ms: OffsetStats = Field(default_factory=OffsetStats)
-    frames_shown: int = 0
-    frames_dropped: int = 0
-    frames_late: int = 0
-    decode_errors: int = 0
-    ttff_ms: float | None = None
+    frames_shown: Count = 0
+    frames_dropped: Count = 0
+    frames_late: Count = 0
+    decode_errors: Count = 0
+    ttff_ms: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
 
 
-class Position(BaseModel):
+class Position(ClientModel):
     """The pts the player is playing now; the server paces production from it (audio is the master clock)."""
 
     type: Literal["position"]
-    pts: int = Field(ge=0)
+    pts: Annotated[int, Field(ge=0, le=MAX_SAFE_INT)]
 
 
-class Ping(BaseModel):
+class Ping(ClientModel):
     """Liveness check."""
 
     type: Literal["ping"]
-    id: int | str | None = None
+    id: Annotated[int | str | None, PlainValidator(_ping_id)] = None
 
 
 ClientControl = Annotated[
@@ -191,24 +275,78 @@ _CLIENT_CONTROL = TypeAdapter(ClientControl)
 CLIENT_TYPES = ("hello", "speak", "flush", "interrupt", "keyframe", "client_stats", "position", "ping")
 
 
-def parse_control(text: str) -> BaseModel:
-    """Parse a client JSON control message; raise ProtocolError naming what is wrong."""
+class _NonFiniteLiteral(ValueError):
+    """Python's json accepts NaN/Infinity/-Infinity; JSON (RFC 8259) does not, and neither do we."""
+
+
+def _reject_constant(name: str) -> Any:
+    raise _NonFiniteLiteral(name)
+
+
+def _too_deep(value: Any, limit: int) -> bool:
+    """True when lists/objects nest deeper than `limit` (iterative: deep input cannot recurse here)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    """repr() cut to `limit` characters, so an error never echoes a huge input back."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _parse_json(text: str) -> Any:
     try:
-        raw = json.loads(text)
+        raw = json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
         raise ProtocolError(f"control message is not valid JSON ({exc.msg} at char {exc.pos})") from None
+    except _NonFiniteLiteral as exc:
+        raise ProtocolError(f"control message uses {exc}, which is not a JSON number") from None
+    except RecursionError:
+        raise ProtocolError(f"control message nests lists/objects deeper than {MAX_NESTING}") from None
+    except ValueError as exc:  # e.g. an integer literal longer than Python's 4300-digit limit
+        raise ProtocolError(f"control message has an unreadable value ({_short(str(exc), 80)})") from None
+    # only a text with many brackets can nest deeply; skip the walk for the usual small message
+    if text.count("[") + text.count("{") > MAX_NESTING and _too_deep(raw, MAX_NESTING):
+        raise ProtocolError(f"control message nests lists/objects deeper than {MAX_NESTING}")
+    return raw
+
+
+def _validate(raw: Any) -> BaseModel:
     if not isinstance(raw, dict) or "type" not in raw:
         raise ProtocolError('control message must be a JSON object with a "type" field')
-    if raw["type"] not in CLIENT_TYPES:
+    kind = raw["type"]
+    if not isinstance(kind, str) or kind not in CLIENT_TYPES:
         raise ProtocolError(
-            f"unknown message type {raw['type']!r}; expected one of: {', '.join(CLIENT_TYPES)}"
+            f"unknown message type {_short(kind)}; expected one of: {', '.join(CLIENT_TYPES)}"
         )
     try:
         return _CLIENT_CONTROL.validate_python(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
+        first = exc.errors(include_url=False, include_input=False)[0]
         where = ".".join(str(p) for p in first["loc"][1:]) or "message"
-        raise ProtocolError(f"bad {raw['type']!r} message: {where}: {first['msg']}") from None
+        code = "bad_text" if first["type"] == "bad_text" else "bad_message"
+        raise ProtocolError(f"bad {kind!r} message: {where}: {first['msg']}", code) from None
+
+
+def parse_control(text: str) -> BaseModel:
+    """Parse a client JSON control message; raise ProtocolError (and nothing else) naming what is wrong."""
+    try:
+        if not isinstance(text, str):
+            raise ProtocolError(f"control message must be text, not {type(text).__name__}")
+        return _validate(_parse_json(text))
+    except ProtocolError:
+        raise
+    except RecursionError:
+        raise ProtocolError(f"control message nests lists/objects deeper than {MAX_NESTING}") from None
+    except Exception as exc:  # noqa: BLE001 - the parser is total: bad input never escapes as another error
+        raise ProtocolError(f"control message could not be parsed ({type(exc).__name__})") from None
 
 
 # ---- control messages, server -> client ----

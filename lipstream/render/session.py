@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 FRAME_SECONDS = 1.0 / FPS
 FIRST_BATCH_FRAMES = 2
 LATE_WARNING_SECONDS = 0.1
+CLOCK_SLACK_SECONDS = 0.5
 
 
 class SessionConfig(BaseModel):
@@ -247,6 +248,14 @@ class PlaybackClock:
     def report(self, pts_samples: int, now: float) -> None:
         """The client says it is playing `pts_samples` now."""
         self._report = (int(pts_samples), now)
+
+    def max_position(self, now: float) -> int:
+        """The furthest pts a real player can have reached by `now`: real time since the first frame,
+        plus 0.5 s and 0.1 % for a sound card clock running fast."""
+        if self._origin is None:
+            return 0
+        elapsed = max(0.0, now - self._origin)
+        return int((elapsed * 1.001 + CLOCK_SLACK_SECONDS) * SAMPLE_RATE)
 
     def position_frames(self, now: float) -> float:
         """Estimated frame being played at `now` (fractional)."""
@@ -510,10 +519,12 @@ class Session:
     def update_playback_position(self, pts_samples: int) -> None:
         """The client's audio clock position: production is paced from it (audio is the master clock).
 
-        Clamped to what was produced: a client cannot be playing a frame it was never sent, and a larger
-        report would turn pacing off."""
-        pts = min(max(0, int(pts_samples)), self._tick * SAMPLES_PER_FRAME)
-        self._clock.report(pts, time.perf_counter())
+        Clamped to what can be true: a client cannot be playing a frame it was never sent, nor play faster
+        than real time since the first frame (with slack for clock drift); a larger report would turn
+        pacing off."""
+        now = time.perf_counter()
+        pts = min(max(0, int(pts_samples)), self._tick * SAMPLES_PER_FRAME, self._clock.max_position(now))
+        self._clock.report(pts, now)
 
     # ----- output --------------------------------------------------------------------------------------
 

@@ -31,6 +31,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument(
         "--max-connections", type=int, default=64, help="open TCP connections at most (default 64)"
     )
+    serve.add_argument(
+        "--header-timeout", type=float, default=10.0,
+        help="seconds a client has to send a whole HTTP request head (default 10)",
+    )
     serve.set_defaults(func=run_serve)
 
     client = subparsers.add_parser(
@@ -66,6 +70,8 @@ def run_serve(args: argparse.Namespace) -> int:
 
     if args.max_sessions < 1 or args.max_message_mb <= 0 or args.max_upload_seconds <= 0:
         raise LipstreamError("--max-sessions, --max-message-mb and --max-upload-seconds must be positive")
+    if args.header_timeout <= 0:
+        raise LipstreamError("--header-timeout must be positive")
     if args.max_connections < args.max_sessions + 2:
         raise LipstreamError("--max-connections must leave room for every session and a page load or two")
     if args.avatars_dir is not None and not args.avatars_dir.is_dir():
@@ -78,6 +84,7 @@ def run_serve(args: argparse.Namespace) -> int:
         max_upload_seconds=args.max_upload_seconds,
         max_pending_seconds=max(180.0, args.max_upload_seconds),
         max_connections=args.max_connections,
+        header_timeout_seconds=args.header_timeout,
     )
     config = ServerConfig(
         host=args.host,

@@ -23,7 +23,7 @@ from ctypes import (
 import numpy as np
 
 from lipstream.audio.decode import resample, to_float32
-from lipstream.engines.base import Speech
+from lipstream.audio.speech import Speech
 from lipstream.errors import SpeechError
 from lipstream.talk.phonemes import PAUSE, RawPhone, merge_phones, to_timings
 from lipstream.talk.text import check_text, split_sentences

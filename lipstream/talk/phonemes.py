@@ -6,8 +6,8 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from lipstream.audio.speech import PhonemeTiming
 from lipstream.audio.timeline import SAMPLE_RATE
-from lipstream.engines.base import PhonemeTiming
 
 PAUSE = "_"  # symbol of a silent stretch (punctuation pause, sentence start/end)
 STRESS_MARKS = frozenset("ˈˌ")

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from lipstream.audio.decode import resample
-from lipstream.engines.base import Speech
+from lipstream.audio.speech import Speech
 from lipstream.errors import SpeechError
 from lipstream.talk.phonemes import RawPhone, merge_phones, to_timings
 from lipstream.talk.text import check_text, split_sentences

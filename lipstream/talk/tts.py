@@ -6,7 +6,7 @@ import logging
 from collections.abc import Iterator
 from typing import Protocol, runtime_checkable
 
-from lipstream.engines.base import Speech
+from lipstream.audio.speech import Speech
 from lipstream.errors import SpeechError
 from lipstream.talk.espeak_tts import EspeakTTS
 from lipstream.talk.piper_tts import PiperTTS

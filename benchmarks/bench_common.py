@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 from pathlib import Path
 
 from lipstream.avatar.bundle import AvatarBundle, load_avatar
@@ -17,3 +18,14 @@ def open_or_build_avatar(name: str) -> AvatarBundle:
         return load_avatar(name)
     except AvatarError:
         return build_sample_avatar(name)
+
+
+def cpu_model() -> str:
+    """The CPU model name from /proc/cpuinfo (platform.processor() elsewhere), recorded with each figure."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

@@ -25,7 +25,7 @@ from pathlib import Path
 import av
 import cv2
 import numpy as np
-from bench_common import open_or_build_avatar
+from bench_common import cpu_model, open_or_build_avatar
 
 from lipstream.audio.levels import SilenceDetector
 from lipstream.audio.timeline import FPS
@@ -68,17 +68,6 @@ def default_settings() -> list[Setting]:
     settings += [Setting("ultrafast", crf=c) for c in (18, 23, 26)]
     settings += [Setting("veryfast", crf=23), Setting("fast", crf=23)]  # the Mp4Writer default
     return settings
-
-
-def cpu_model() -> str:
-    """The CPU's "model name" from /proc/cpuinfo (platform.processor() elsewhere)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def speaking_pictures(bundle, seconds: float, voice: str) -> tuple[list[np.ndarray], list[tuple], list[int]]:

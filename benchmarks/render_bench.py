@@ -27,8 +27,7 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-from bench_common import open_or_build_avatar
-from encode_bench import cpu_model
+from bench_common import cpu_model, open_or_build_avatar
 
 from lipstream.engines.registry import create_engine
 from lipstream.render.accel import AccelConfig

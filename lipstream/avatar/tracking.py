@@ -10,8 +10,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import mediapipe as mp
 import numpy as np
+
+from lipstream.errors import LipstreamError
+
+try:
+    import mediapipe as mp
+except ImportError as exc:  # a playback-only install (Pipecat, serve) leaves face tracking out on purpose
+    raise LipstreamError(
+        "face tracking (mediapipe) is not installed here; preparing an avatar (or its engine caches, or "
+        "`lipstream eval`) needs it: pip install 'lipstream[prepare]'"
+    ) from exc
 
 LANDMARK_COUNT = 478  # FaceMesh with refine_landmarks=True (468 + 10 iris points)
 LANDMARK_MODEL = "mediapipe-0.10.21 face_detection_full_range + face_landmark_with_attention (478 points)"

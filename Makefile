@@ -3,12 +3,15 @@ SHELL := /bin/bash
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# the Pipecat processor's own environment: pipecat-ai needs protobuf>=5.29, face tracking (the `prepare`
+# extra, in .venv) needs protobuf<5, so the two cannot share one (docs/integrations.md)
+PIPECAT_VENV := .venv-pipecat
 export LIPSTREAM_HOME ?= $(CURDIR)/out/home
 DEMO_OUT := $(CURDIR)/out/demo
 APT_PACKAGES := espeak-ng ffmpeg chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test setup system-deps lint bench
+.PHONY: demo test setup setup-pipecat test-pipecat system-deps lint bench
 
 setup: system-deps $(VENV)/.installed tests/browser/node_modules/.installed
 
@@ -28,7 +31,17 @@ $(VENV)/.installed: pyproject.toml
 	[ -x $(BIN)/python ] || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[musetalk,dev]'
+	$(BIN)/pip install -q -e '.[prepare,musetalk,dev]'
+	touch $@
+
+setup-pipecat: $(PIPECAT_VENV)/.installed
+
+# no torch, no mediapipe: plays avatars that .venv prepared
+$(PIPECAT_VENV)/.installed: pyproject.toml
+	[ -x $(PIPECAT_VENV)/bin/python ] || $(PY) -m venv $(PIPECAT_VENV)
+	echo '*' > $(PIPECAT_VENV)/.gitignore
+	$(PIPECAT_VENV)/bin/pip install -q -U pip
+	$(PIPECAT_VENV)/bin/pip install -q -e '.[pipecat,dev]'
 	touch $@
 
 tests/browser/node_modules/.installed: tests/browser/package.json
@@ -46,7 +59,12 @@ demo: setup
 test: setup
 	$(BIN)/ruff check lipstream tests benchmarks
 	$(BIN)/python -m pytest -q --durations=15 tests
+	$(MAKE) --no-print-directory test-pipecat
 	@echo "test report above; artifacts under $${TMPDIR:-/tmp}/pytest-of-$$(id -un)"
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check lipstream tests benchmarks
+
+# the Pipecat processor in its own venv; the avatar it plays is prepared by .venv (the test calls it)
+test-pipecat: setup $(PIPECAT_VENV)/.installed
+	$(PIPECAT_VENV)/bin/python -m pytest -q --durations=5 tests/pipecat

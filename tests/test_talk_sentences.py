@@ -1,0 +1,106 @@
+"""Streamed text → sentences for TTS, and what of a reply is speakable."""
+
+from __future__ import annotations
+
+import pytest
+
+from lipstream.talk.sentences import SentenceStream, speakable
+from lipstream.talk.text import split_sentences
+
+
+def _stream(text: str, step: int = 3, quick_start: bool = True) -> list[str]:
+    stream = SentenceStream(quick_start=quick_start)
+    out: list[str] = []
+    for i in range(0, len(text), step):
+        out += stream.push(text[i : i + step])
+    return out + stream.flush()
+
+
+def test_sentences_come_out_as_soon_as_they_end() -> None:
+    stream = SentenceStream()
+    assert stream.push("Hello there") == []
+    assert stream.push("! How") == ["Hello there!"]
+    assert stream.push(" are you?") == []  # the "?" may still be followed by more ("?!")
+    assert stream.push(" Fine") == ["How are you?"]
+    assert stream.flush() == ["Fine"]
+    assert stream.flush() == []
+
+
+@pytest.mark.parametrize("step", [1, 2, 5, 1000])
+def test_abbreviations_numbers_and_punctuation(step: int) -> None:
+    text = (
+        "Hi! Dr. Smith paid 3.5 dollars in the U.S. yesterday, e.g. for tea. Is it right? "
+        "Well, I think so; maybe: yes.\nJ. R. Tolkien wrote it... Really?!"
+    )
+    assert _stream(text, step) == [
+        "Hi!",
+        "Dr. Smith paid 3.5 dollars in the U.S. yesterday, e.g. for tea.",
+        "Is it right?",
+        "Well, I think so;",
+        "maybe:",
+        "yes.",
+        "J. R. Tolkien wrote it...",
+        "Really?!",
+    ]
+
+
+def test_quick_start_matches_split_sentences() -> None:
+    text = "Good evening everyone, and welcome to the late news from the city tonight. Short one. Then, more."
+    assert _stream(text, 4) == split_sentences(text, quick_start=True)
+    assert _stream(text, 4, quick_start=False) == split_sentences(text, quick_start=False)
+    # The first clause leaves as soon as the sentence has enough words, before the sentence ends.
+    stream = SentenceStream()
+    assert stream.push("Good evening everyone, and welcome to the") == []  # 7 words: maybe a short sentence
+    assert stream.push(" late") == ["Good evening everyone,"]
+    # Only the reply's first sentence is cut.
+    stream = SentenceStream()
+    assert _stream("Yes. Good evening everyone, and welcome to the late news from town.") == [
+        "Yes.",
+        "Good evening everyone, and welcome to the late news from town.",
+    ]
+
+
+def test_reset_starts_a_new_reply() -> None:
+    stream = SentenceStream()
+    stream.push("Half a sent")
+    stream.reset()
+    assert stream.pending == ""
+    assert stream.push("New reply. ") == ["New reply."]
+
+
+def test_lists_code_blocks_and_run_on_text() -> None:
+    text = "Steps:\n- boil water\n- add tea\n```python\nprint(1)\n\nx = 2\n```\nDone"
+    fence = "```python\nprint(1)\n\nx = 2\n```"
+    assert _stream(text) == ["Steps:", "- boil water", "- add tea", fence, "Done"]
+    run_on = "and then " * 60
+    pieces = _stream(run_on, 7)
+    assert len(pieces) > 1 and all(len(p) <= 240 for p in pieces)
+    assert " ".join(pieces).split() == run_on.split()
+
+
+@pytest.mark.parametrize(
+    ("raw", "spoken"),
+    [
+        ("**Bold** and *it* and __u__ and ~~gone~~ words.", "Bold and it and u and gone words."),
+        ("## Header\nText", "Header Text"),
+        ("- item one\n- item two", "item one item two"),
+        ("1. first\n2) second", "first second"),
+        ("See [the docs](http://x.org/a) now.", "See the docs now."),
+        ("Visit https://www.example.com/path?q=1.", "Visit example.com."),
+        ("Run `pip install x` first.", "Run first."),
+        ("Great job 😀👍🏽 really ✨!", "Great job really!"),
+        ("> quoted wisdom", "quoted wisdom"),
+        ("snake_case stays", "snake_case stays"),
+        ("Price: $5 or 3 + 4 = 7 (50%).", "Price: $5 or 3 + 4 = 7 (50%)."),
+        ("| a | b |\n|---|---|\n| 1 | 2 |", "a b 1 2"),
+    ],
+)
+def test_speakable_cleans_markdown_emoji_urls(raw: str, spoken: str) -> None:
+    assert speakable(raw) == spoken
+
+
+@pytest.mark.parametrize(
+    "raw", ["```python\nprint(1)\n```", "😀🎉", "---", "`code`", "**", "", "   ", "![img](a.png)"]
+)
+def test_speakable_is_empty_when_nothing_to_say(raw: str) -> None:
+    assert speakable(raw) == ""

@@ -22,7 +22,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -74,11 +74,11 @@ class SessionConfig(BaseModel):
 class SessionEvent:
     """An event on the frame stream."""
 
-    type: Literal["speech_started", "playback_finished", "error"]
+    type: Literal["speech_started", "playback_finished", "text", "error"]
     utterance_id: int | None = None
     position_samples: int = 0
     interrupted: bool = False
-    message: str = ""
+    message: str = ""  # the error's message, or a `text` event's text (what is said from position_samples on)
 
 
 @dataclass
@@ -136,6 +136,8 @@ class _Utterance:
         self.emitted = 0  # frames of this utterance already produced
         self.first_push = time.perf_counter()
         self.started = False
+        # (sample offset in the utterance, samples it lasts, the text said there)
+        self.marks: deque[tuple[int, int, str]] = deque()
 
     def _append_audio(self, pcm: np.ndarray) -> None:
         self._pcm = np.concatenate([self._pcm, pcm])
@@ -163,10 +165,23 @@ class _Utterance:
             feats = _pad_rows(feats, seg.frame_count, self.engine.feature_dim)
         return pcm, feats
 
-    def append_segment(self, pcm: np.ndarray, feats: np.ndarray) -> None:
-        """Add a segment made by `segment` (on the event loop, where the producer reads the utterance)."""
+    def append_segment(self, pcm: np.ndarray, feats: np.ndarray, text: str | None = None) -> None:
+        """Add a segment made by `segment` (on the event loop, where the producer reads the utterance);
+        `text`, when given, is what the segment says: it becomes a `text` event at its first frame."""
+        if text:
+            self.marks.append((self._samples, len(pcm), text))
         self._append_audio(pcm)
         self._add_features(feats)
+
+    def take_marks(self, first_tick: int, count: int) -> list[tuple[int, int, str]]:
+        """(tick, samples, text) of the marks starting in the `count` frames just taken, which play from
+        `first_tick`."""
+        start = self.emitted - count  # utterance frame of first_tick
+        due = []
+        while self.marks and self.marks[0][0] < self.emitted * SAMPLES_PER_FRAME:
+            offset, samples, text = self.marks.popleft()
+            due.append((first_tick + max(0, offset // SAMPLES_PER_FRAME - start), samples, text))
+        return due
 
     def flush(self) -> None:
         """No more input: pad the audio to a whole frame and finish the feature stream."""
@@ -225,6 +240,10 @@ class _Utterance:
         speaking = ~self.silence.mask_from_levels(frame_rms(audio))
         self.emitted += count
         return feats, audio, speaking
+
+
+async def _one(text: str) -> AsyncIterator[str]:
+    yield text
 
 
 def _pad_rows(rows: np.ndarray, n: int, dim: int) -> np.ndarray:
@@ -303,6 +322,9 @@ class Session:
         self._closed = False
         self._force_idr = True
         self._pending_events: list[SessionEvent] = []
+        self._said: deque[tuple[int, int, int, str]] = deque(maxlen=256)  # (utterance, pts, samples, text)
+        self._speech_until = 0  # pts where the last speech frame produced ends
+        self._speech_uid: int | None = None  # the utterance that frame belongs to
         self._encoder = None
         self.width, self.height = stream_size(avatar.size, self.config.output_width)
         shared = base_frames.get(avatar, (self.width, self.height)) if base_frames is not None else None
@@ -391,7 +413,10 @@ class Session:
         async with self._input_lock:
             utt, pcm = self._accept_chunk(pcm, sample_rate)
             generation = self._generation
-            pcm, feats = await self._pools.run_speech(self._chunk_features, utt, pcm, sample_rate)
+            # the resampler is picked here, on the event loop: an interrupt meanwhile clears the table, and
+            # the worker must not put a resampler holding the cut speech's tail back into it
+            resampler = self._resampler(sample_rate)
+            pcm, feats = await self._pools.run_speech(self._chunk_features, utt, pcm, resampler)
             if generation != self._generation or utt.flushed:
                 return  # interrupted while the features were made: the chunk belongs to dropped speech
             utt.append_segment(pcm, feats)
@@ -423,17 +448,22 @@ class Session:
         """Speech received but not yet produced as frames, over all queued utterances."""
         return sum(utt.pending_samples for utt in self._utterances) / SAMPLE_RATE
 
-    def _resample_chunk(self, pcm: np.ndarray, sample_rate: int) -> np.ndarray:
+    def _resampler(self, sample_rate: int) -> StreamResampler | None:
+        """The stream's resampler for this input rate (one per rate, kept across chunks: no clicks)."""
         if sample_rate == SAMPLE_RATE:
-            return pcm
-        if sample_rate not in self._resamplers:  # one per rate, kept across chunks (no clicks)
+            return None
+        if sample_rate not in self._resamplers:
             self._resamplers[sample_rate] = StreamResampler(sample_rate, SAMPLE_RATE)
-        return self._resamplers[sample_rate].push(pcm)
+        return self._resamplers[sample_rate]
 
-    def _chunk_features(self, utt: _Utterance, pcm: np.ndarray, sample_rate: int):
+    def _resample_chunk(self, pcm: np.ndarray, sample_rate: int) -> np.ndarray:
+        resampler = self._resampler(sample_rate)
+        return pcm if resampler is None else resampler.push(pcm)
+
+    def _chunk_features(self, utt: _Utterance, pcm: np.ndarray, resampler: StreamResampler | None):
         """Worker: the chunk at 16 kHz and the feature rows it makes final."""
         with self._timer.stage("features"):
-            pcm = self._resample_chunk(pcm, sample_rate)
+            pcm = pcm if resampler is None else resampler.push(pcm)
             return pcm, utt.stream_features(pcm)
 
     def flush(self) -> None:
@@ -452,29 +482,51 @@ class Session:
     async def push_text(self, text: str, voice: str | None = None) -> None:
         """Speak `text` via offline TTS, one sentence at a time (the first plays while the rest renders).
 
-        Synthesis waits while the session holds `max_pending_seconds` of unplayed speech, so a long text
-        costs memory and CPU only as fast as it is spoken."""
+        Synthesis runs at most `tts_lookahead_seconds` ahead of playback, so a long text costs memory and
+        CPU only as fast as it is spoken."""
+        await self.push_text_stream(_one(text), voice=voice)
+
+    async def push_text_stream(
+        self,
+        texts: AsyncIterable[str],
+        voice: str | None = None,
+        on_utterance: Callable[[int], None] | None = None,
+        on_audio: Callable[[Speech], None] | None = None,
+    ) -> int:
+        """Speak text that arrives in pieces (a language model's sentences) as one utterance, each piece
+        synthesised as soon as it arrives; returns the utterance id (`on_utterance` gets it at once, and
+        `on_audio` each synthesised sentence). Each sentence becomes a `text` event at its first frame."""
         tts = self._get_tts(voice or self.config.voice)
         self.flush()  # text is its own utterance
         utt = self._new_utterance("text")
+        if on_utterance is not None:
+            on_utterance(utt.id)
         generation = self._generation
-        sentences = await self._pools.run_speech(lambda: iter(tts.synthesize_sentences(text)))
-        while generation == self._generation:
-            await self._wait_for_room(generation, min(self.config.tts_lookahead_seconds,
-                                                      self.config.max_pending_seconds))
-            if generation != self._generation:
-                break
-            speech = await self._pools.run_speech(next, sentences, None)
-            if speech is None or generation != self._generation:
-                break
-            with self._timer.stage("features"):
-                pcm, feats = await self._pools.run_speech(utt.segment, speech)
-            if generation != self._generation:
-                break
-            utt.append_segment(pcm, feats)
+        lookahead = min(self.config.tts_lookahead_seconds, self.config.max_pending_seconds)
+        try:
+            async for text in texts:
+                if generation != self._generation:
+                    break
+                sentences = await self._pools.run_speech(lambda t=text: iter(tts.synthesize_sentences(t)))
+                while generation == self._generation:
+                    await self._wait_for_room(generation, lookahead)
+                    speech = None if generation != self._generation else (
+                        await self._pools.run_speech(next, sentences, None)
+                    )
+                    if speech is None or generation != self._generation:
+                        break
+                    with self._timer.stage("features"):
+                        pcm, feats = await self._pools.run_speech(utt.segment, speech)
+                    if generation != self._generation:
+                        break
+                    utt.append_segment(pcm, feats, text=speech.text)
+                    if on_audio is not None:
+                        on_audio(speech)
+                    self._poke()
+        finally:
+            utt.flush()
             self._poke()
-        utt.flush()
-        self._poke()
+        return utt.id
 
     async def run_speech_work(self, fn, *args):
         """Run blocking speech-side work (decoding an upload, say) on the session's speech pool."""
@@ -489,19 +541,23 @@ class Session:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._produced.wait(), timeout=1.0)
 
-    def interrupt(self) -> None:
-        """Stop speaking now: drop pending input and frames; the stream resumes just ahead of playback."""
+    def interrupt(self) -> int:
+        """Stop speaking now: drop pending input and frames; the stream resumes just ahead of playback, at
+        the pts this returns (where the speech was cut)."""
         self._generation += 1
         drained = self._drain_out()
         had_speech = bool(self._utterances) or any(
             isinstance(item, AvatarFrame) and item.speaking for _, item in drained
         )
         active = self._utterances[0].id if self._utterances else None
+        if active is None and self.playback_position() < self._speech_until:
+            active = self._speech_uid  # produced to the end, still playing
         self._utterances.clear()
         self._resamplers.clear()
         now = time.perf_counter()
         resume = int(np.ceil(self._clock.position_frames(now))) + self.config.interrupt_margin_frames
         self._tick = min(self._tick, max(resume, 0))
+        self._speech_until = min(self._speech_until, self._tick * SAMPLES_PER_FRAME)
         self._force_idr = True
         self._stats.interrupts += 1
         self._pending_events.append(
@@ -511,6 +567,27 @@ class Session:
             )
         )
         self._poke()
+        return self._tick * SAMPLES_PER_FRAME
+
+    def heard_text(self, utterance_id: int, until_pts: int) -> str:
+        """What an utterance said before pts `until_pts` (its sentences, the last one cut in proportion to
+        the part played): after an interrupt, what the listener actually heard."""
+        words: list[str] = []
+        for uid, pts, samples, text in self._said:
+            if uid != utterance_id or pts >= until_pts:
+                continue
+            sentence = text.split()
+            played = 1.0 if samples <= 0 else min(1.0, (until_pts - pts) / samples)
+            words += sentence[: int(round(len(sentence) * played))]
+        return " ".join(words)
+
+    def playback_position(self) -> int:
+        """The pts being played now, in samples (the client's report extrapolated, else wall time)."""
+        return int(self._clock.position_frames(time.perf_counter()) * SAMPLES_PER_FRAME)
+
+    def is_speaking(self) -> bool:
+        """True while speech is pending or produced speech has not finished playing."""
+        return bool(self._utterances) or self.playback_position() < self._speech_until
 
     def request_keyframe(self) -> None:
         """Make the next frame an IDR (a client that lost its decoder state asks for this)."""
@@ -658,6 +735,7 @@ class Session:
         generation = self._generation
         feats, audio, speaking = utt.take(count)
         first = self._tick
+        marks = utt.take_marks(first, count)
         self._tick += count  # these ticks are reserved; the scheduler releases frames in order
         base_ids = self.avatar.base_frame_indices(first, count)
         pcm16 = to_int16(audio)
@@ -669,7 +747,7 @@ class Session:
         released = await self._pools.run_render(
             self._schedule, feats, ~speaking, base_ids, payloads, final, generation
         )
-        await self._emit_released(utt, released, generation, final)
+        await self._emit_released(utt, released, generation, final, marks)
 
     async def _release_held(self, utt: _Utterance) -> None:
         """Input stalled mid-utterance: release the frames waiting for their next keyframe."""
@@ -687,14 +765,21 @@ class Session:
             released += self._scheduler.finish()
         return [(payload, self._finish_frame(payload[1], patch, generation)) for payload, patch in released]
 
-    async def _emit_released(self, utt: _Utterance, released: list, generation: int, final: bool) -> None:
-        if generation != self._generation or not released:
+    async def _emit_released(
+        self, utt: _Utterance, released: list, generation: int, final: bool, marks: list | None = None
+    ) -> None:
+        if generation != self._generation:
             return  # interrupted while rendering: drop the batch
-        if not utt.started:
+        if not utt.started and released:
             utt.started = True
             self._stats.ttff_ms.append((time.perf_counter() - utt.first_push) * 1000.0)
             position = released[0][0][0] * SAMPLES_PER_FRAME
             event = SessionEvent("speech_started", utterance_id=utt.id, position_samples=position)
+            await self._out.put((generation, event))
+        for tick, samples, text in marks or ():  # before the frames: shown when the clock gets there
+            event = SessionEvent("text", utterance_id=utt.id, position_samples=tick * SAMPLES_PER_FRAME)
+            event.message = text
+            self._said.append((utt.id, tick * SAMPLES_PER_FRAME, samples, text))
             await self._out.put((generation, event))
         for i, ((tick, base_id, chunk), frame) in enumerate(released):
             last = final and i == len(released) - 1
@@ -702,6 +787,8 @@ class Session:
                 tick, base_id, frame, chunk, speaking=True, end=last, uid=utt.id, generation=generation
             )
             self._stats.speech_frames += 1
+            self._speech_until = (tick + 1) * SAMPLES_PER_FRAME
+            self._speech_uid = utt.id
 
     def _finish_frame(self, base_id: int, patch: np.ndarray | None, generation: int):
         with self._timer.stage("compositor"):

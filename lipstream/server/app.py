@@ -86,8 +86,10 @@ def create_app(
     engine: Any,
     session_factory: SessionFactory | None = None,
     heap: HeapTrimmer | None = None,
+    agent: Any = None,
 ) -> FastAPI:
-    """Build the app around one shared engine instance; `heap` is trimmed after each session ends."""
+    """Build the app around one shared engine instance; `heap` is trimmed after each session ends;
+    `agent` (AgentServices) lets sessions ask for a conversation."""
     # no /openapi.json: the API is documented in docs/protocol.md, and nothing is served without the token
     # that does not have to be
     app = FastAPI(title="lipstream", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
@@ -108,7 +110,10 @@ def create_app(
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
         """Liveness: version, engine and live session count."""
-        return {"status": "ok", "version": __version__, "engine": config.engine, "sessions": len(registry)}
+        return {
+            "status": "ok", "version": __version__, "engine": config.engine, "sessions": len(registry),
+            "agent": agent is not None,
+        }
 
     @app.get("/api/avatars")
     async def avatars(request: Request) -> Any:
@@ -136,7 +141,7 @@ def create_app(
     @app.websocket("/ws")
     async def session_socket(ws: WebSocket) -> None:
         """One live session per connection (docs/protocol.md)."""
-        await Connection(ws, config, engine, registry, factory).run()
+        await Connection(ws, config, engine, registry, factory, agent=agent).run()
         if heap is not None:
             await asyncio.to_thread(heap.trim)
 

@@ -35,6 +35,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--header-timeout", type=float, default=10.0,
         help="seconds a client has to send a whole HTTP request head (default 10)",
     )
+    agent = serve.add_argument_group("conversation (the avatar listens and answers)")
+    agent.add_argument("--agent", action="store_true", help="sessions may ask for a conversation (Talk mode)")
+    agent.add_argument(
+        "--llm-url", default=None,
+        help="OpenAI-compatible endpoint (Ollama, vLLM, llama.cpp server, hosted); key from "
+        "$LIPSTREAM_LLM_KEY. Default: the embedded SmolLM2-135M, offline",
+    )
+    agent.add_argument("--llm-model", default="default", help="model name sent to --llm-url")
+    agent.add_argument("--system-prompt", default=None, help="the persona: TEXT or @FILE")
+    agent.add_argument(
+        "--max-reply-tokens", type=int, default=120, help="longest answer in tokens (default 120)"
+    )
+    agent.add_argument(
+        "--no-echo-cancel", dest="echo_cancel", action="store_false",
+        help="use the microphone as it comes (headsets; by default the avatar's own voice is cancelled)",
+    )
+    agent.add_argument(
+        "--end-of-turn-ms", type=int, default=500, help="silence that ends the user's turn (default 500 ms)"
+    )
     serve.set_defaults(func=run_serve)
 
     client = subparsers.add_parser(
@@ -100,7 +119,8 @@ def run_serve(args: argparse.Namespace) -> int:
     engine = create_engine(args.engine, **engine_options(args))
     voices = SharedVoices()
     voices(config.voice)  # load the voice now, not on the first speak request
-    app = create_app(config, engine, render_session_factory(config, voices), heap=heap)
+    agent = _load_agent(args) if args.agent else None
+    app = create_app(config, engine, render_session_factory(config, voices), heap=heap, agent=agent)
     server = uvicorn.Server(
         uvicorn.Config(
             app,
@@ -114,6 +134,31 @@ def run_serve(args: argparse.Namespace) -> int:
         )
     )
     return asyncio.run(_serve(server, config))
+
+
+def _load_agent(args: argparse.Namespace):
+    """Load the conversation's models now, so no session pays for them."""
+    from pydantic import ValidationError
+
+    from lipstream.server.agent import AgentConfig, load_agent, read_system_prompt
+
+    options = {
+        "llm_url": args.llm_url,
+        "llm_model": args.llm_model,
+        "max_reply_tokens": args.max_reply_tokens,
+        "end_silence_ms": args.end_of_turn_ms,
+        "echo_cancel": args.echo_cancel,
+    }
+    if args.system_prompt:
+        options["system_prompt"] = read_system_prompt(args.system_prompt)
+    if args.llm_url and not args.llm_url.startswith(("http://", "https://")):
+        raise LipstreamError(f"--llm-url must start with http:// or https:// (got {args.llm_url})")
+    try:
+        config = AgentConfig(**options)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise LipstreamError(f"--{str(first['loc'][0]).replace('_', '-')}: {first['msg']}") from None
+    return load_agent(config)
 
 
 async def _serve(server, config) -> int:

@@ -20,6 +20,7 @@ from lipstream.errors import LipstreamError, QueueFullError
 from lipstream.server.auth import extract_token, token_ok
 from lipstream.server.config import ServerConfig
 from lipstream.server.protocol import (
+    PROTOCOL_MINOR,
     PROTOCOL_VERSION,
     ClientStats,
     Flush,
@@ -61,7 +62,9 @@ class Connection:
         engine: Any,
         registry: SessionRegistry,
         session_factory: SessionFactory,
+        agent: Any = None,
     ) -> None:
+        """`agent`: the server's AgentServices when it runs with --agent (sessions may ask for it)."""
         self.ws = ws
         self.config = config
         self.limits = config.limits
@@ -70,6 +73,8 @@ class Connection:
         self.session_factory = session_factory
         self.record: SessionRecord | None = None
         self.session: Any = None
+        self.agent = agent
+        self.conversation: Any = None  # in an agent session: the microphone goes here
         self._send_lock = asyncio.Lock()
         # speak requests wait here and are spoken one after another by one task, so a flood of them
         # queues (bounded) instead of synthesising all at once
@@ -177,9 +182,13 @@ class Connection:
         except Exception:  # noqa: BLE001 - any failure here is this session's alone
             log.exception("session start failed")
             await self._fail("internal", "session failed to start (the server log has the details)", 1011)
+        if hello.agent and self.agent is not None:
+            self.conversation = self.agent.conversation(self.session, self._emit_json)
         ready = {
             "type": "ready",
             "version": PROTOCOL_VERSION,
+            "minor": PROTOCOL_MINOR,
+            "agent": self.conversation is not None,
             "session_id": self.record.session_id,
             "avatar": bundle.name,
             "codec": self.session.codec_string,
@@ -190,6 +199,9 @@ class Connection:
             "limits": self.limits.model_dump(exclude={"hello_timeout_seconds"}),
         }
         await self._send_text(json.dumps(ready))
+
+    async def _emit_json(self, message: dict[str, Any]) -> None:
+        await self._send_text(json.dumps(message))
 
     # ---- streaming ----
 
@@ -222,8 +234,15 @@ class Connection:
                     await self._timed_send(self.ws.send_bytes(video))
                     await self._timed_send(self.ws.send_bytes(audio))
                 self.record.frames_sent += 1
+                if self.conversation is not None:
+                    self.conversation.add_reference(item.pts, item.audio)
             else:
-                await self._send_text(event_message(item))
+                if item.type != "text":  # sentence texts are only for conversation clients (reply_text)
+                    await self._send_text(event_message(item))
+                if self.conversation is not None:
+                    extra = await self.conversation.on_stream_event(item)
+                    if extra is not None:
+                        await self._emit_json(extra)
 
     async def _receive_loop(self) -> None:
         while True:
@@ -253,7 +272,10 @@ class Connection:
             self.session.flush()
         elif isinstance(message, Interrupt):
             self._stop_speaking()  # sentences not yet said are dropped with their requests
-            self.session.interrupt()
+            if self.conversation is not None:
+                await self.conversation.interrupt()  # also cancels the answer being written
+            else:
+                self.session.interrupt()
         elif isinstance(message, KeyframeRequest):
             self.session.request_keyframe()
         elif isinstance(message, ClientStats):
@@ -326,13 +348,17 @@ class Connection:
         if not MIN_PCM_RATE <= media.aux <= MAX_PCM_RATE:
             raise ProtocolError(
                 f"pcm chunk declares sample rate {media.aux} Hz; "
-                f"put {MIN_PCM_RATE}-{MAX_PCM_RATE} in the aux field"
+                f"put {MIN_PCM_RATE}-{MAX_PCM_RATE} in the aux field",
+                "bad_audio",
             )
         if len(media.payload) % 2:
             raise ProtocolError("pcm chunk has an odd byte count; it must be whole s16le samples")
         if media.payload:
             pcm = np.frombuffer(media.payload, dtype="<i2").astype(np.int16)
-            await self.session.push_audio_async(pcm, media.aux)
+            if self.conversation is not None:
+                await self.conversation.push_microphone(pcm, media.aux)
+            else:
+                await self.session.push_audio_async(pcm, media.aux)
 
     async def _on_upload(self, payload: bytes) -> None:
         if len(payload) > self.limits.max_upload_bytes:
@@ -349,6 +375,8 @@ class Connection:
 
     async def _teardown(self) -> None:
         self._stop_speaking()
+        if self.conversation is not None:
+            await self.conversation.aclose()
         if self.session is not None:
             with contextlib.suppress(Exception):
                 await self.session.aclose()

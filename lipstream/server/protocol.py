@@ -23,6 +23,7 @@ from pydantic_core import PydanticCustomError
 from lipstream.errors import LipstreamError
 
 PROTOCOL_VERSION = 1
+PROTOCOL_MINOR = 1  # 1.1 added conversation sessions (hello.agent); 1.0 clients see no change
 HEADER = struct.Struct("<BBBBIIQ")  # version, kind, flags, reserved, seq, aux, pts
 HEADER_SIZE = HEADER.size  # 20
 
@@ -202,6 +203,7 @@ class Hello(ClientModel):
     # a parser-level sanity range only; the server snaps it to the sizes it can produce
     output_width: Annotated[int, Field(ge=16, le=8192)] | None = None
     token: Annotated[str, Field(max_length=1024), BeforeValidator(_clean_name)] | None = None
+    agent: bool = False  # protocol 1.1: a conversation session (the server listens and answers)
 
 
 class Speak(ClientModel):

@@ -1,0 +1,114 @@
+"""The conversational agent of a server: speech recognition, the language model and the VAD model, loaded
+once at start (before the server says it is ready) and shared by every conversation."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from lipstream.errors import LipstreamError
+from lipstream.talk.conversation import DEFAULT_SYSTEM_PROMPT, Conversation, ConversationConfig, Emit
+
+log = logging.getLogger(__name__)
+
+LLM_KEY_ENV = "LIPSTREAM_LLM_KEY"
+
+
+class AgentConfig(BaseModel):
+    """What `lipstream serve --agent` was asked for."""
+
+    llm_url: str | None = None  # an OpenAI-compatible endpoint; None: the embedded SmolLM2
+    llm_model: str = "default"
+    llm_timeout_seconds: float = Field(20.0, gt=0)
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    max_reply_tokens: int = Field(120, ge=8, le=1024)
+    max_history_messages: int = Field(12, ge=0, le=200)
+    end_silence_ms: float = Field(500, ge=100, le=5000)
+    echo_cancel: bool = True
+
+
+def read_system_prompt(value: str) -> str:
+    """`--system-prompt TEXT` or `--system-prompt @file`."""
+    if not value.startswith("@"):
+        return value
+    path = Path(value[1:]).expanduser()
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise LipstreamError(f"cannot read the system prompt file {path}: {exc.strerror}") from None
+    if not text:
+        raise LipstreamError(f"the system prompt file {path} is empty")
+    return text
+
+
+@dataclass
+class AgentServices:
+    """The loaded models; `conversation()` makes one Conversation per session."""
+
+    config: AgentConfig
+    stt: Any
+    llm: Any
+    vad_model: Any
+
+    def conversation(self, session: Any, emit: Emit, voice: str | None = None) -> Conversation:
+        """A conversation over `session`, with its own VAD state and echo canceller."""
+        from lipstream.talk.vad import VoiceActivityDetector
+
+        cfg = ConversationConfig(
+            system_prompt=self.config.system_prompt,
+            max_reply_tokens=self.config.max_reply_tokens,
+            max_history_messages=self.config.max_history_messages,
+            end_silence_ms=self.config.end_silence_ms,
+            voice=voice,
+        )
+        vad = VoiceActivityDetector(
+            start_ms=cfg.start_ms, end_silence_ms=cfg.end_silence_ms, model=self.vad_model
+        )
+        echo = _echo_canceller(self.config)
+        return Conversation(session, self.stt, self.llm, emit, cfg, vad=vad, echo=echo)
+
+    async def aclose(self) -> None:
+        """Close the language model's connections."""
+        close = getattr(self.llm, "aclose", None)
+        if close is not None:
+            await close()
+
+
+def _echo_canceller(config: AgentConfig) -> Any:
+    if not config.echo_cancel:
+        return None
+    from lipstream.talk.echo import EchoCanceller
+
+    return EchoCanceller()
+
+
+def load_agent(config: AgentConfig) -> AgentServices:
+    """Load and warm speech recognition, the language model and the VAD (seconds; done before `ready`)."""
+    from lipstream.talk.stt import WhisperSTT
+    from lipstream.talk.vad import SileroModel
+
+    started = time.perf_counter()
+    stt = WhisperSTT()
+    if config.llm_url:
+        from lipstream.talk.llm_openai import OpenAIChatModel
+
+        llm: Any = OpenAIChatModel(
+            config.llm_url, config.llm_model, api_key=os.environ.get(LLM_KEY_ENV) or None,
+            timeout=config.llm_timeout_seconds,
+        )
+    else:
+        from lipstream.talk.llm_embedded import EmbeddedChatModel
+
+        llm = EmbeddedChatModel()
+        warm = getattr(llm, "warm_up", None)
+        if warm is not None:
+            warm()
+    services = AgentServices(config=config, stt=stt, llm=llm, vad_model=SileroModel())
+    log.info("agent ready in %.1f s (%s)", time.perf_counter() - started, getattr(llm, "name", "llm"))
+    return services

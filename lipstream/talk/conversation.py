@@ -1,0 +1,476 @@
+"""The conversation loop over a Session: the user's microphone in, the avatar's spoken answers out.
+
+mic PCM -> (echo cancelled) -> VAD -> STT (partials while the user speaks, the final at the end of the
+turn) -> language model (streamed) -> sentences -> TTS -> Session. When the user starts speaking while
+the avatar talks, the answer is cut (barge-in) and the history keeps only what was heard.
+
+Everything heavy (echo cancellation, VAD, STT) runs on the session's speech pool; the language model
+streams from its own worker. Events for the client are handed to the injected `emit` coroutine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from lipstream.audio.decode import StreamResampler, to_float32
+from lipstream.audio.timeline import SAMPLE_RATE
+from lipstream.errors import LipstreamError
+from lipstream.talk.llm import ChatMessage, LanguageModel, LLMError
+from lipstream.talk.sentences import SentenceStream, speakable
+from lipstream.talk.stt import SpeechToText
+from lipstream.talk.vad import VadEvent, VoiceActivityDetector
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a friendly presenter who answers out loud. Reply in one to three short spoken sentences, "
+    "in plain words: no lists, no markdown, no emoji."
+)
+Emit = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class ConversationConfig(BaseModel):
+    """How a conversation listens and answers."""
+
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    max_history_messages: int = Field(12, ge=0)  # user and assistant messages kept (the system prompt aside)
+    max_reply_tokens: int = Field(120, ge=8)
+    max_turn_seconds: float = Field(30.0, gt=1)  # a longer monologue is cut there and answered
+    partial_every_seconds: float = Field(0.5, gt=0)  # re-decode the growing turn this often
+    preroll_seconds: float = Field(0.25, ge=0)  # audio before the detected onset given to STT
+    start_ms: float = Field(200, gt=0)  # speech shorter than this (a cough, a click) never starts a turn
+    end_silence_ms: float = Field(500, gt=0)  # silence that ends the user's turn
+    apology: str = "Sorry, I cannot answer that right now."  # said when the language model fails
+    voice: str | None = None
+
+
+@dataclass
+class TurnTimes:
+    """Wall-clock marks of one turn (time.perf_counter seconds)."""
+
+    turn: int
+    speech_end: float = 0.0  # when the last sample of the user's speech reached the server
+    transcript: float | None = None
+    llm_first_token: float | None = None
+    first_audio: float | None = None
+    first_frame: float | None = None
+    interrupted: bool = False
+    reported: bool = False
+
+    def as_ms(self) -> dict[str, float | None]:
+        """Each stage's time since the end of the user's speech, in ms."""
+
+        def since(mark: float | None) -> float | None:
+            return None if mark is None else round((mark - self.speech_end) * 1000.0, 1)
+
+        return {
+            "transcript": since(self.transcript),
+            "llm_first_token": since(self.llm_first_token),
+            "first_audio": since(self.first_audio),
+            "first_frame": since(self.first_frame),
+        }
+
+
+_END = object()  # end of a model's reply in a _Prepared queue
+
+
+@dataclass
+class _Prepared:
+    """An answer being prepared for the turn that ends at `end_sample`: its transcript, then the model's
+    reply streaming into `deltas`. Started at a pause (before the end of the turn is confirmed) it hides
+    speech recognition and the model's first tokens inside the end-of-turn silence; dropped if the user
+    goes on speaking."""
+
+    end_sample: int
+    deltas: asyncio.Queue = field(default_factory=asyncio.Queue)  # str, then _END or an LLMError
+    task: asyncio.Task | None = None  # transcribes, then starts `feeder`; its result is the transcript
+    feeder: asyncio.Task | None = None
+    first_token_at: float | None = None
+
+    def cancel(self) -> None:
+        """Drop it (the user went on, or the answer was interrupted)."""
+        for task in (self.task, self.feeder):
+            if task is not None and not task.done():
+                task.cancel()
+
+
+@dataclass
+class _MicBuffer:
+    """The microphone stream at 16 kHz: a window of recent audio (the whole turn while one is open)."""
+
+    audio: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
+    offset: int = 0  # stream sample of audio[0]
+    arrivals: deque = field(default_factory=lambda: deque(maxlen=400))  # (end sample, wall time)
+
+    @property
+    def end(self) -> int:
+        """Stream samples received so far."""
+        return self.offset + len(self.audio)
+
+    def append(self, pcm: np.ndarray, now: float) -> None:
+        """Add a chunk that reached the server at `now`."""
+        self.audio = np.concatenate([self.audio, pcm])
+        self.arrivals.append((self.end, now))
+
+    def slice(self, start: int, end: int | None = None) -> np.ndarray:
+        """Stream samples [start, end)."""
+        lo = max(0, start - self.offset)
+        hi = len(self.audio) if end is None else max(lo, end - self.offset)
+        return self.audio[lo:hi]
+
+    def keep_from(self, sample: int) -> None:
+        """Forget audio before stream sample `sample`."""
+        cut = max(0, min(len(self.audio), sample - self.offset))
+        if cut:
+            self.audio = self.audio[cut:]
+            self.offset += cut
+
+    def arrival_of(self, sample: int) -> float:
+        """When the chunk holding stream sample `sample` reached the server."""
+        for end, at in self.arrivals:
+            if end > sample:
+                return at
+        return self.arrivals[-1][1] if self.arrivals else time.perf_counter()
+
+
+class Conversation:
+    """One user talking with the avatar of one Session (Pipecat or LiveKit users would wrap this)."""
+
+    def __init__(
+        self,
+        session: Any,
+        stt: SpeechToText,
+        llm: LanguageModel,
+        emit: Emit,
+        config: ConversationConfig | None = None,
+        *,
+        vad: VoiceActivityDetector | None = None,
+        echo: Any = None,
+    ) -> None:
+        """`session`: a started lipstream Session; `emit`: sends an event dict to the client; `echo`: an
+        echo canceller fed with what the avatar plays (None: the microphone is used as it comes)."""
+        self.session = session
+        self.stt = stt
+        self.llm = llm
+        self.emit = emit
+        self.config = config or ConversationConfig()
+        self.vad = vad or VoiceActivityDetector(
+            start_ms=self.config.start_ms, end_silence_ms=self.config.end_silence_ms
+        )
+        self.echo = echo
+        self.history: deque[ChatMessage] = deque(maxlen=max(1, self.config.max_history_messages))
+        self._mic = _MicBuffer()
+        self._resamplers: dict[int, StreamResampler] = {}
+        self._turn = 0
+        self._turn_start: int | None = None  # stream sample where the open turn's speech began
+        self._ignore_until_end = False  # a monologue was cut: the rest of it is not a new turn
+        self._partial_task: asyncio.Task | None = None
+        self._partial_upto = 0
+        self._decode_seconds = 0.0  # how long the last transcription took
+        self._prepared: _Prepared | None = None  # the answer being prepared for the current turn
+        self._answer: _Prepared | None = None  # the answer being spoken
+        self._reply_task: asyncio.Task | None = None
+        self._reply_uid: int | None = None
+        self._reply_said: list[str] = []
+        self._times: dict[int, TurnTimes] = {}
+        self._uid_turn: dict[int, int] = {}
+        self._references: deque[tuple[int, np.ndarray]] = deque()  # frames sent, for the echo canceller
+        # the microphone is analysed on a thread of its own: it must keep up with real time even while
+        # the speech pool is busy transcribing or synthesising
+        self._listener = ThreadPoolExecutor(1, thread_name_prefix="lipstream-listen")
+
+    # ---- microphone -------------------------------------------------------------------------------------
+
+    async def push_microphone(self, pcm: np.ndarray, sample_rate: int) -> None:
+        """A chunk of the user's microphone (int16 or float, mono, 8-48 kHz), in order, as it arrives."""
+        now = time.perf_counter()
+        playback = self.session.playback_position() if self.echo is not None else None
+        loop = asyncio.get_running_loop()
+        clean, events = await loop.run_in_executor(self._listener, self._analyse, pcm, sample_rate, playback)
+        self._mic.append(clean, now)
+        for event in events:
+            await self._on_vad(event)
+        if self._turn_start is None:
+            self._mic.keep_from(self._mic.end - int(SAMPLE_RATE * 2))
+            return
+        if self._mic.end - self._turn_start > self.config.max_turn_seconds * SAMPLE_RATE:
+            log.info("turn %d over %.0f s: cut and answered", self._turn, self.config.max_turn_seconds)
+            self._ignore_until_end = True
+            await self._end_turn(self._mic.end)
+            return
+        self._maybe_partial()
+
+    def _analyse(self, pcm: np.ndarray, rate: int, playback: int | None) -> tuple[np.ndarray, list[VadEvent]]:
+        """Worker: 16 kHz float audio with the avatar's echo removed, and the VAD's events."""
+        audio = to_float32(np.asarray(pcm).reshape(-1))
+        if rate != SAMPLE_RATE:
+            if rate not in self._resamplers:
+                self._resamplers[rate] = StreamResampler(rate, SAMPLE_RATE)
+            audio = self._resamplers[rate].push(audio)
+        if self.echo is not None:
+            while self._references:  # fed here, on the same worker thread that runs the canceller
+                self.echo.add_reference(*self._references.popleft())
+            if audio.size:
+                audio = np.asarray(self.echo.process(audio, playback), dtype=np.float32)
+        return audio, self.vad.push(audio)
+
+    def add_reference(self, pts: int, pcm: np.ndarray) -> None:
+        """The audio of a frame the avatar plays at `pts` (what the echo canceller removes)."""
+        if self.echo is not None:
+            self._references.append((pts, pcm))
+            while len(self._references) > 500:  # no microphone is coming in: keep the last 20 s
+                self._references.popleft()
+
+    # ---- turns ------------------------------------------------------------------------------------------
+
+    async def _on_vad(self, event: VadEvent) -> None:
+        if event.kind == "speech_start":
+            if self._ignore_until_end:
+                return
+            await self._start_turn(event.sample)
+        elif event.kind == "pause" and self._turn_start is not None:
+            self._cancel(self._partial_task)  # the final transcript matters more now
+            self._prepare(event.sample)
+        elif event.kind == "resume" and self._prepared is not None:
+            self._prepared.cancel()
+            self._prepared = None
+        elif event.kind == "speech_end":
+            if self._ignore_until_end:
+                self._ignore_until_end = False
+                return
+            if self._turn_start is not None:
+                await self._end_turn(event.sample)
+
+    async def _start_turn(self, sample: int) -> None:
+        if self.session.is_speaking() or (self._reply_task is not None and not self._reply_task.done()):
+            await self.interrupt()
+        self._turn += 1
+        self._turn_start = sample
+        self._partial_upto = sample
+        await self.emit({"type": "user_speech_started", "turn": self._turn, "mic_samples": sample})
+
+    async def _end_turn(self, end_sample: int) -> None:
+        turn, start = self._turn, self._turn_start
+        assert start is not None
+        self._turn_start = None
+        self._cancel(self._partial_task)
+        times = TurnTimes(turn=turn, speech_end=self._mic.arrival_of(max(start, end_sample - 1)))
+        self._times[turn] = times
+        await self.emit({"type": "user_speech_ended", "turn": turn, "mic_samples": end_sample})
+        prepared = self._prepared
+        self._prepared = None
+        if prepared is None or prepared.end_sample != end_sample:  # not speculated at a pause: start now
+            if prepared is not None:
+                prepared.cancel()
+            prepared = self._prepare_for(start, end_sample)
+        try:
+            text = await prepared.task if prepared.task is not None else ""
+        except (asyncio.CancelledError, LipstreamError) as exc:
+            log.warning("turn %d: transcription failed: %r", turn, exc)
+            text = ""
+        times.transcript = time.perf_counter()
+        if not text:
+            prepared.cancel()
+            audio = self._mic.slice(start, end_sample)
+            rms = float(np.sqrt(np.mean(np.square(audio)))) if audio.size else 0.0
+            log.info(
+                "turn %d: empty transcript for %.2f s of audio at %.1f dBFS; ignored",
+                turn, len(audio) / SAMPLE_RATE, 20 * np.log10(max(rms, 1e-9)),
+            )
+            return
+        await self.emit({"type": "transcript", "turn": turn, "kind": "final", "text": text})
+        self.history.append(ChatMessage("user", text))
+        self._answer = prepared
+        self._reply_task = asyncio.create_task(self._reply(turn, prepared), name=f"reply-{turn}")
+
+    def _prepare(self, sample: int) -> None:
+        """At a pause the turn may be over: start preparing its answer now (kept if the pause is the end)."""
+        if self._prepared is not None:
+            self._prepared.cancel()
+        assert self._turn_start is not None
+        self._prepared = self._prepare_for(self._turn_start, sample)
+
+    def _prepare_for(self, start: int, end_sample: int) -> _Prepared:
+        """Transcribe the turn [start, end_sample), then stream the model's answer into a queue."""
+        audio = self._mic.slice(start - int(self.config.preroll_seconds * SAMPLE_RATE), end_sample)
+        prepared = _Prepared(end_sample=end_sample)
+        history = list(self.history)
+
+        async def run() -> str:
+            text = await self._transcribe(audio)
+            if text:
+                messages = [
+                    ChatMessage("system", self.config.system_prompt), *history, ChatMessage("user", text)
+                ]
+                prepared.feeder = asyncio.create_task(self._feed(messages, prepared))
+            return text
+
+        prepared.task = asyncio.create_task(run())
+        return prepared
+
+    async def _feed(self, messages: list[ChatMessage], prepared: _Prepared) -> None:
+        """The model's reply into the prepared queue: text deltas, then _END or the LLMError."""
+        try:
+            async for delta in self.llm.stream(messages, self.config.max_reply_tokens):
+                if prepared.first_token_at is None:
+                    prepared.first_token_at = time.perf_counter()
+                prepared.deltas.put_nowait(delta)
+            prepared.deltas.put_nowait(_END)
+        except LLMError as exc:
+            prepared.deltas.put_nowait(exc)
+
+    async def _transcribe(self, audio: np.ndarray) -> str:
+        if audio.size < SAMPLE_RATE // 10:
+            return ""
+        started = time.perf_counter()
+        result = await self.session.run_speech_work(self.stt.transcribe, audio)
+        self._decode_seconds = time.perf_counter() - started
+        return result.text.strip()
+
+    def _maybe_partial(self) -> None:
+        """Re-decode the growing turn every `partial_every_seconds` (one decode at a time)."""
+        if self._partial_task is not None and not self._partial_task.done():
+            return
+        if self._prepared is not None:  # paused: the answer is being prepared
+            return
+        # never more often than every `partial_every_seconds`, nor than 1.5x what a decode takes, so the
+        # recogniser stays free for the final transcript
+        every = max(self.config.partial_every_seconds, 1.5 * self._decode_seconds)
+        if self._mic.end - self._partial_upto < every * SAMPLE_RATE:
+            return
+        assert self._turn_start is not None
+        self._partial_upto = self._mic.end
+        audio = self._mic.slice(self._turn_start - int(self.config.preroll_seconds * SAMPLE_RATE))
+        self._partial_task = asyncio.create_task(self._partial(self._turn, audio))
+
+    async def _partial(self, turn: int, audio: np.ndarray) -> None:
+        text = await self._transcribe(audio)
+        if text and turn == self._turn and self._turn_start is not None:
+            await self.emit({"type": "transcript", "turn": turn, "kind": "partial", "text": text})
+
+    # ---- answering --------------------------------------------------------------------------------------
+
+    async def _reply(self, turn: int, prepared: _Prepared) -> None:
+        times = self._times[turn]
+        self._reply_said = []
+
+        def started(uid: int) -> None:
+            self._reply_uid = uid
+            self._uid_turn[uid] = turn
+
+        def audio_ready(_speech: object) -> None:
+            if times.first_audio is None:
+                times.first_audio = time.perf_counter()
+
+        try:
+            await self.session.push_text_stream(
+                self._sentences(prepared, times), voice=self.config.voice,
+                on_utterance=started, on_audio=audio_ready,
+            )
+        except asyncio.CancelledError:
+            prepared.cancel()
+            raise
+        except LipstreamError as exc:  # TTS refused a sentence: the turn ends, the session goes on
+            log.warning("turn %d: reply failed: %s", turn, exc)
+            await self.emit({"type": "error", "code": "llm", "message": str(exc), "fatal": False})
+
+    async def _sentences(self, prepared: _Prepared, times: TurnTimes) -> AsyncIterator[str]:
+        """The model's reply as speakable sentences, as soon as each is complete."""
+        splitter = SentenceStream()
+        said_any = False
+        while True:
+            item = await prepared.deltas.get()
+            if times.llm_first_token is None and prepared.first_token_at is not None:
+                times.llm_first_token = prepared.first_token_at
+            if isinstance(item, LLMError):
+                log.warning("language model failed: %s", item)
+                await self.emit({"type": "error", "code": "llm", "message": str(item), "fatal": False})
+                if not said_any and self.config.apology:
+                    yield self.config.apology  # not kept in the history: the model did not say it
+                return
+            pieces = splitter.flush() if item is _END else splitter.push(item)
+            for sentence in pieces:
+                if spoken := speakable(sentence):
+                    said_any = True
+                    self._reply_said.append(spoken)
+                    yield spoken
+            if item is _END:
+                return
+
+    async def interrupt(self) -> None:
+        """Stop the avatar now (the user speaks over it, or pressed Stop): cut the answer and cancel the
+        language model; the history keeps what was heard of the answer."""
+        self._cancel(self._reply_task)
+        self._reply_task = None
+        if self._answer is not None:
+            self._answer.cancel()  # the model stops writing
+            self._answer = None
+        cut = self.session.interrupt()
+        uid = self._reply_uid
+        if uid is not None:
+            heard = self.session.heard_text(uid, cut)
+            if heard:
+                self.history.append(ChatMessage("assistant", heard + " ..."))
+            turn = self._uid_turn.get(uid)
+            if turn in self._times:
+                self._times[turn].interrupted = True
+                await self._report(self._times[turn])
+        self._reply_uid = None
+        self._reply_said = []
+
+    # ---- the stream going out ---------------------------------------------------------------------------
+
+    async def on_stream_event(self, event: Any) -> dict[str, Any] | None:
+        """Called as each session event is sent: what to send for a `text` event (a reply_text), and the
+        bookkeeping of the reply's first frame and end."""
+        turn = self._uid_turn.get(event.utterance_id) if event.utterance_id is not None else None
+        if event.type == "speech_started" and turn is not None:
+            times = self._times.get(turn)
+            if times is not None and times.first_frame is None:
+                times.first_frame = time.perf_counter()
+        elif event.type == "playback_finished" and turn is not None:
+            if event.utterance_id == self._reply_uid:
+                if not event.interrupted and self._reply_said:
+                    self.history.append(ChatMessage("assistant", " ".join(self._reply_said)))
+                self._reply_uid = None
+                self._reply_said = []
+            times = self._times.get(turn)
+            if times is not None:  # the answer is over (played or cut): its figures are final
+                times.interrupted = times.interrupted or bool(event.interrupted)
+                await self._report(times)
+        elif event.type == "text" and turn is not None:
+            return {
+                "type": "reply_text", "turn": turn, "utterance_id": event.utterance_id,
+                "position_samples": event.position_samples, "text": event.message,
+            }
+        return None
+
+    async def _report(self, times: TurnTimes) -> None:
+        if times.reported:
+            return
+        times.reported = True
+        message = {"type": "turn_metrics", "turn": times.turn, "interrupted": times.interrupted}
+        await self.emit({**message, "ms": times.as_ms()})
+
+    async def aclose(self) -> None:
+        """Cancel whatever is in flight."""
+        for task in (self._partial_task, self._reply_task):
+            self._cancel(task)
+        if self._prepared is not None:
+            self._prepared.cancel()
+        self._listener.shutdown(wait=False, cancel_futures=True)
+
+    @staticmethod
+    def _cancel(task: asyncio.Task | None) -> None:
+        if task is not None and not task.done():
+            task.cancel()

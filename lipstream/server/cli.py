@@ -64,11 +64,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     what = client.add_mutually_exclusive_group(required=True)
     what.add_argument("--text", help="text to speak (server-side TTS)")
     what.add_argument("--audio", type=Path, help="audio file to upload and speak")
+    what.add_argument(
+        "--converse", type=Path, metavar="QUESTION.wav",
+        help="ask an agent server (serve --agent) this recorded question as a live microphone would; "
+        "record the answer and report transcripts, reply and turn latencies",
+    )
     client.add_argument("--out", type=Path, required=True, help="MP4 of the received video and audio")
     client.add_argument("--report", type=Path, default=None, help="write the JSON report here")
     client.add_argument("--token", default=None, help="bearer token (env LIPSTREAM_TOKEN)")
     client.add_argument("--width", type=int, default=None, help="ask for a smaller stream of this width")
-    client.add_argument("--timeout", type=float, default=120.0, help="give up after this many seconds")
+    client.add_argument(
+        "--timeout", type=float, default=120.0,
+        help="give up after this many seconds (with --converse: counted from the question's end)",
+    )
     client.set_defaults(func=run_client_command)
 
 
@@ -188,6 +196,8 @@ def run_client_command(args: argparse.Namespace) -> int:
     url = args.url if args.url.rstrip("/").endswith("/ws") else args.url.rstrip("/") + "/ws"
     if not url.startswith(("ws://", "wss://")):
         raise LipstreamError(f"--url must start with ws:// or wss:// (got {args.url})")
+    if args.converse is not None:
+        return _run_converse(args, url)
     report = asyncio.run(
         run_client(
             url,
@@ -208,5 +218,28 @@ def run_client_command(args: argparse.Namespace) -> int:
         k: getattr(report, k)
         for k in ("ttff_ms", "frames_received", "speech_frames", "pts_continuous", "duration_seconds", "out")
     }
+    print(json.dumps(summary))
+    return 0
+
+
+def _run_converse(args: argparse.Namespace, url: str) -> int:
+    """`client --converse`: one spoken question, its answer recorded; print a summary, write the report."""
+    from lipstream.server.converse import run_converse
+
+    report = asyncio.run(
+        run_converse(
+            url, args.avatar, args.converse, out=args.out, token=_token(args), output_width=args.width,
+            timeout=args.timeout,
+        )
+    )  # fmt: skip
+    if args.report is not None:
+        args.report.parent.mkdir(parents=True, exist_ok=True)
+        args.report.write_text(report.model_dump_json(indent=2) + "\n")
+    summary = {
+        k: getattr(report, k)
+        for k in ("final_transcript", "reply", "speech_end_to_first_frame_ms",
+                  "end_of_turn_to_first_frame_ms", "frames_recorded", "out")
+    }  # fmt: skip
+    summary["turn_metrics_ms"] = (report.turn_metrics or {}).get("ms")
     print(json.dumps(summary))
     return 0

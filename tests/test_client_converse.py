@@ -1,0 +1,166 @@
+"""`lipstream client --converse` (issue 9): the real CLI asks a real `lipstream serve --agent` process a
+spoken question in real time, records the avatar's answer to MP4 and reports transcripts, reply and turn
+metrics."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import wave
+from collections.abc import Iterator
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+import test_server_harness as harness
+from test_server_harness import REPO, ServerProcess
+
+pytestmark = pytest.mark.slow
+avatars_root = harness.avatars_root  # shared fixtures
+live_server = harness.live_server
+
+REPLY = "The museum opens at nine in the morning. It closes at six, except on Mondays."
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def fake_llm() -> Iterator[str]:
+    """tests/fake_llm_server.py as a process (first token at once): its URL."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "tests" / "fake_llm_server.py"), "--port", str(port), "--text", REPLY],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def agent_server(avatars_root: Path, fake_llm: str) -> Iterator[ServerProcess]:
+    """A real server with the agent on, answering with the fake language model."""
+    proc = ServerProcess(avatars_root, "--agent", "--llm-url", fake_llm)
+    yield proc
+    proc.stop()
+
+
+def write_wav(path: Path, pcm: np.ndarray) -> Path:
+    """float32 16 kHz mono to a 16-bit WAV file."""
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(16000)
+        out.writeframes(np.clip(pcm * 32767, -32768, 32767).astype("<i2").tobytes())
+    return path
+
+
+@pytest.fixture(scope="module")
+def question(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A spoken question in the bundled Piper voice, with the room's silence around it."""
+    from lipstream.talk.tts import create_tts
+
+    speech = create_tts("piper").synthesize("When does the museum open on Sunday?").pcm
+    pcm = np.concatenate([np.zeros(8000, np.float32), speech, np.zeros(3200, np.float32)])
+    return write_wav(tmp_path_factory.mktemp("question") / "question.wav", pcm)
+
+
+def client(*args: str) -> subprocess.CompletedProcess:
+    """The CLI in a subprocess, as a user would run it."""
+    return subprocess.run(
+        [sys.executable, "-m", "lipstream", "client", *args],
+        cwd=REPO, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+
+
+def words(text: str) -> set[str]:
+    """Lower-case words without punctuation."""
+    return {w.strip(".,?!").lower() for w in text.split()}
+
+
+def test_converse_records_the_answer_and_reports_the_turn(
+    agent_server: ServerProcess, question: Path, tmp_path: Path
+) -> None:
+    out, report_path = tmp_path / "answer.mp4", tmp_path / "report.json"
+    done = client(
+        "--url", f"ws://127.0.0.1:{agent_server.port}", "--avatar", "small", "--converse", str(question),
+        "--out", str(out), "--report", str(report_path),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr + "".join(agent_server.stderr[-20:])
+    summary = json.loads(done.stdout)
+    report = json.loads(report_path.read_text())
+    assert summary["final_transcript"] == report["final_transcript"]
+    assert {"museum", "open", "sunday"} <= words(report["final_transcript"])
+    finals = [t for t in report["transcripts"] if t["kind"] == "final"]
+    assert len(finals) == 1 and all(t["turn"] == 1 for t in report["transcripts"])
+    assert [r["text"] for r in report["reply_texts"]] == [
+        "The museum opens at nine in the morning.",
+        "It closes at six, except on Mondays.",
+    ]
+    assert report["reply"] == REPLY
+    metrics = report["turn_metrics"]
+    assert metrics["turn"] == 1 and metrics["interrupted"] is False
+    ms = metrics["ms"]
+    stages = ("transcript", "llm_first_token", "first_audio", "first_frame")
+    assert all(ms[k] is not None and ms[k] > 0 for k in stages)
+    assert ms["transcript"] <= ms["llm_first_token"] <= ms["first_audio"] <= ms["first_frame"]
+    # the client's own figures: the server's end of speech lies near the WAV's (its VAD adds no more than a
+    # window or two), and the frame is shown no earlier than it arrives
+    assert abs(report["server_speech_end_samples"] - report["speech_end_samples"]) < 0.2 * 16000
+    first = report["speech_end_to_first_frame_ms"]
+    assert first is not None and first > 0
+    assert report["speech_end_to_first_frame_due_ms"] >= first
+    assert 0 < report["end_of_turn_to_first_frame_ms"] < first
+    assert report["first_frame_pts"] == report["reply_texts"][0]["position_samples"]
+    assert report["interrupted"] is False and report["pts_continuous"] and report["audio_matches_video"]
+    assert report["barge_in_ms"] is None  # measured by the browser test
+    # the recording: from the question's end (an IDR) through the whole answer, video and audio together
+    assert report["speech_frames"] >= 25 and report["frames_recorded"] > report["speech_frames"]
+    with av.open(str(out)) as mp4:
+        assert mp4.streams.video and mp4.streams.audio
+        video, audio = mp4.streams.video[0], mp4.streams.audio[0]
+        assert (video.codec_context.width, video.codec_context.height) == (360, 640)
+        assert sum(1 for _ in mp4.decode(video=0)) == report["frames_recorded"]
+        seconds = report["frames_recorded"] / 25
+        assert abs(float(audio.duration * audio.time_base) - seconds) < 0.1
+    with av.open(str(out)) as mp4:
+        heard = np.concatenate([f.to_ndarray().ravel() for f in mp4.decode(audio=0)])
+    assert np.abs(heard).max() > 0.05  # the answer is in the audio track, not silence
+
+
+def test_converse_refuses_a_server_without_agent_and_bad_questions(
+    live_server: ServerProcess, question: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "never.mp4"
+    url = f"ws://127.0.0.1:{live_server.port}"
+    done = client("--url", url, "--avatar", "small", "--converse", str(question), "--out", str(out))
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "agent" in lines[0] and "serve --agent" in lines[0], done.stderr
+    assert not out.exists()
+
+    garbage = tmp_path / "garbage.wav"
+    garbage.write_bytes(b"RIFF not really a wave file" * 10)
+    silent = write_wav(tmp_path / "silent.wav", np.zeros(16000, np.float32))
+    for bad, says in ((garbage, "cannot read the question"), (silent, "holds no speech"),
+                      (tmp_path / "missing.wav", "cannot read the question")):  # fmt: skip
+        done = client("--url", url, "--avatar", "small", "--converse", str(bad), "--out", str(out))
+        assert done.returncode == 2, (bad, done.stderr)
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and says in lines[0], done.stderr
+    assert not out.exists()

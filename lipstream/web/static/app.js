@@ -1,5 +1,7 @@
-// The page: wires the controls to a LivePlayer and shows its stats.
+// The page: wires the controls to a LivePlayer and shows its stats; on an agent server, Talk mode too.
+import { Microphone, micErrorMessage } from './mic.js';
 import { LivePlayer } from './player.js';
+import { TalkPanel } from './talk.js';
 
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
@@ -21,22 +23,48 @@ async function loadAvatars() {
   if (!avatars.length) setStatus('No avatars yet: run `lipstream avatar sample` first.');
 }
 
+let agent = false; // the server runs `serve --agent` (GET /healthz): sessions ask for a conversation
+let live = false;
+
 function enable(on) {
+  live = on;
   for (const id of ['speak', 'interrupt', 'mic', 'file']) $(id).disabled = !on;
+  talk.setLive(on);
 }
 
+/** Open a session; resolves true when it is live. */
 async function start() {
   const proto = location.protocol === 'https:' ? 'wss' : 'ws';
   const width = params.get('width') ? Number(params.get('width')) : undefined;
   setStatus('connecting…');
   try {
-    const ready = await player.connect(`${proto}://${location.host}/ws`, { avatar: $('avatar').value, token, outputWidth: width });
-    setStatus(`live: ${ready.avatar} ${ready.width}×${ready.height} ${ready.codec}`);
+    const ready = await player.connect(`${proto}://${location.host}/ws`, { avatar: $('avatar').value, token, outputWidth: width, agent });
+    setStatus(`live: ${ready.avatar} ${ready.width}×${ready.height} ${ready.codec}${ready.agent ? ' · talk mode' : ''}`);
+    if (agent && !ready.agent) showTalk(false); // the server said no after all: a plain session
     enable(true);
+    return true;
   } catch (err) {
     setStatus(`error: ${err.message}`);
     enable(false);
+    return false;
   }
+}
+
+const talk = new TalkPanel(player, $, () => (live ? Promise.resolve(true) : start()));
+
+/** Talk mode replaces the plain Microphone button: in an agent session `pcm` is the user's voice, not speech. */
+function showTalk(on) {
+  talk.show(on);
+  $('mic').hidden = on;
+}
+
+async function detectAgent() {
+  try {
+    const res = await fetch('/healthz');
+    agent = res.ok && (await res.json()).agent === true;
+  } catch { agent = false; }
+  showTalk(agent);
+  if (agent) setStatus('Pick an avatar and press Talk to have a conversation.');
 }
 
 function fmt(ms) { return ms == null ? '–' : `${ms.toFixed(0)} ms`; }
@@ -60,6 +88,7 @@ for (const type of ['speech_started', 'playback_finished']) {
 }
 player.addEventListener('servererror', (e) => setStatus(`server: ${e.detail.message}`));
 player.addEventListener('closed', (e) => { setStatus(`session closed (${e.detail.code})`); enable(false); });
+window.lipstreamTalk = talk; // for tests and the console
 
 $('start').addEventListener('click', start);
 $('speak').addEventListener('click', () => player.speak($('text').value));
@@ -76,33 +105,24 @@ drop.addEventListener('dragover', (e) => { e.preventDefault(); drop.classList.ad
 drop.addEventListener('dragleave', () => drop.classList.remove('over'));
 drop.addEventListener('drop', (e) => { e.preventDefault(); drop.classList.remove('over'); sendFile(e.dataTransfer.files[0]); });
 
+// Plain session: the microphone is lip-synced live (one utterance until pressed again).
 let mic = null;
 $('mic').addEventListener('click', async () => {
   if (mic) {
-    mic.stream.getTracks().forEach((t) => t.stop());
-    mic.node.disconnect();
+    mic.stop();
     mic = null;
     player.flush();
     $('mic').textContent = 'Microphone';
     return;
   }
-  const ac = player.ac;
+  const m = new Microphone(player.ac, (pcm, rate) => player.pushPcm(pcm, rate));
   try {
-    const stream = await navigator.mediaDevices.getUserMedia({ audio: { channelCount: 1, echoCancellation: true } });
-    await ac.audioWorklet.addModule('/static/mic-worklet.js');
-    const node = new AudioWorkletNode(ac, 'mic-tap');
-    node.port.onmessage = (e) => {
-      const f = e.data;
-      const pcm = new Int16Array(f.length);
-      for (let i = 0; i < f.length; i += 1) pcm[i] = Math.max(-32768, Math.min(32767, Math.round(f[i] * 32767)));
-      player.pushPcm(pcm, ac.sampleRate);
-    };
-    ac.createMediaStreamSource(stream).connect(node); // not connected to the speakers: no echo
-    mic = { stream, node };
+    await m.start({ channelCount: 1, echoCancellation: true });
+    mic = m;
     $('mic').textContent = 'Stop microphone';
   } catch (err) {
-    setStatus(`microphone unavailable: ${err.message}`);
+    setStatus(micErrorMessage(err));
   }
 });
 
-loadAvatars();
+detectAgent().then(loadAvatars); // avatars second: their status line (none yet?) wins

@@ -4,6 +4,11 @@ import { Flag, Kind, SAMPLE_RATE, SAMPLES_PER_FRAME, VERSION, buildMedia, parseM
 
 const US_PER_SAMPLE = 1e6 / SAMPLE_RATE;
 const MAX_OFFSET_SAMPLES = 3000;
+const MAX_EVENTS = 500;
+/** Events with a `position_samples` that fire when the audio clock gets there (captions follow the voice). */
+const ON_CLOCK = new Set(['speech_started', 'playback_finished', 'reply_text']);
+/** Agent events about the user or the turn: nothing to wait for, they fire on arrival. */
+const ON_ARRIVAL = new Set(['user_speech_started', 'user_speech_ended', 'transcript', 'turn_metrics']);
 
 /** p-th percentile of a numeric array (nearest rank). */
 function percentile(values, p) {
@@ -34,7 +39,7 @@ export class LivePlayer extends EventTarget {
     this.stats = {
       framesReceived: 0, framesDecoded: 0, framesShown: 0, framesDropped: 0, framesLate: 0, decodeErrors: 0,
       audioChunks: 0, audioLate: 0, speechFramesShown: 0, ttffMs: null, ttffReceivedMs: null,
-      interruptMs: null, fps: 0, offsets: [], events: [], errors: [],
+      interruptMs: null, lastSpeechShownAt: null, fps: 0, offsets: [], events: [], errors: [],
     };
     this._shownTimes = [];
   }
@@ -46,8 +51,8 @@ export class LivePlayer extends EventTarget {
     return this.ac.state;
   }
 
-  /** Open the session; resolves with the server's `ready` message. */
-  async connect(url, { avatar, token, outputWidth } = {}) {
+  /** Open the session (`agent`: ask for a conversation, protocol 1.1); resolves with the server's `ready`. */
+  async connect(url, { avatar, token, outputWidth, agent = false } = {}) {
     await this.unlockAudio();
     this.close();
     this.resetStats();
@@ -62,7 +67,8 @@ export class LivePlayer extends EventTarget {
     this.ws = new WebSocket(url);
     this.ws.binaryType = 'arraybuffer';
     const opened = new Promise((resolve, reject) => {
-      this.ws.onopen = () => this._send({ type: 'hello', version: VERSION, avatar, token, output_width: outputWidth });
+      // `agent` only when asked: a plain hello stays byte-for-byte what v1 clients send.
+      this.ws.onopen = () => this._send({ type: 'hello', version: VERSION, avatar, token, output_width: outputWidth, ...(agent ? { agent: true } : {}) });
       this.ws.onerror = () => reject(new Error(`cannot connect to ${url}`));
       this.ws.onclose = (e) => {
         reject(new Error(`session closed (${e.code}) ${e.reason || ''}`.trim()));
@@ -119,6 +125,9 @@ export class LivePlayer extends EventTarget {
     if (this._requestAt == null) this._requestAt = performance.now();
     this._send(buildMedia(Kind.PCM, int16, { aux: rate }));
   }
+
+  /** Send microphone audio to an agent session: the user's voice, so no request timing (TTFF) starts here. */
+  pushMic(int16, rate) { this._send(buildMedia(Kind.PCM, int16, { aux: rate })); }
 
   flush() { this._send({ type: 'flush' }); }
 
@@ -219,19 +228,30 @@ export class LivePlayer extends EventTarget {
   }
 
   _onControl(msg) {
-    if (msg.type === 'speech_started' || msg.type === 'playback_finished') {
+    if (ON_CLOCK.has(msg.type)) {
       if (msg.type === 'playback_finished' && msg.interrupted) {
         this._cutAt(msg.position_samples);
         this._fire(msg);
-      } else this._pendingEvents.push(msg);
+      } else this._schedule(msg);
+    } else if (ON_ARRIVAL.has(msg.type)) {
+      this._fire(msg);
     } else if (msg.type === 'error') {
       this.stats.errors.push(`${msg.code}: ${msg.message}`);
       this.dispatchEvent(new CustomEvent('servererror', { detail: msg }));
     }
   }
 
+  /** Queue an event for its position on the audio clock, after any queued at or before it (arrival order). */
+  _schedule(msg) {
+    const q = this._pendingEvents;
+    let i = q.length;
+    while (i > 0 && q[i - 1].position_samples > msg.position_samples) i -= 1;
+    q.splice(i, 0, msg);
+  }
+
   _fire(msg) {
     this.stats.events.push({ ...msg, clock: this.clockPts(), at: performance.now() });
+    if (this.stats.events.length > MAX_EVENTS) this.stats.events.splice(0, this.stats.events.length - MAX_EVENTS);
     this.dispatchEvent(new CustomEvent(msg.type, { detail: msg }));
   }
 
@@ -267,11 +287,15 @@ export class LivePlayer extends EventTarget {
     this.stats.fps = this._shownTimes.length / 2;
     if (item.flags & Flag.SPEAKING) {
       this.stats.speechFramesShown += 1;
+      this.stats.lastSpeechShownAt = now;
       if (this.stats.ttffMs == null && this._requestAt != null) this.stats.ttffMs = now - this._requestAt;
       if (this._interruptAt != null) this._lastSpeechShownAt = now;
     }
     this.lastShownPts = item.pts;
   }
+
+  /** Whether the frame on screen is a speech frame (the avatar is talking). */
+  get speaking() { return this._current != null && (this._current.flags & Flag.SPEAKING) !== 0; }
 
   _recordOffset(ms) {
     const o = this.stats.offsets;

@@ -1,0 +1,204 @@
+// Talk mode (protocol 1.1): the microphone goes to the agent; the user's words, the avatar's captions and a turn log
+// are shown. Captions ride the player's audio-clock events (reply_text fires when its position is heard).
+import { Microphone, micErrorMessage } from './mic.js';
+
+const BARGE_IN_WINDOW_MS = 1500; // after a barge-in onset, how long to wait before reading the last speech frame
+const CAPTION_LINGER_MS = 1200;
+
+/** Format milliseconds for the turn log. */
+function ms(v) { return v == null ? '–' : `${Math.round(v)}`; }
+
+export class TalkPanel {
+  /**
+   * @param {import('./player.js').LivePlayer} player the session's player
+   * @param {(id: string) => HTMLElement} $ element lookup
+   * @param {() => Promise<boolean>} connect opens an agent session when none is open; resolves true when live
+   */
+  constructor(player, $, connect) {
+    this.player = player;
+    this.$ = $;
+    this.connect = connect;
+    this.mic = null;
+    this.turns = new Map(); // turn -> {user: li, avatar: li, row: tr}
+    this.bargeIns = []; // {turn, onsetAt, ms}
+    this._captionTimer = null;
+    $('talk-btn').addEventListener('click', () => this.toggle());
+    $('stop').addEventListener('click', () => this.stopAnswer());
+    this._listen();
+  }
+
+  /** Show or hide the whole panel (agent servers only) and the caption strip. */
+  show(on) {
+    this.$('talk').hidden = !on;
+    this.$('caption').hidden = !on;
+  }
+
+  /** Talk: connect if needed, then open the microphone; pressed again, release it. */
+  async toggle() {
+    if (this.mic && this.mic.active) { this.stopMic(); return; }
+    const btn = this.$('talk-btn');
+    btn.disabled = true;
+    this._notice(null);
+    try {
+      if (!(await this.connect())) return;
+      // The player's context: it is already running (created in the click that connected), and its rate is sent.
+      const mic = new Microphone(this.player.ac, (pcm, rate) => {
+        this.player.pushMic(pcm, rate);
+        this._level(mic.log[mic.log.length - 1].peak);
+      });
+      await mic.start();
+      this.mic = mic;
+      window.lipstreamMic = mic; // for tests and the console
+      btn.textContent = 'Mute';
+      btn.classList.add('live');
+      this._state('listening');
+    } catch (err) {
+      this._notice(micErrorMessage(err));
+      this._state('microphone off');
+    } finally {
+      btn.disabled = false;
+    }
+  }
+
+  /** Release the microphone (the server just hears no more audio; the turn in progress ends by silence). */
+  stopMic() {
+    if (this.mic) this.mic.stop();
+    this.mic = null;
+    this.$('talk-btn').textContent = 'Talk';
+    this.$('talk-btn').classList.remove('live');
+    this._level(0);
+    this._state('microphone off');
+  }
+
+  /** Stop button: the avatar stops now and the answer being written is dropped (server side). */
+  stopAnswer() {
+    this.player.interrupt();
+    this._caption('');
+  }
+
+  /** Session state after connect/close: Stop works only on a live session. */
+  setLive(on) {
+    this.$('stop').disabled = !on;
+    if (!on) this.stopMic();
+    else if (this.mic) this.mic.restartCount(); // a new session counts `mic_samples` from its own first pcm
+  }
+
+  _listen() {
+    const p = this.player;
+    p.addEventListener('user_speech_started', (e) => this._onUserStarted(e.detail));
+    p.addEventListener('user_speech_ended', () => this._state('thinking…'));
+    p.addEventListener('transcript', (e) => this._onTranscript(e.detail));
+    p.addEventListener('reply_text', (e) => this._onReply(e.detail));
+    p.addEventListener('turn_metrics', (e) => this._onMetrics(e.detail));
+    p.addEventListener('speech_started', () => this._state('answering'));
+    p.addEventListener('playback_finished', (e) => {
+      if (e.detail.interrupted) { this._caption(''); this._markInterrupted(); } else this._caption(null, CAPTION_LINGER_MS);
+      this._state(this.mic && this.mic.active ? 'listening' : 'microphone off');
+    });
+    p.addEventListener('servererror', (e) => {
+      if (e.detail.code === 'llm') this._logLine('error', `language model: ${e.detail.message}`);
+    });
+  }
+
+  /** The turn's rows, made on first mention (a transcript can come before user_speech_started's row exists). */
+  _turn(id) {
+    let t = this.turns.get(id);
+    if (!t) {
+      const user = document.createElement('li');
+      user.className = 'user partial';
+      user.textContent = '…';
+      this.$('conversation').append(user);
+      t = { user, avatar: null, row: null };
+      this.turns.set(id, t);
+    }
+    return t;
+  }
+
+  _onUserStarted(d) {
+    this._turn(d.turn);
+    this._state('you are speaking');
+    const onsetAt = this.mic ? this.mic.wallTimeOf(d.mic_samples) : null;
+    if (onsetAt == null) return;
+    // Barge-in latency, measured like the Stop button's: onset of the user's speech -> last speech frame on screen.
+    // It only counts when the avatar was still showing speech after the user began.
+    setTimeout(() => {
+      const last = this.player.stats.lastSpeechShownAt;
+      if (last == null || last < onsetAt) return;
+      const entry = { turn: d.turn, onsetAt, ms: last - onsetAt };
+      this.bargeIns.push(entry);
+      this._metricsRow(d.turn).cells[5].textContent = `barge-in ${ms(entry.ms)} ms`;
+    }, BARGE_IN_WINDOW_MS);
+  }
+
+  _onTranscript(d) {
+    const { user } = this._turn(d.turn);
+    const partial = d.kind !== 'final';
+    user.classList.toggle('partial', partial);
+    user.classList.toggle('empty', !partial && !d.text.trim());
+    user.textContent = d.text.trim() || (partial ? '…' : '(nothing heard)');
+    this._scroll();
+  }
+
+  _onReply(d) {
+    const t = this._turn(d.turn);
+    if (!t.avatar) {
+      t.avatar = document.createElement('li');
+      t.avatar.className = 'avatar';
+      t.user.after(t.avatar);
+    }
+    t.avatar.textContent = `${t.avatar.textContent} ${d.text}`.trim();
+    this._caption(d.text);
+    this._scroll();
+  }
+
+  _markInterrupted() {
+    const last = [...this.turns.values()].reverse().find((t) => t.avatar);
+    if (last && !last.avatar.classList.contains('interrupted')) last.avatar.classList.add('interrupted');
+  }
+
+  _onMetrics(d) {
+    const row = this._metricsRow(d.turn);
+    const m = d.ms || {};
+    [m.transcript, m.llm_first_token, m.first_audio, m.first_frame].forEach((v, i) => { row.cells[i + 1].textContent = ms(v); });
+    if (d.interrupted && !row.cells[5].textContent) row.cells[5].textContent = 'interrupted';
+  }
+
+  _metricsRow(turn) {
+    const t = this._turn(turn);
+    if (!t.row) {
+      t.row = this.$('turns').tBodies[0].insertRow(0);
+      for (let i = 0; i < 6; i += 1) t.row.insertCell();
+      t.row.cells[0].textContent = String(turn);
+    }
+    return t.row;
+  }
+
+  _logLine(cls, text) {
+    const li = document.createElement('li');
+    li.className = cls;
+    li.textContent = text;
+    this.$('conversation').append(li);
+    this._scroll();
+  }
+
+  /** Caption strip: `text` shows now; null keeps the current one and clears it after `lingerMs`. */
+  _caption(text, lingerMs = 0) {
+    const el = this.$('caption');
+    clearTimeout(this._captionTimer);
+    if (text != null) el.textContent = text;
+    if (lingerMs) this._captionTimer = setTimeout(() => { el.textContent = ''; }, lingerMs);
+    el.classList.toggle('on', el.textContent !== '');
+  }
+
+  _state(text) { this.$('mic-state').textContent = text; }
+
+  _level(peak) { this.$('mic-level').value = peak; }
+
+  _notice(text) {
+    const el = this.$('mic-error');
+    el.hidden = !text;
+    el.textContent = text || '';
+  }
+
+  _scroll() { const c = this.$('conversation'); c.scrollTop = c.scrollHeight; }
+}

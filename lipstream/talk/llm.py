@@ -1,0 +1,45 @@
+"""Language models for the conversation: the LanguageModel interface, its messages and its error."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+from lipstream.errors import LipstreamError
+
+Role = Literal["system", "user", "assistant"]
+DEFAULT_MAX_TOKENS = 120  # a spoken answer: a few sentences
+
+
+class LLMError(LipstreamError):
+    """The language model failed: endpoint refused or unreachable, timed out, or answered garbage."""
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    """One message of a chat: who said it and what."""
+
+    role: Role
+    content: str
+
+    def to_dict(self) -> dict[str, str]:
+        """The OpenAI chat-completions shape: {"role": ..., "content": ...}."""
+        return {"role": self.role, "content": self.content}
+
+
+@runtime_checkable
+class LanguageModel(Protocol):
+    """A chat model that streams its reply as text deltas.
+
+    `stream` is an async generator; cancelling the task that iterates it (or closing the generator) stops
+    generation promptly and frees its resources. Failures raise LLMError with a one-line message.
+    """
+
+    name: str
+
+    def stream(self, messages: list[ChatMessage], max_tokens: int = DEFAULT_MAX_TOKENS) -> AsyncIterator[str]:
+        """Yield the reply to `messages` (system prompt first, then the history) as text deltas."""
+
+    async def aclose(self) -> None:
+        """Release connections, threads and memory."""

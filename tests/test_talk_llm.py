@@ -1,0 +1,205 @@
+"""LLM providers: the OpenAI-compatible client against a real local SSE server, and the embedded model."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lipstream.errors import LipstreamError
+from lipstream.talk.llm import ChatMessage, LanguageModel, LLMError
+from lipstream.talk.llm_openai import OpenAIChatModel, chat_completions_url
+
+sys.path.insert(0, str(Path(__file__).parent))
+from fake_llm_server import DEFAULT_TEXT, FakeLLMServer  # noqa: E402
+
+QUESTION = [
+    ChatMessage("system", "You are a friendly assistant. Answer in one short sentence."),
+    ChatMessage("user", "What is the capital of France?"),
+]
+
+
+async def _collect(model: LanguageModel, messages: list[ChatMessage], max_tokens: int = 64) -> list[str]:
+    return [delta async for delta in model.stream(messages, max_tokens=max_tokens)]
+
+
+def test_url_forms() -> None:
+    assert chat_completions_url("http://h:1") == "http://h:1/v1/chat/completions"
+    assert chat_completions_url("http://h:1/v1/") == "http://h:1/v1/chat/completions"
+    assert chat_completions_url("https://h/v1/chat/completions") == "https://h/v1/chat/completions"
+    with pytest.raises(LLMError):
+        chat_completions_url("h:1")
+
+
+def test_streams_deltas_and_reuses_one_connection() -> None:
+    async def main() -> None:
+        async with FakeLLMServer() as server:
+            model = OpenAIChatModel(server.url + "/v1", "fake-ok", api_key="k", timeout=5)
+            assert isinstance(model, LanguageModel)
+            try:
+                first = await _collect(model, QUESTION)
+                second = await _collect(model, QUESTION)
+            finally:
+                await model.aclose()
+            assert len(first) > 5  # word by word, not one blob
+            assert "".join(first) == DEFAULT_TEXT == "".join(second)
+            assert server.stats.requests == 2 and server.stats.completed == 2
+            assert server.stats.connections == 1  # the second turn reused the first turn's connection
+            body = server.stats.bodies[0]
+            assert body["stream"] is True and body["max_tokens"] == 64
+            assert body["messages"][0] == {"role": "system", "content": QUESTION[0].content}
+
+    asyncio.run(main())
+
+
+def test_max_tokens_bounds_the_reply() -> None:
+    async def main() -> None:
+        async with FakeLLMServer() as server:
+            model = OpenAIChatModel(server.url, "m", timeout=5)
+            try:
+                deltas = await _collect(model, QUESTION, max_tokens=3)
+            finally:
+                await model.aclose()
+            assert len(deltas) == 3
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    ("mode", "needle"),
+    [
+        ("http500", "HTTP 500"),
+        ("http401", "HTTP 401 (check LIPSTREAM_LLM_KEY)"),
+        ("garbage", "not server-sent events"),
+        ("badjson", "invalid JSON"),
+        ("truncate", "failed"),
+    ],
+)
+def test_failures_raise_one_line_llm_error(mode: str, needle: str) -> None:
+    async def main() -> None:
+        async with FakeLLMServer() as server:
+            model = OpenAIChatModel(server.url, f"fake-{mode}", timeout=5)
+            try:
+                with pytest.raises(LLMError) as info:
+                    await _collect(model, QUESTION)
+                # The client is still usable for the next turn.
+                ok = OpenAIChatModel(server.url, "fake-ok", timeout=5)
+                assert "".join(await _collect(ok, QUESTION)) == DEFAULT_TEXT
+                await ok.aclose()
+            finally:
+                await model.aclose()
+            message = str(info.value)
+            assert needle in message and "\n" not in message
+            assert isinstance(info.value, LipstreamError)
+
+    asyncio.run(main())
+
+
+def test_refused_connection_is_llm_error() -> None:
+    async def main() -> None:
+        server = FakeLLMServer()
+        await server.start()
+        url = server.url
+        await server.stop()  # nothing listens on that port any more
+        model = OpenAIChatModel(url, "m", timeout=2)
+        try:
+            with pytest.raises(LLMError, match="ConnectError"):
+                await _collect(model, QUESTION)
+        finally:
+            await model.aclose()
+
+    asyncio.run(main())
+
+
+def test_stall_times_out() -> None:
+    async def main() -> None:
+        async with FakeLLMServer(mode="stall") as server:
+            model = OpenAIChatModel(server.url, "m", timeout=0.5)
+            started = time.perf_counter()
+            try:
+                with pytest.raises(LLMError, match="timed out after 0.5 s"):
+                    await _collect(model, QUESTION)
+            finally:
+                await model.aclose()
+            assert time.perf_counter() - started < 3
+
+    asyncio.run(main())
+
+
+def test_cancellation_stops_the_stream_at_the_server() -> None:
+    async def main() -> None:
+        async with FakeLLMServer(mode="slow") as server:
+            model = OpenAIChatModel(server.url, "m", timeout=5)
+            got: list[str] = []
+
+            async def consume() -> None:
+                async for delta in model.stream(QUESTION):
+                    got.append(delta)
+
+            task = asyncio.create_task(consume())
+            while not got:
+                await asyncio.sleep(0.01)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            deadline = time.perf_counter() + 2
+            while server.stats.aborted == 0 and time.perf_counter() < deadline:
+                await asyncio.sleep(0.02)
+            assert server.stats.aborted == 1 and server.stats.completed == 0
+            assert len(got) < 4
+            # And the client works for the next turn.
+            fast = OpenAIChatModel(server.url, "fake-ok", timeout=5)
+            assert "".join(await _collect(fast, QUESTION)) == DEFAULT_TEXT
+            await fast.aclose()
+            await model.aclose()
+
+    asyncio.run(main())
+
+
+@pytest.fixture(scope="session")
+def embedded():
+    """The embedded SmolLM2 model, loaded once for the whole test session."""
+    from lipstream.talk.llm_embedded import EmbeddedChatModel
+
+    model = EmbeddedChatModel(threads=1)
+    model.warm_up()
+    return model
+
+
+def test_embedded_model_answers_in_english(embedded) -> None:
+    async def main() -> list[str]:
+        return await _collect(embedded, QUESTION, max_tokens=40)
+
+    deltas = asyncio.run(main())
+    reply = "".join(deltas)
+    assert len(deltas) > 3 and len(reply.split()) >= 3
+    assert "<|im_end|>" not in reply and "<|im_start|>" not in reply
+    assert sum(ch.isascii() for ch in reply) / len(reply) > 0.9  # English text, not byte soup
+    assert embedded.load_seconds < 10
+
+
+def test_embedded_model_cancellation_stops_generation(embedded) -> None:
+    async def main() -> None:
+        got: list[str] = []
+
+        async def consume() -> None:
+            long_question = QUESTION[:1] + [ChatMessage("user", "Tell me a very long story about a dragon.")]
+            async for delta in embedded.stream(long_question, max_tokens=400):
+                got.append(delta)
+
+        task = asyncio.create_task(consume())
+        while len(got) < 3:
+            await asyncio.sleep(0.005)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # The worker stops within a token: the lock is free again almost at once, and the next turn runs.
+        started = time.perf_counter()
+        reply = await _collect(embedded, QUESTION, max_tokens=8)
+        assert reply and time.perf_counter() - started < 5
+        assert len(got) < 50
+
+    asyncio.run(main())

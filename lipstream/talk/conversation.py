@@ -33,8 +33,8 @@ from lipstream.talk.vad import VadEvent, VoiceActivityDetector
 log = logging.getLogger(__name__)
 
 DEFAULT_SYSTEM_PROMPT = (
-    "You are a friendly presenter who answers out loud. Reply in one to three short spoken sentences, "
-    "in plain words: no lists, no markdown, no emoji."
+    "You are a friendly presenter who answers out loud. Always reply in English, in one to three short "
+    "spoken sentences, in plain words: no lists, no markdown, no emoji."
 )
 Emit = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -185,6 +185,10 @@ class Conversation:
         self._times: dict[int, TurnTimes] = {}
         self._uid_turn: dict[int, int] = {}
         self._references: deque[tuple[int, np.ndarray]] = deque()  # frames sent, for the echo canceller
+        self._held_start: VadEvent | None = None  # a speech start waiting for the echo canceller to lock on
+        self._mic_clock = 0.0  # microphone samples (16 kHz) received so far
+        self._echo_locked = False
+        self._mic_offsets: deque[float] | None = deque(maxlen=100) if echo is not None else None
         # the microphone is analysed on a thread of its own: it must keep up with real time even while
         # the speech pool is busy transcribing or synthesising
         self._listener = ThreadPoolExecutor(1, thread_name_prefix="lipstream-listen")
@@ -194,7 +198,7 @@ class Conversation:
     async def push_microphone(self, pcm: np.ndarray, sample_rate: int) -> None:
         """A chunk of the user's microphone (int16 or float, mono, 8-48 kHz), in order, as it arrives."""
         now = time.perf_counter()
-        playback = self.session.playback_position() if self.echo is not None else None
+        playback = self._playback_at_capture(len(pcm) * SAMPLE_RATE / max(1, sample_rate))
         loop = asyncio.get_running_loop()
         clean, events = await loop.run_in_executor(self._listener, self._analyse, pcm, sample_rate, playback)
         self._mic.append(clean, now)
@@ -210,6 +214,18 @@ class Conversation:
             return
         self._maybe_partial()
 
+    def _playback_at_capture(self, samples: float) -> int | None:
+        """The pts the player was playing when the chunk's last sample was captured. Microphone and
+        loudspeaker share the player's clock, so (playback - microphone samples) is constant but for
+        jitter: chunks arriving late, position reports arriving late. The median of the last 2 s ignores
+        both, and keeps the echo canceller from re-synchronising on every hiccup."""
+        self._mic_clock += samples
+        if self.echo is None or self._mic_offsets is None:
+            return None
+        offset = self.session.playback_position() - self._mic_clock
+        self._mic_offsets.append(offset)
+        return int(self._mic_clock + float(np.median(self._mic_offsets)))
+
     def _analyse(self, pcm: np.ndarray, rate: int, playback: int | None) -> tuple[np.ndarray, list[VadEvent]]:
         """Worker: 16 kHz float audio with the avatar's echo removed, and the VAD's events."""
         audio = to_float32(np.asarray(pcm).reshape(-1))
@@ -222,7 +238,42 @@ class Conversation:
                 self.echo.add_reference(*self._references.popleft())
             if audio.size:
                 audio = np.asarray(self.echo.process(audio, playback), dtype=np.float32)
-        return audio, self.vad.push(audio)
+        return audio, self._gate(self.vad.push(audio))
+
+    def _echo_unlocked(self) -> bool:
+        """Worker: the avatar is audible and the canceller has not yet locked on to its echo (no delay
+        found, or its filter never reached 10 dB since). Once locked it stays trusted: during double
+        talk its ERLE drops by definition, and that must not block a barge-in."""
+        if self.echo is None:
+            return False
+        stats = self.echo.stats
+        if stats.delay_ms is None:
+            self._echo_locked = False
+        elif stats.converged:
+            self._echo_locked = True
+        return stats.reference_active and not self._echo_locked
+
+    def _gate(self, events: list[VadEvent]) -> list[VadEvent]:
+        """Worker: hold back a speech start while the avatar's echo may still be in the microphone (the
+        canceller has not locked on yet); release it once the echo is under control and the speech goes
+        on, drop it when that speech ends first (it was the avatar hearing itself)."""
+        likely = self._echo_unlocked()
+        out: list[VadEvent] = []
+        for event in events:
+            if self._held_start is not None:
+                if event.kind == "speech_end":
+                    log.info("held speech start dropped: it ended while the echo was uncertain")
+                    self._held_start = None
+                continue  # pause/resume/end of a held start belong to it
+            if event.kind == "speech_start" and likely:
+                log.info("speech start at %d held: echo not locked yet (%s)", event.sample, self.echo.stats)
+                self._held_start = event
+                continue
+            out.append(event)
+        if self._held_start is not None and not likely and self.vad.in_speech:
+            out.append(self._held_start)
+            self._held_start = None
+        return out
 
     def add_reference(self, pts: int, pcm: np.ndarray) -> None:
         """The audio of a frame the avatar plays at `pts` (what the echo canceller removes)."""

@@ -6,7 +6,7 @@ import re
 import unicodedata
 from urllib.parse import urlsplit
 
-from lipstream.talk.text import _split_first_clause, has_speakable_content
+from lipstream.talk.text import has_speakable_content, split_first_clause
 
 # Words that end in a full stop without ending the sentence. Lower-case, without the final dot.
 ABBREVIATIONS = frozenset(
@@ -55,7 +55,7 @@ class SentenceStream:
         self._buffer = ""
         if rest.strip():
             if self.quick_start and self._emitted == 0:
-                for part in _split_first_clause(rest.strip()):
+                for part in split_first_clause(rest.strip()):
                     self._emit(part, out)
             else:
                 self._emit(rest, out)
@@ -100,7 +100,7 @@ class SentenceStream:
         return None
 
     def _quick_start_cut(self, buf: str) -> int | None:
-        parts = _split_first_clause(buf.strip())
+        parts = split_first_clause(buf.strip())
         if len(parts) < 2:
             return None
         head = parts[0]

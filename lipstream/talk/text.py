@@ -41,7 +41,7 @@ def split_sentences(text: str, quick_start: bool = True) -> list[str]:
     parts = (part.strip() for part in _SENTENCE_END.split(text))
     sentences = [part for part in parts if has_speakable_content(part)]
     if quick_start and sentences:
-        sentences[:1] = _split_first_clause(sentences[0])
+        sentences[:1] = split_first_clause(sentences[0])
     return sentences
 
 
@@ -49,7 +49,8 @@ _CLAUSE_END = re.compile(r"(?<=[,;:\u2013\u2014])\s+")
 QUICK_START_MIN_WORDS = 8  # shorter first sentences are quick to synthesise whole
 
 
-def _split_first_clause(sentence: str) -> list[str]:
+def split_first_clause(sentence: str) -> list[str]:
+    """A long sentence cut after its first clause (two pieces), else the sentence alone."""
     if len(sentence.split()) < QUICK_START_MIN_WORDS:
         return [sentence]
     pieces = _CLAUSE_END.split(sentence, maxsplit=1)

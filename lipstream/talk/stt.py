@@ -52,14 +52,15 @@ class WhisperSTT:
     """Whisper tiny.en on faster-whisper/CTranslate2, int8 on CPU: greedy, English, no timestamps.
 
     Loads once (≈0.2 s) and warms up in the constructor. Whisper always encodes a 30 s window, so a
-    call costs about the same for 1 s or 6 s of audio. Thread-safe: CTranslate2 serialises calls on one
-    model and releases the GIL while it works.
+    call costs about the same for 1 s or 6 s of audio. Thread-safe: up to `workers` calls decode at once
+    (more queue), and CTranslate2 releases the GIL while it works.
     """
 
     def __init__(
         self,
         model_path: str | Path | None = None,
         cpu_threads: int = 2,
+        workers: int = 2,
         compute_type: str = "int8",
         warm_up: bool = True,
     ) -> None:
@@ -72,7 +73,9 @@ class WhisperSTT:
         started = time.perf_counter()
         try:
             self._model = WhisperModel(
-                str(self.model_path), device="cpu", compute_type=compute_type, cpu_threads=cpu_threads
+                str(self.model_path), device="cpu", compute_type=compute_type, cpu_threads=cpu_threads,
+                # two decodes may run at once: a turn's final transcript must not queue behind a partial
+                num_workers=workers,
             )
         except (RuntimeError, ValueError, OSError) as exc:
             raise ModelError(f"could not load Whisper from {self.model_path}: {exc}") from exc

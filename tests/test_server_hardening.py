@@ -396,3 +396,43 @@ def test_openapi_needs_no_token_because_it_is_not_served(avatars_root: Path) -> 
         assert err.value.code == 404
     finally:
         proc.stop()
+
+
+def test_a_connection_trickling_after_a_response_is_closed(server: ServerProcess) -> None:
+    """Review finding: after one full request, blank lines trickled forever kept the socket open."""
+    sock = _raw_socket(server.port)
+    sock.send(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+    assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+    start = time.monotonic()
+    closed = False
+    while time.monotonic() - start < 4.0:
+        try:
+            sock.send(b"\r\n")
+            sock.settimeout(0.3)
+            if sock.recv(4096) == b"":
+                closed = True
+                break
+        except TimeoutError:
+            continue
+        except OSError:
+            closed = True
+            break
+    assert closed, "still open 4 s into the trickle (the head deadline is 1 s)"
+
+
+def test_many_input_rates_do_not_pile_up_resamplers(server: ServerProcess) -> None:
+    """Review finding: one resampler was kept per distinct pcm rate (8000-48000): ~213 KB each."""
+
+    async def run() -> tuple[float, float]:
+        ws, _ = await open_session(server.ws)
+        before = rss_anon_mib(server.proc.pid)
+        for rate in range(8000, 8000 + 300 * 7, 7):
+            await ws.send(MediaMessage(Kind.PCM, bytes(64), aux=rate).encode())
+        await ws.send(json.dumps({"type": "ping", "id": "after"}))
+        assert (await next_control(ws, "pong"))["id"] == "after"
+        after = rss_anon_mib(server.proc.pid)
+        await ws.close()
+        return before, after
+
+    before, after = asyncio.run(run())
+    assert after - before < 30, f"heap grew {after - before:.0f} MiB for 300 rates"

@@ -129,3 +129,10 @@ def test_merge_phones_rules() -> None:
 
 def test_split_sentences() -> None:
     assert split_sentences("One. Two!  Three? ...") == ["One.", "Two!", "Three?"]
+
+
+def test_run_on_text_is_spoken_in_bounded_pieces() -> None:
+    pieces = split_sentences(("word " * 900).strip())
+    assert all(len(p) <= 200 for p in pieces) and " ".join(pieces) == ("word " * 900).strip()
+    commas = split_sentences("Hello there, " * 40, quick_start=False)
+    assert all(len(p) <= 200 and p.endswith(",") for p in commas[:-1])

@@ -65,6 +65,7 @@ class BaseFrameStore:
         self._scaled = (self.width, self.height) != (src_w, src_h)
         self._i420: np.ndarray | None = None
         self._built: np.ndarray | None = None  # scaled stores: which in-memory I420 frames exist yet
+        self._alloc_lock = threading.Lock()
         self._regions: dict[int, np.ndarray] = {}  # scaled RGB under each frame's mouth rectangle
 
     def rgb(self, index: int) -> np.ndarray:
@@ -98,11 +99,13 @@ class BaseFrameStore:
 
     def _scaled_i420(self, index: int) -> np.ndarray:
         if self._i420 is None or self._built is None:
-            shape = (self.bundle.frame_count, *i420_shape(self.width, self.height))
-            # one allocation: its pages are touched (and counted) only as frames are built, and it goes
-            # back to the OS in one piece when the store is dropped
-            self._i420 = np.empty(shape, dtype=np.uint8)
-            self._built = np.zeros(shape[0], dtype=bool)
+            with self._alloc_lock:  # sessions sharing this store may warm up at the same time
+                if self._i420 is None or self._built is None:
+                    shape = (self.bundle.frame_count, *i420_shape(self.width, self.height))
+                    # one allocation: its pages are touched (and counted) only as frames are built, and
+                    # it goes back to the OS in one piece when the store is dropped
+                    self._built = np.zeros(shape[0], dtype=bool)
+                    self._i420 = np.empty(shape, dtype=np.uint8)
         if not self._built[index]:
             # two threads may build the same frame at once: they write the same bytes
             self._i420[index] = cv2.cvtColor(np.ascontiguousarray(self.rgb(index)), cv2.COLOR_RGB2YUV_I420)

@@ -311,7 +311,9 @@ class Session:
         self._tts: dict[str, object] = {}
         self._clock = PlaybackClock()
         self._utterances: deque[_Utterance] = deque()
-        self._resamplers: dict[int, StreamResampler] = {}
+        # one resampler for pushed audio at a time: a new input rate replaces it (a table per rate would let
+        # a client allocate one per rate, 8000 to 48000)
+        self._resampler_now: StreamResampler | None = None
         self._next_uid = 1
         self._tick = 0
         self._out: asyncio.Queue | None = None
@@ -449,12 +451,16 @@ class Session:
         return sum(utt.pending_samples for utt in self._utterances) / SAMPLE_RATE
 
     def _resampler(self, sample_rate: int) -> StreamResampler | None:
-        """The stream's resampler for this input rate (one per rate, kept across chunks: no clicks)."""
+        """The stream's resampler for this input rate, kept across chunks (no clicks). A rate change inside
+        an utterance replaces it; the old one's last few milliseconds are dropped."""
         if sample_rate == SAMPLE_RATE:
             return None
-        if sample_rate not in self._resamplers:
-            self._resamplers[sample_rate] = StreamResampler(sample_rate, SAMPLE_RATE)
-        return self._resamplers[sample_rate]
+        current = self._resampler_now
+        if current is None or current.rate_in != sample_rate:
+            if current is not None:
+                log.info("pushed audio changed rate %d -> %d Hz mid-utterance", current.rate_in, sample_rate)
+            self._resampler_now = StreamResampler(sample_rate, SAMPLE_RATE)
+        return self._resampler_now
 
     def _resample_chunk(self, pcm: np.ndarray, sample_rate: int) -> np.ndarray:
         resampler = self._resampler(sample_rate)
@@ -468,9 +474,9 @@ class Session:
 
     def flush(self) -> None:
         """End of the current utterance's input: it plays to the end, then the presenter idles."""
-        for rate, resampler in list(self._resamplers.items()):
+        resampler, self._resampler_now = self._resampler_now, None
+        if resampler is not None:
             tail = resampler.flush()
-            del self._resamplers[rate]
             if tail.size and self._utterances and not self._utterances[-1].flushed:
                 self._utterances[-1].append_pcm(tail)
         for utt in self._utterances:
@@ -478,6 +484,11 @@ class Session:
                 with self._timer.stage("features"):
                     utt.flush()
         self._poke()
+
+    async def flush_async(self) -> None:
+        """`flush`, after any chunk still being analysed (the same resampler and feature stream)."""
+        async with self._input_lock:
+            self.flush()
 
     async def push_text(self, text: str, voice: str | None = None) -> None:
         """Speak `text` via offline TTS, one sentence at a time (the first plays while the rest renders).
@@ -496,9 +507,11 @@ class Session:
         """Speak text that arrives in pieces (a language model's sentences) as one utterance, each piece
         synthesised as soon as it arrives; returns the utterance id (`on_utterance` gets it at once, and
         `on_audio` each synthesised sentence). Each sentence becomes a `text` event at its first frame."""
-        tts = self._get_tts(voice or self.config.voice)
-        self.flush()  # text is its own utterance
-        utt = self._new_utterance("text")
+        # loading a voice the server has not used yet takes a second: not on the event loop
+        tts = await self._pools.run_speech(self._get_tts, voice or self.config.voice)
+        async with self._input_lock:
+            self.flush()  # text is its own utterance
+            utt = self._new_utterance("text")
         if on_utterance is not None:
             on_utterance(utt.id)
         generation = self._generation
@@ -549,11 +562,14 @@ class Session:
         had_speech = bool(self._utterances) or any(
             isinstance(item, AvatarFrame) and item.speaking for _, item in drained
         )
-        active = self._utterances[0].id if self._utterances else None
-        if active is None and self.playback_position() < self._speech_until:
-            active = self._speech_uid  # produced to the end, still playing
+        # the utterance being heard: the last one that produced speech while it still plays (it may be
+        # produced to its end and gone from the queue), else the first queued one
+        if self._speech_uid is not None and self.playback_position() < self._speech_until:
+            active = self._speech_uid
+        else:
+            active = self._utterances[0].id if self._utterances else None
         self._utterances.clear()
-        self._resamplers.clear()
+        self._resampler_now = None
         now = time.perf_counter()
         resume = int(np.ceil(self._clock.position_frames(now))) + self.config.interrupt_margin_frames
         self._tick = min(self._tick, max(resume, 0))
@@ -701,7 +717,8 @@ class Session:
             raise
         except Exception as exc:  # noqa: BLE001 - a session's failure ends only that session
             log.exception("session producer failed")
-            await self._out.put((self._generation, SessionEvent("error", message=f"session failed: {exc}")))
+            # the client learns that it failed; the details (paths, library messages) stay in the log
+            await self._out.put((self._generation, SessionEvent("error", message="session failed")))
             await self._out.put((self._generation, exc))
 
     async def _wait(self, seconds: float) -> None:
@@ -783,9 +800,11 @@ class Session:
             await self._out.put((generation, event))
         for i, ((tick, base_id, chunk), frame) in enumerate(released):
             last = final and i == len(released) - 1
-            await self._put_frame(
+            sent = await self._put_frame(
                 tick, base_id, frame, chunk, speaking=True, end=last, uid=utt.id, generation=generation
             )
+            if not sent:
+                return  # an interrupt came while the queue was full: the rest of the batch is stale
             self._stats.speech_frames += 1
             self._speech_until = (tick + 1) * SAMPLES_PER_FRAME
             self._speech_uid = utt.id
@@ -802,9 +821,10 @@ class Session:
             self._force_idr = False
             return self._encoder.encode(image, force_idr=force)
 
-    async def _put_frame(self, tick, base_id, frame, audio, *, speaking, end, uid, generation) -> None:
+    async def _put_frame(self, tick, base_id, frame, audio, *, speaking, end, uid, generation) -> bool:
+        """Queue a made frame for the consumer; False when an interrupt has made it stale."""
         if generation != self._generation:
-            return  # an interrupt came while this frame was being made
+            return False  # an interrupt came while this frame was being made
         now = time.perf_counter()
         self._clock.start(now)
         due_late = (self._clock.position_frames(now) - tick) / FPS
@@ -831,3 +851,4 @@ class Session:
         assert self._out is not None and self._produced is not None
         await self._out.put((generation, item))
         self._produced.set()
+        return generation == self._generation

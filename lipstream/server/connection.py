@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 SessionFactory = Callable[[AvatarBundle, Any, "int | None"], Any]
 MIN_PCM_RATE, MAX_PCM_RATE = 8000, 48000
+CLOSE_TIMEOUT_SECONDS = 2.0
 HELLO_MAX_BYTES = 64 * 1024  # a hello is a few hundred bytes; nothing big is read before the token is checked
 
 
@@ -105,7 +106,7 @@ class Connection:
         """Send a fatal error and close; used before `ready`."""
         await self._send_error(code, message, fatal=True)
         with contextlib.suppress(Exception):
-            await self.ws.close(close_code)
+            await asyncio.wait_for(self.ws.close(close_code), CLOSE_TIMEOUT_SECONDS)
         raise _Closed(message)
 
     # ---- handshake ----
@@ -269,7 +270,7 @@ class Connection:
         if isinstance(message, Speak):
             self._queue_speak(message)
         elif isinstance(message, Flush):
-            self.session.flush()
+            await self.session.flush_async()
         elif isinstance(message, Interrupt):
             self._stop_speaking()  # sentences not yet said are dropped with their requests
             if self.conversation is not None:
@@ -371,12 +372,13 @@ class Connection:
         # rate and length are checked before and while decoding (never a whole lying file decoded)
         pcm = await self.session.run_speech_work(decode_upload, payload, self.limits.max_upload_seconds)
         await self.session.push_audio_async(pcm, SAMPLE_RATE)
-        self.session.flush()
+        await self.session.flush_async()
 
     async def _teardown(self) -> None:
         self._stop_speaking()
         if self.conversation is not None:
             await self.conversation.aclose()
+            self.conversation = None  # it refers back to this connection: let the session go by refcount
         if self.session is not None:
             with contextlib.suppress(Exception):
                 await self.session.aclose()
@@ -384,6 +386,6 @@ class Connection:
             self.registry.release(self.record.session_id)
         self.session = None
         if self.ws.application_state != WebSocketState.DISCONNECTED:
-            with contextlib.suppress(Exception):
-                await self.ws.close(1000)
+            with contextlib.suppress(Exception):  # a client that reads nothing cannot hold us here
+                await asyncio.wait_for(self.ws.close(1000), CLOSE_TIMEOUT_SECONDS)
 

@@ -48,9 +48,12 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        """Ignore bytes of a connection refused at the cap."""
+        """Ignore bytes of a connection refused at the cap; bytes with no request in flight start the
+        deadline (a client that trickles blank lines or an unread body after a response is closed too)."""
         if self not in self.connections:
             return
+        if self.cycle is None or self.cycle.response_complete:
+            self._arm_head_timer()
         super().data_received(data)
 
     def on_message_begin(self) -> None:

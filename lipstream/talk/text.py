@@ -39,10 +39,32 @@ def split_sentences(text: str, quick_start: bool = True) -> list[str]:
     welcome ..."): synthesis time grows with the sentence, so the first audio is ready sooner, and a
     clause boundary is where a speaker pauses anyway."""
     parts = (part.strip() for part in _SENTENCE_END.split(text))
-    sentences = [part for part in parts if has_speakable_content(part)]
+    sentences = [piece for part in parts if has_speakable_content(part) for piece in _cap_length(part)]
     if quick_start and sentences:
         sentences[:1] = split_first_clause(sentences[0])
     return sentences
+
+
+MAX_PIECE_CHARS = 200  # about 10 s of speech: one synthesis job's time and memory stay small
+
+
+def _cap_length(sentence: str) -> list[str]:
+    """A run-on sentence in pieces of at most MAX_PIECE_CHARS, cut after a comma when there is one, else
+    between words (4000 characters with no full stop were one 60 s, 3.5 GB synthesis job)."""
+    pieces: list[str] = []
+    rest = sentence
+    while len(rest) > MAX_PIECE_CHARS:
+        window = rest[:MAX_PIECE_CHARS]
+        cut = max(window.rfind(", "), window.rfind("; "))
+        cut = cut + 1 if cut > MAX_PIECE_CHARS // 3 else window.rfind(" ")
+        if cut <= 0:
+            cut = MAX_PIECE_CHARS  # one enormous word: cut it anyway
+        head, rest = rest[:cut].strip(), rest[cut:].strip()
+        if has_speakable_content(head):
+            pieces.append(head)
+    if has_speakable_content(rest):
+        pieces.append(rest)
+    return pieces
 
 
 _CLAUSE_END = re.compile(r"(?<=[,;:\u2013\u2014])\s+")

@@ -195,3 +195,51 @@ def test_jittery_position_reports_and_other_chunk_sizes(avatar: np.ndarray) -> N
     assert _db(mic[SETTLED:]) - _db(out[SETTLED:]) >= 20.0
     assert ec.stats.resyncs == 0
     assert _speech_starts(out[SETTLED:]) == []
+
+
+def test_live_timeline_echo_heard_before_the_estimated_position(avatar: np.ndarray) -> None:
+    """What the server really got through `serve --agent` (tests/test_conversation_live.py's client): the
+    session timeline is not the microphone's (a constant offset), the estimated playback position at
+    capture runs *behind* what the loudspeaker plays, so the echo is heard 10-50 ms *before* it (a negative
+    delay); the estimate wobbles by ±10 ms and, while the server is busy starting the answer (position
+    reports clamped to the frames produced so far), drifts 40 ms off for a second before coming back.
+    The delay must be found, the timeline kept (no resync on the drift) and the echo removed before a
+    user could speak."""
+    mic = _echo(avatar, 10, _room(6))  # 10 ms acoustic delay after the true playback position
+    offset = 3000  # session pts = mic sample + offset
+    behind = int(0.045 * SR)  # the estimated position lags the true one by 45 ms
+    wobble = np.random.default_rng(7).integers(-160, 161, size=len(mic))
+    wobble[:CHUNK] = 0  # the timeline is taken from the first chunk: the delay is judged against it
+
+    def position(end: int) -> int:
+        drift = -640 if 2 * SR <= end < 3 * SR else 0  # the answer starts: estimates lag 40 ms more for 1 s
+        return end + offset - behind + int(wobble[end]) + drift
+
+    reference = np.concatenate([np.zeros(offset), avatar])  # pts p plays avatar[p - offset]
+    out, ec = _run_timeline(reference, mic, position)
+    assert ec.stats.delay_ms is not None and abs(ec.stats.delay_ms - (10 - 45)) <= 5.0, ec.stats
+    assert ec.stats.search_ms <= 1000, "the delay took over a second of the avatar's voice to find"
+    assert ec.stats.resyncs == 0
+    assert ec.stats.converged
+    attenuation = _db(mic[SETTLED:]) - _db(out[SETTLED:])
+    assert attenuation >= 20.0, f"only {attenuation:.1f} dB removed"
+    assert _speech_starts(out[SETTLED:]) == []
+
+
+def _run_timeline(
+    reference: np.ndarray, mic: np.ndarray, position: Callable[[int], int]
+) -> tuple[np.ndarray, EchoCanceller]:
+    """Like `_run`, but the reference is on the session timeline: frames of 640 samples at pts multiples
+    of 640, sent ~1 s ahead of the *estimated* playback position, 320-sample microphone chunks."""
+    ec = EchoCanceller()
+    pcm16 = np.clip(np.round(reference * 32767), -32768, 32767).astype(np.int16)
+    sent = 0
+    out = np.zeros(len(mic), dtype=np.float32)
+    for i in range(0, len(mic), CHUNK):
+        piece = mic[i : i + CHUNK].astype(np.float32)
+        pts = position(i + len(piece) - 1)
+        while sent < min(len(pcm16), pts + SR):
+            ec.add_reference(sent, pcm16[sent : sent + FRAME])
+            sent += FRAME
+        out[i : i + len(piece)] = ec.process(piece, pts)
+    return out, ec

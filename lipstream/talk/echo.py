@@ -2,7 +2,8 @@
 
 The server knows every sample it sent (`add_reference`) and, from the player's position reports, which
 of them the loudspeaker is playing when each microphone chunk is captured (`process`). What it does not
-know is the extra delay (output latency, microphone buffering: 0–300 ms) nor the room's response, so:
+know is the extra delay (output latency, microphone buffering: 0–300 ms; or even up to 200 ms *early*, since
+the position at capture is only an estimate) nor the room's response, so:
 
 1. delay: GCC-PHAT between the microphone and the reference over all candidate lags, on cross-spectra
    averaged across 256 ms analysis blocks, accepted when the peak stands well above the rest;
@@ -45,6 +46,8 @@ class EchoStats:
     reference_active: bool = False  # the avatar's audio can be heard at the microphone right now
     double_talk: bool = False  # the microphone carries energy the reference cannot explain
     converged: bool = False  # delay known and the linear filter removes ≥ 10 dB
+    converged_ms: float = 0.0  # how long (microphone time) the filter has stayed converged; 0 when not
+    search_ms: float = 0.0  # how long the avatar was audible before a delay was found (grows until then)
     resyncs: int = 0  # times the reported playback position jumped away from the locked timeline
 
 
@@ -118,8 +121,13 @@ class _DelayEstimator:
         if self.confidence < 8.0:
             return False
         if self.lag is None:
-            self.lag = lag
-            return True
+            # The first lock too must show up twice in a row: a single block can peak on a coincidence
+            # (the reference of frames that arrived too late to be played, a repeated syllable).
+            if self._candidate is not None and abs(lag - self._candidate) <= 2:
+                self.lag, self._candidate = lag, None
+                return True
+            self._candidate = lag
+            return False
         if abs(lag - self.lag) <= 2:
             self._candidate = None
             return False
@@ -146,10 +154,11 @@ class EchoCanceller:
         self,
         sample_rate: int = 16000,
         max_delay_ms: float = 300.0,
+        max_lead_ms: float = 200.0,
         block: int = 128,
         partitions: int = 8,
         pre_delay_ms: float = 8.0,
-        resync_ms: float = 30.0,
+        resync_ms: float = 80.0,
         suppress: bool = True,
         suppress_floor_db: float = -30.0,
         history_s: float = 8.0,
@@ -164,11 +173,16 @@ class EchoCanceller:
         self.taps = block * partitions
         self.pre = int(round(pre_delay_ms * sample_rate / 1000))
         self.max_lag = int(round(max_delay_ms * sample_rate / 1000))
+        # The echo may also be heard *before* the position the caller gives: that is only an estimate
+        # (client reports extrapolated to a chunk's arrival, clamped to the frames produced so far, a
+        # client clock behind its loudspeaker); measured live: 10-50 ms early. So the search also covers
+        # negative delays, down to -max_lead_ms (the reference is sent ahead, so it is there to read).
+        self.lead = max(self.pre, int(round(max_lead_ms * sample_rate / 1000)))
         self.resync = int(round(resync_ms * sample_rate / 1000))
         self.suppress = suppress
         self.gain_floor = 10 ** (suppress_floor_db / 20)
         self._ref = _ReferenceBuffer(int(history_s * sample_rate))
-        self._delay = _DelayEstimator(self.max_lag, neg=self.pre)
+        self._delay = _DelayEstimator(self.max_lag, neg=self.lead)
         self.stats = EchoStats()
         nb = block + 1
         self._wf = np.zeros((partitions, nb), dtype=np.complex128)  # foreground (used) filter
@@ -262,8 +276,10 @@ class EchoCanceller:
         if self._offset is None:
             self._offset = int(pts_end) - last
             return
-        # The caller estimates the position from 100 ms reports, so small wobbles are ignored; a real jump
-        # (playback restarted, a stall) moves the timeline, while the acoustic delay stays what it was.
+        # The caller estimates the position from 100 ms reports, so wobbles are ignored (measured live: it
+        # drifts 40 ms for a second while the server is busy, then comes back; a small real change is
+        # followed by the delay search and the filter); a real jump (playback restarted, a stall) moves
+        # the timeline, while the acoustic delay stays what it was.
         if abs(int(pts_end) - (last + self._offset)) > self.resync:
             self._offset = int(pts_end) - last
             self._xh_next = None
@@ -279,6 +295,8 @@ class EchoCanceller:
         self._blk_active = False
         if self._offset is None or self._d0 is None:
             self.stats.reference_active = self._offset is not None and self._ref_audible(m)
+            if self.stats.reference_active:
+                self.stats.search_ms += B * 1000 / self.sample_rate
             return
         q = m + self._offset - self._d0  # reference pts under tap 0 at the block's start
         span = self._ref.read(q - self.taps - B, q + B)
@@ -307,7 +325,7 @@ class EchoCanceller:
     def _ref_audible(self, m: int) -> bool:
         assert self._offset is not None
         p = m + self._offset
-        span = self._ref.read(p - self.max_lag - self.taps, p + self.block)
+        span = self._ref.read(p - self.max_lag - self.taps, p + self.lead + self.block)
         return float(np.mean(span * span)) >= _SILENT_POWER
 
     def _cancel(self, seg: np.ndarray, lo: int, hi: int) -> np.ndarray:
@@ -420,6 +438,10 @@ class EchoCanceller:
             self._erle_e = 0.97 * self._erle_e + 0.03 * p_f
             self.stats.erle_db = 10 * math.log10((self._erle_d + _EPS) / (self._erle_e + _EPS))
         self.stats.converged = self.stats.erle_db >= 10.0
+        if self.stats.converged:
+            self.stats.converged_ms += B * 1000 / self.sample_rate
+        else:
+            self.stats.converged_ms = 0.0
 
     # -- delay ------------------------------------------------------------------------------------------
 
@@ -444,7 +466,7 @@ class EchoCanceller:
         if float(np.mean(hist * hist)) < _SILENT_POWER:
             return
         start = self._mic_count + self._offset - len(hist)  # playback pts of hist[0]
-        ref = self._ref.read(start - self.max_lag, start + len(hist) + self.pre)
+        ref = self._ref.read(start - self.max_lag, start + len(hist) + self.lead)
         # Only blocks where the avatar speaks most of the time say anything about the delay.
         if float(np.mean(ref * ref)) < _SILENT_POWER or np.mean(np.abs(ref) > 1e-4) < 0.3:
             return

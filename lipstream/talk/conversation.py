@@ -242,14 +242,22 @@ class Conversation:
 
     def _echo_unlocked(self) -> bool:
         """Worker: the avatar is audible and the canceller has not yet locked on to its echo (no delay
-        found, or its filter never reached 10 dB since). Once locked it stays trusted: during double
-        talk its ERLE drops by definition, and that must not block a barge-in."""
+        found, or its filter has not yet stayed at 10 dB for the VAD's end-of-speech silence and a little
+        more: a start held before the lock was decided on the raw echo, and the VAD must first have had
+        the time to end that speech in the cleaned audio, or a held start made by the echo alone would be
+        released as a barge-in; speech still going on after that is the user's). Once locked it stays
+        trusted: during double talk its ERLE drops by definition, and that must not block a barge-in.
+        When the avatar has been audible for 2 s and no delay was found, this microphone does not hear it
+        (headphones, the browser's own echo cancellation): nothing to wait for."""
         if self.echo is None:
             return False
         stats = self.echo.stats
+        settle_ms = self.config.end_silence_ms + 200
         if stats.delay_ms is None:
             self._echo_locked = False
-        elif stats.converged:
+            if getattr(stats, "search_ms", 0.0) >= 2000:
+                return False
+        elif stats.converged and getattr(stats, "converged_ms", float("inf")) >= settle_ms:
             self._echo_locked = True
         return stats.reference_active and not self._echo_locked
 

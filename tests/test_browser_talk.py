@@ -69,9 +69,9 @@ def mic_wavs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("mic")
     talk, barge = root / "question.wav", root / "barge_in.wav"
     write_mic_wav(talk, 1.0, QUESTION, 20.0)
-    # The second question starts 4.5 s after the first ends: the answer (about 9 s of speech) has begun by
+    # The second question starts 5.5 s after the first ends: the answer (about 9 s of speech) has begun by
     # then (end of turn 0.5 s + transcript + first sentence, ~1-2 s here) and is still playing.
-    write_mic_wav(barge, 1.0, QUESTION, 4.5, SECOND_QUESTION, 20.0)
+    write_mic_wav(barge, 1.0, QUESTION, 5.5, SECOND_QUESTION, 20.0)
     return {"talk": talk, "barge_in": barge}
 
 

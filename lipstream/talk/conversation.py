@@ -37,6 +37,9 @@ DEFAULT_SYSTEM_PROMPT = (
     "spoken sentences, in plain words: no lists, no markdown, no emoji."
 )
 Emit = Callable[[dict[str, Any]], Awaitable[None]]
+# the canceller finds a real echo's delay within 0.3-0.5 s of the avatar speaking (benchmarks/echo_bench.py);
+# nothing found after this long means the microphone does not hear the avatar
+NO_ECHO_AFTER_MS = 2000.0
 
 
 class ConversationConfig(BaseModel):
@@ -255,7 +258,7 @@ class Conversation:
         settle_ms = self.config.end_silence_ms + 200
         if stats.delay_ms is None:
             self._echo_locked = False
-            if getattr(stats, "search_ms", 0.0) >= 2000:
+            if getattr(stats, "search_ms", 0.0) >= NO_ECHO_AFTER_MS:
                 return False
         elif stats.converged and getattr(stats, "converged_ms", float("inf")) >= settle_ms:
             self._echo_locked = True

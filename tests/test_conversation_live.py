@@ -5,7 +5,6 @@ language model served by a local process that speaks the same streamed protocol.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import socket
 import subprocess
@@ -106,10 +105,10 @@ class Caller:
         """The pts a player with a 150 ms jitter buffer would be playing now."""
         return 0 if self.t0 is None else max(0, int((now - self.t0) * 16000))
 
-    async def receive(self, until: float) -> None:
-        """Receive (and report positions) until monotonic time `until`."""
+    async def receive(self, until: float, stop: asyncio.Event | None = None) -> None:
+        """Receive (and report positions) until monotonic time `until` or `stop` is set."""
         last = 0.0
-        while time.monotonic() < until:
+        while time.monotonic() < until and not (stop is not None and stop.is_set()):
             try:
                 data = await asyncio.wait_for(self.ws.recv(), 0.05)
             except asyncio.TimeoutError:
@@ -132,16 +131,17 @@ class Caller:
     async def talk(self, audio: np.ndarray | None = None, then: float = 0.0, mic=None) -> float:
         """Stream `audio` (or `mic(i)` chunks) as a live microphone while receiving; returns the start."""
         start = time.monotonic()
-        receiver = asyncio.create_task(self.receive(start + 3600))
+        # stopped by an event, not by cancel(): on Python 3.11 wait_for can swallow a cancellation
+        stop = asyncio.Event()
+        receiver = asyncio.create_task(self.receive(start + 3600, stop))
         total = len(audio) if audio is not None else 0
         for i in range(0, total, CHUNK):
             chunk = audio[i : i + CHUNK] if mic is None else mic(i, audio[i : i + CHUNK])
             pcm = np.clip(chunk * 32767, -32768, 32767).astype("<i2")
             await self.ws.send(MediaMessage(Kind.PCM, pcm.tobytes(), aux=16000).encode())
             await asyncio.sleep(max(0.0, start + (i + CHUNK) / 16000 - time.monotonic()))
-        receiver.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await receiver
+        stop.set()
+        await receiver
         await self.receive(time.monotonic() + then)
         return start
 

@@ -335,7 +335,9 @@ def expected_for_binary(data: bytes) -> set[str | None]:
     if media.kind in (Kind.VIDEO, Kind.AUDIO):
         return {"bad_message"}  # server-to-client kinds
     if media.kind == Kind.PCM:
-        if not 8000 <= media.aux <= 48000 or len(media.payload) % 2:
+        if not 8000 <= media.aux <= 48000:
+            return {"bad_audio"}  # an unsupported rate (docs/protocol.md)
+        if len(media.payload) % 2:
             return {"bad_message"}
         return {None}
     if not media.payload:

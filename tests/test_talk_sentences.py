@@ -104,3 +104,17 @@ def test_speakable_cleans_markdown_emoji_urls(raw: str, spoken: str) -> None:
 )
 def test_speakable_is_empty_when_nothing_to_say(raw: str) -> None:
     assert speakable(raw) == ""
+
+
+def test_a_first_sentence_without_commas_is_cut_before_a_phrase() -> None:
+    stream = SentenceStream()
+    pieces: list[str] = []
+    text = "The weather in the city today is mostly sunny and warm with a light breeze. Then rain."
+    for word in text.split():
+        pieces += stream.push(word + " ")
+    pieces += stream.flush()
+    assert pieces == [
+        "The weather in the city today is mostly sunny and warm",
+        "with a light breeze.",
+        "Then rain.",
+    ]

@@ -68,7 +68,8 @@ class AgentServices:
             voice=voice,
         )
         vad = VoiceActivityDetector(
-            start_ms=cfg.start_ms, end_silence_ms=cfg.end_silence_ms, model=self.vad_model
+            start_ms=cfg.start_ms, end_silence_ms=cfg.end_silence_ms, pause_ms=cfg.pause_ms,
+            model=self.vad_model,
         )
         echo = _echo_canceller(self.config)
         return Conversation(session, self.stt, self.llm, emit, cfg, vad=vad, echo=echo)
@@ -94,7 +95,8 @@ def load_agent(config: AgentConfig) -> AgentServices:
     from lipstream.talk.vad import SileroModel
 
     started = time.perf_counter()
-    stt = WhisperSTT()
+    # two decodes at once (a partial and the final), one core each: on two cores neither waits
+    stt = WhisperSTT(cpu_threads=1, workers=2)
     if config.llm_url:
         from lipstream.talk.llm_openai import OpenAIChatModel
 

@@ -53,6 +53,9 @@ class ConversationConfig(BaseModel):
     preroll_seconds: float = Field(0.25, ge=0)  # audio before the detected onset given to STT
     start_ms: float = Field(200, gt=0)  # speech shorter than this (a cough, a click) never starts a turn
     end_silence_ms: float = Field(500, gt=0)  # silence that ends the user's turn
+    # silence after which the answer starts being prepared (speech recognition, the model's first words),
+    # kept if the silence lasts to end_silence_ms, dropped if the user goes on
+    pause_ms: float = Field(96, gt=0)
     apology: str = "Sorry, I cannot answer that right now."  # said when the language model fails
     voice: str | None = None
 
@@ -168,7 +171,8 @@ class Conversation:
         self.emit = emit
         self.config = config or ConversationConfig()
         self.vad = vad or VoiceActivityDetector(
-            start_ms=self.config.start_ms, end_silence_ms=self.config.end_silence_ms
+            start_ms=self.config.start_ms, end_silence_ms=self.config.end_silence_ms,
+            pause_ms=self.config.pause_ms,
         )
         self.echo = echo
         self.history: deque[ChatMessage] = deque(maxlen=max(1, self.config.max_history_messages))

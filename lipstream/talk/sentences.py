@@ -102,7 +102,7 @@ class SentenceStream:
     def _quick_start_cut(self, buf: str) -> int | None:
         parts = split_first_clause(buf.strip())
         if len(parts) < 2:
-            return None
+            return _phrase_cut(buf)
         head = parts[0]
         return buf.index(head) + len(head)
 
@@ -113,6 +113,26 @@ class SentenceStream:
             if spots and spots[-1] > self.max_chars // 3:
                 return spots[-1]
         return self.max_chars
+
+
+# Words that open a new phrase: a speaker may pause before them ("and" and "or" often join two words,
+# so they are not among them). A small model's first sentence often has
+# no comma ("The weather is mostly sunny and warm with a light breeze from the sea."): waiting for its full
+# stop cost ~300 ms of the first audio (benchmarks/conversation_bench.py).
+PHRASE_STARTERS = frozenset(
+    "but with which because while when where who so although though since unless than".split()
+)
+PHRASE_MIN_WORDS = 5
+
+
+def _phrase_cut(buf: str) -> int | None:
+    """Where to cut a reply's first sentence before a phrase-opening word (after at least
+    PHRASE_MIN_WORDS words), once that word has fully arrived; None when there is no such place yet."""
+    words = list(re.finditer(r"\S+", buf))
+    for index, word in enumerate(words[:-1]):  # the last word may still be growing
+        if index >= PHRASE_MIN_WORDS and word.group().lower() in PHRASE_STARTERS:
+            return word.start()
+    return None
 
 
 def _in_fence(buf: str, pos: int) -> bool:

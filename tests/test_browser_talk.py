@@ -11,7 +11,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 import wave
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import test_server_harness as harness
-from test_server_harness import REPO, ServerProcess
+from test_server_harness import REPO, FakeLLMProcess, ServerProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 avatars_root = harness.avatars_root  # shared fixtures
@@ -78,18 +77,9 @@ def mic_wavs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def fake_llm() -> Iterator[str]:
     """tests/fake_llm_server.py in a process: streams ANSWER to every request, first token at once."""
-    proc = subprocess.Popen(
-        [sys.executable, str(REPO / "tests" / "fake_llm_server.py"), "--port", "0", "--text", ANSWER],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    line = proc.stdout.readline()  # type: ignore[union-attr]
-    match = re.search(r"(http://[\d.]+:\d+)", line)
-    if not match:
-        proc.kill()
-        pytest.fail(f"fake LLM server did not start: {line} {proc.stderr.read()}")  # type: ignore[union-attr]
-    yield match.group(1)
-    proc.terminate()
-    proc.wait(timeout=10)
+    llm = FakeLLMProcess("--text", ANSWER)
+    yield llm.url
+    llm.stop()
 
 
 @pytest.fixture(scope="module")

@@ -5,10 +5,8 @@ metrics."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
-import time
 import wave
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +15,7 @@ import av
 import numpy as np
 import pytest
 import test_server_harness as harness
-from test_server_harness import REPO, ServerProcess
+from test_server_harness import REPO, FakeLLMProcess, ServerProcess
 
 pytestmark = pytest.mark.slow
 avatars_root = harness.avatars_root  # shared fixtures
@@ -26,30 +24,12 @@ live_server = harness.live_server
 REPLY = "The museum opens at nine in the morning. It closes at six, except on Mondays."
 
 
-def free_port() -> int:
-    """A TCP port nobody listens on now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def fake_llm() -> Iterator[str]:
-    """tests/fake_llm_server.py as a process (first token at once): its URL."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, str(REPO / "tests" / "fake_llm_server.py"), "--port", str(port), "--text", REPLY],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    proc.terminate()
-    proc.wait(timeout=10)
+    """tests/fake_llm_server.py as a process: its URL."""
+    llm = FakeLLMProcess("--text", REPLY)
+    yield llm.url
+    llm.stop()
 
 
 @pytest.fixture(scope="module")

@@ -102,3 +102,24 @@ def live_server(avatars_root: Path) -> Iterator[ServerProcess]:
     server = ServerProcess(avatars_root)
     yield server
     server.stop()
+
+
+class FakeLLMProcess:
+    """tests/fake_llm_server.py (an OpenAI-compatible streaming endpoint) in a subprocess on a free port."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(REPO / "tests" / "fake_llm_server.py"), "--port", "0", *args],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        line = self.proc.stdout.readline()  # type: ignore[union-attr]
+        match = re.search(r"(http://[\d.]+:\d+)", line)
+        if not match:
+            self.proc.kill()
+            raise RuntimeError(f"fake LLM server did not start: {line} {self.proc.stderr.read()}")  # type: ignore[union-attr]
+        self.url = match.group(1)
+
+    def stop(self) -> None:
+        """Terminate and reap it."""
+        self.proc.terminate()
+        self.proc.wait(timeout=10)

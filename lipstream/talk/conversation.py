@@ -38,8 +38,8 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 Emit = Callable[[dict[str, Any]], Awaitable[None]]
 # the canceller finds a real echo's delay within 0.3-0.5 s of the avatar speaking (benchmarks/echo_bench.py);
-# nothing found after this long means the microphone does not hear the avatar
-NO_ECHO_AFTER_MS = 2000.0
+# nothing found after this long (with room for a loaded machine) means the microphone does not hear it
+NO_ECHO_AFTER_MS = 3000.0
 
 
 class ConversationConfig(BaseModel):
@@ -254,7 +254,7 @@ class Conversation:
         the time to end that speech in the cleaned audio, or a held start made by the echo alone would be
         released as a barge-in; speech still going on after that is the user's). Once locked it stays
         trusted: during double talk its ERLE drops by definition, and that must not block a barge-in.
-        When the avatar has been audible for 2 s and no delay was found, this microphone does not hear it
+        When the avatar has been audible for 3 s and no delay was found, this microphone does not hear it
         (headphones, the browser's own echo cancellation): nothing to wait for."""
         if self.echo is None:
             return False

@@ -36,6 +36,7 @@ from bench_common import cpu_model, open_or_build_avatar
 
 from lipstream.server.client import ClientError
 from lipstream.server.converse import ConverseReport, run_converse
+from lipstream.talk.stt import word_edits
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
@@ -66,27 +67,11 @@ BARGE_IN_NOTE = (
 # ----- word error rate ------------------------------------------------------------------------------------
 
 
-def normalise(text: str) -> list[str]:
-    """Lower-case words, punctuation removed (apostrophes inside words kept)."""
-    return re.sub(r"[^a-z0-9' ]+", " ", text.lower().replace("-", " ")).replace(" '", " ").split()
-
-
-def word_edits(reference: list[str], hypothesis: list[str]) -> int:
-    """Word-level Levenshtein distance (substitutions, insertions, deletions)."""
-    previous = list(range(len(hypothesis) + 1))
-    for i, ref in enumerate(reference, 1):
-        current = [i] + [0] * len(hypothesis)
-        for j, hyp in enumerate(hypothesis, 1):
-            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ref != hyp))
-        previous = current
-    return previous[-1]
-
-
 def wer(pairs: list[tuple[str, str]]) -> float | None:
     """Corpus word error rate of (reference, hypothesis) pairs: all edits over all reference words."""
-    refs = [(normalise(r), normalise(h)) for r, h in pairs]
-    words = sum(len(r) for r, _ in refs)
-    return None if words == 0 else round(sum(word_edits(r, h) for r, h in refs) / words, 4)
+    counts = [word_edits(r, h) for r, h in pairs]
+    words = sum(n for _, n in counts)
+    return None if words == 0 else round(sum(e for e, _ in counts) / words, 4)
 
 
 # ----- processes ------------------------------------------------------------------------------------------

@@ -201,14 +201,21 @@ def _words(text: str) -> list[str]:
     return cleaned.split()
 
 
-def word_error_rate(reference: str, hypothesis: str) -> float:
-    """(substitutions + deletions + insertions) / reference words, case and punctuation ignored."""
+def word_edits(reference: str, hypothesis: str) -> tuple[int, int]:
+    """(substitutions + deletions + insertions, reference words), case and punctuation ignored: summed over
+    many pairs, their ratio is a corpus word error rate."""
     ref, hyp = _words(reference), _words(hypothesis)
-    if not ref:
-        return 0.0 if not hyp else 1.0
     row = list(range(len(hyp) + 1))  # Levenshtein distance over words, one row at a time
     for i, r in enumerate(ref, 1):
         prev, row[0] = row[0], i
         for j, h in enumerate(hyp, 1):
             prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (r != h))
-    return row[-1] / len(ref)
+    return row[-1], len(ref)
+
+
+def word_error_rate(reference: str, hypothesis: str) -> float:
+    """(substitutions + deletions + insertions) / reference words, case and punctuation ignored."""
+    edits, words = word_edits(reference, hypothesis)
+    if not words:
+        return 0.0 if not edits else 1.0
+    return edits / words

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -114,23 +116,8 @@ async def run_client(
         upload = MediaMessage(Kind.UPLOAD, Path(audio).read_bytes()).encode()
     report = ClientReport(url=url, avatar=avatar)
     recorder = _Recorder()
-    headers = {"Authorization": f"Bearer {token}"} if token else None
-    t0 = time.perf_counter()
     try:
-        async with websockets.connect(url, additional_headers=headers, max_size=None, compression=None) as ws:
-            report.connect_ms = round((time.perf_counter() - t0) * 1000, 2)
-            hello = {
-                "type": "hello",
-                "version": PROTOCOL_VERSION,
-                "avatar": avatar,
-                "output_width": output_width,
-            }
-            await ws.send(json.dumps(hello))
-            ready = json.loads(await asyncio.wait_for(ws.recv(), timeout))
-            if ready.get("type") != "ready":
-                raise ClientError(f"server refused the session: {ready.get('message', ready)}")
-            report.ready_ms = round((time.perf_counter() - t0) * 1000, 2)
-            report.codec, report.width, report.height = ready["codec"], ready["width"], ready["height"]
+        async with open_session(url, avatar, report, token, output_width, ready_timeout=timeout) as (ws, _):
             t_req = time.perf_counter()
             if upload is not None:
                 await ws.send(upload)
@@ -147,12 +134,47 @@ async def run_client(
         raise ClientError(f"server closed the session: {exc}") from None
     report.duration_seconds = round(report.frames_received / 25.0, 3)
     if out is not None:
-        from lipstream.server.recording import write_received_mp4
-
-        pcm = np.concatenate(recorder.audio) if recorder.audio else np.zeros(0, np.int16)
-        write_received_mp4(Path(out), recorder.access_units, pcm)
+        save_recording(Path(out), recorder)
         report.out = str(out)
     return report
+
+
+@contextlib.asynccontextmanager
+async def open_session(
+    url: str,
+    avatar: str,
+    report: Any,
+    token: str | None = None,
+    output_width: int | None = None,
+    agent: bool = False,
+    ready_timeout: float = 60.0,
+) -> AsyncIterator[tuple[Any, dict[str, Any]]]:
+    """Connect, say hello and wait for `ready`: yields (socket, ready). Fills the report's connect and ready
+    times and stream format; a refused session is a ClientError."""
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    t0 = time.perf_counter()
+    async with websockets.connect(url, additional_headers=headers, max_size=None, compression=None) as ws:
+        report.connect_ms = round((time.perf_counter() - t0) * 1000, 2)
+        hello: dict[str, Any] = {
+            "type": "hello", "version": PROTOCOL_VERSION, "avatar": avatar, "output_width": output_width,
+        }  # fmt: skip
+        if agent:
+            hello["agent"] = True
+        await ws.send(json.dumps(hello))
+        ready = json.loads(await asyncio.wait_for(ws.recv(), ready_timeout))
+        if ready.get("type") != "ready":
+            raise ClientError(f"server refused the session: {ready.get('message', ready)}")
+        report.ready_ms = round((time.perf_counter() - t0) * 1000, 2)
+        report.codec, report.width, report.height = ready["codec"], ready["width"], ready["height"]
+        yield ws, ready
+
+
+def save_recording(out: Path, recorder: _Recorder) -> None:
+    """Write what a recorder received (H.264 access units and their audio) to an MP4."""
+    from lipstream.server.recording import write_received_mp4
+
+    pcm = np.concatenate(recorder.audio) if recorder.audio else np.zeros(0, np.int16)
+    write_received_mp4(out, recorder.access_units, pcm)
 
 
 async def _receive_until_finished(ws: Any, report: ClientReport, recorder: _Recorder, t_req: float) -> None:

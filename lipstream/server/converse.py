@@ -16,8 +16,15 @@ import websockets
 from pydantic import BaseModel, Field
 
 from lipstream.audio.timeline import SAMPLE_RATE
-from lipstream.server.client import ClientError, ClientReport, ReceivedEvent, _Recorder
-from lipstream.server.protocol import PROTOCOL_VERSION, Flags, Kind, MediaMessage, decode_media
+from lipstream.server.client import (
+    ClientError,
+    ClientReport,
+    ReceivedEvent,
+    _Recorder,
+    open_session,
+    save_recording,
+)
+from lipstream.server.protocol import Flags, Kind, MediaMessage, decode_media
 
 CHUNK = 320  # 20 ms of microphone at 16 kHz, what the page sends
 JITTER_SECONDS = 0.15  # the player's buffer before it starts playing (the page's, and sessions_bench's)
@@ -161,26 +168,13 @@ async def run_converse(
         url=url, avatar=avatar, question=str(question), question_seconds=round(len(pcm) / SAMPLE_RATE, 3),
         speech_end_samples=speech_end,
     )  # fmt: skip
-    headers = {"Authorization": f"Bearer {token}"} if token else None
-    t_connect = time.perf_counter()
     try:
-        async with websockets.connect(url, additional_headers=headers, max_size=None, compression=None) as ws:
-            report.connect_ms = round((time.perf_counter() - t_connect) * 1000, 2)
-            hello = {
-                "type": "hello", "version": PROTOCOL_VERSION, "avatar": avatar, "output_width": output_width,
-                "agent": True,
-            }  # fmt: skip
-            await ws.send(json.dumps(hello))
-            ready = json.loads(await asyncio.wait_for(ws.recv(), 60))
-            if ready.get("type") != "ready":
-                raise ClientError(f"server refused the session: {ready.get('message', ready)}")
+        async with open_session(url, avatar, report, token, output_width, agent=True) as (ws, ready):
             if ready.get("agent") is not True:
                 raise ClientError(
                     f"the server at {url} has no conversational agent (ready.agent is not true); "
                     "start it with `lipstream serve --agent`"
                 )
-            report.ready_ms = round((time.perf_counter() - t_connect) * 1000, 2)
-            report.codec, report.width, report.height = ready["codec"], ready["width"], ready["height"]
             turn = _Turn(report=report, t0=time.perf_counter(), speech_end=speech_end)
             turn.stats = ClientReport(url=url, avatar=avatar)
             await _both(_talk(ws, turn, pcm, timeout), _receive(ws, turn))
@@ -192,11 +186,7 @@ async def run_converse(
         raise ClientError(f"server closed the session: {exc}") from None
     _summarise(turn)
     if out is not None:
-        from lipstream.server.recording import write_received_mp4
-
-        recorder = turn.recorder
-        audio = np.concatenate(recorder.audio) if recorder.audio else np.zeros(0, np.int16)
-        write_received_mp4(Path(out), recorder.access_units, audio)
+        save_recording(Path(out), turn.recorder)
         report.out = str(out)
     return report
 

@@ -2,37 +2,18 @@
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-from pathlib import Path
-
 import pytest
 import test_server_harness as harness
-from test_server_harness import REPO, ServerProcess
+from test_server_harness import ServerProcess, run_browser_script
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 avatars_root = harness.avatars_root  # shared fixtures
 live_server = harness.live_server
-BROWSER_DIR = REPO / "tests" / "browser"
-CHROMIUM = Path("/usr/lib/chromium/chromium")
 
 
 def drive(options: dict, timeout: float = 180) -> dict:
     """Run tests/browser/player.mjs with these options; its one JSON line."""
-    if not (BROWSER_DIR / "node_modules" / "playwright-core").is_dir() or not CHROMIUM.exists():
-        pytest.fail(
-            "browser tests need chromium and `cd tests/browser && npm install` (make setup does both)"
-        )
-    done = subprocess.run(
-        [shutil.which("node") or "node", "player.mjs", json.dumps(options)],
-        cwd=BROWSER_DIR, capture_output=True, text=True, timeout=timeout,
-    )  # fmt: skip
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
-    assert lines, f"no result from the browser script: {done.stdout[-2000:]} {done.stderr[-2000:]}"
-    result = json.loads(lines[-1])
-    assert done.returncode == 0, result.get("failed")
-    return result
+    return run_browser_script("player.mjs", options, timeout)
 
 
 def test_speak_plays_frames_and_audio_in_sync(live_server: ServerProcess) -> None:

@@ -7,10 +7,7 @@ lipstream.
 
 from __future__ import annotations
 
-import json
 import re
-import shutil
-import subprocess
 import wave
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,13 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import test_server_harness as harness
-from test_server_harness import REPO, FakeLLMProcess, ServerProcess
+from test_server_harness import FakeLLMProcess, ServerProcess, run_browser_script
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 avatars_root = harness.avatars_root  # shared fixtures
 live_server = harness.live_server
-BROWSER_DIR = REPO / "tests" / "browser"
-CHROMIUM = Path("/usr/lib/chromium/chromium")
 RATE = 16000
 
 # long enough (~3.5 s) that partial transcripts (every ~0.5 s of the growing turn) show before the end
@@ -92,17 +87,7 @@ def agent_server(avatars_root: Path, fake_llm: str) -> Iterator[ServerProcess]:
 
 def drive(options: dict, timeout: float = 120) -> dict:
     """Run tests/browser/talk.mjs with these options; its one JSON line."""
-    if not (BROWSER_DIR / "node_modules" / "playwright-core").is_dir() or not CHROMIUM.exists():
-        pytest.fail("browser tests need chromium and `cd tests/browser && npm install` (make setup)")
-    done = subprocess.run(
-        [shutil.which("node") or "node", "talk.mjs", json.dumps(options)],
-        cwd=BROWSER_DIR, capture_output=True, text=True, timeout=timeout,
-    )  # fmt: skip
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
-    assert lines, f"no result from the browser script: {done.stdout[-2000:]} {done.stderr[-2000:]}"
-    result = json.loads(lines[-1])
-    assert done.returncode == 0, result.get("failed")
-    return result
+    return run_browser_script("talk.mjs", options, timeout)
 
 
 def words(text: str) -> set[str]:

@@ -123,3 +123,25 @@ class FakeLLMProcess:
         """Terminate and reap it."""
         self.proc.terminate()
         self.proc.wait(timeout=10)
+
+
+BROWSER_DIR = REPO / "tests" / "browser"
+CHROMIUM = Path("/usr/lib/chromium/chromium")
+
+
+def run_browser_script(script: str, options: dict, timeout: float) -> dict:
+    """Run a playwright-core driver in tests/browser (player.mjs, talk.mjs) with these options; its last
+    JSON line. Fails the test when the script reports a failure or prints no result."""
+    if not (BROWSER_DIR / "node_modules" / "playwright-core").is_dir() or not CHROMIUM.exists():
+        pytest.fail(
+            "browser tests need chromium and `cd tests/browser && npm install` (make setup does both)"
+        )
+    done = subprocess.run(
+        [shutil.which("node") or "node", script, json.dumps(options)],
+        cwd=BROWSER_DIR, capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    assert lines, f"no result from the browser script: {done.stdout[-2000:]} {done.stderr[-2000:]}"
+    result = json.loads(lines[-1])
+    assert done.returncode == 0, result.get("failed")
+    return result

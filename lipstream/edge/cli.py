@@ -1,0 +1,49 @@
+"""`lipstream export ...`: write what the serverless (in-browser) page needs."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add `lipstream export` and its subcommands (one helper function per subcommand below)."""
+    export = subparsers.add_parser("export", help="export models and avatars for the serverless web page")
+    sub = export.add_subparsers(dest="export_command", metavar="TARGET")
+    _register_onnx(sub)
+    # `lipstream export web` registers here: _register_web(sub)
+    export.set_defaults(func=lambda args: export.print_help() or 1)
+
+
+# --- lipstream export onnx -------------------------------------------------------------------------
+
+
+def _register_onnx(sub: argparse._SubParsersAction) -> None:
+    onnx = sub.add_parser(
+        "onnx", help="MuseTalk's UNet, VAE decoder and Whisper encoder as fixed-shape ONNX graphs (gated)"
+    )
+    onnx.add_argument("--models-dir", help="MuseTalk models folder (default $LIPSTREAM_HOME/models)")
+    onnx.add_argument("--musetalk-version", choices=["1.5", "1.0"], default="1.5")
+    onnx.add_argument("--dtype", choices=["float16", "float32"], default="float16", help="graph precision")
+    onnx.add_argument("--batch", type=int, default=4, help="fixed batch of the UNet and VAE graphs")
+    onnx.add_argument("-o", "--output", required=True, help="output folder (must not exist)")
+    onnx.set_defaults(func=_export_onnx)
+
+
+def _export_onnx(args: argparse.Namespace) -> int:
+    from lipstream.edge.onnx_export import OnnxExportConfig, export_onnx
+    from lipstream.paths import models_dir
+
+    config = OnnxExportConfig(
+        models_dir=models_dir(args.models_dir),
+        version=args.musetalk_version,
+        dtype=args.dtype,
+        batch=args.batch,
+    )
+    manifest = export_onnx(config, Path(args.output))
+    gate = manifest["gate"]
+    print(f"ONNX graphs written to {args.output} (gate: {gate['summary']})")
+    return 0
+
+
+# --- lipstream export web (registered by the web-export module) -------------------------------------

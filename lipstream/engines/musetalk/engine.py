@@ -12,7 +12,12 @@ import torch
 
 from lipstream.avatar.bundle import AvatarBundle
 from lipstream.engines.base import FeatureStream, Speech
-from lipstream.engines.musetalk.features import LOOKAHEAD_FRAMES, WINDOW_STEPS, WhisperFeaturizer
+from lipstream.engines.musetalk.features import (
+    LOOKAHEAD_FRAMES,
+    WINDOW_STEPS,
+    WhisperFeaturizer,
+    last_state_pre_norm,
+)
 from lipstream.engines.musetalk.generator import PATCH_SIZE, MuseTalkGenerator
 from lipstream.engines.musetalk.latents import ENGINE, cached_latents, prepare_latents, vae_fingerprint
 from lipstream.engines.musetalk.loader import load_models, resolve_runtime
@@ -68,7 +73,9 @@ class MuseTalkEngine:
         )
         runtime = resolve_runtime(device, dtype)
         self.models = load_models(self.options.models_dir, self.options.version, runtime)
-        self.featurizer = WhisperFeaturizer(self.models.whisper, self.models.feature_extractor)
+        self.featurizer = WhisperFeaturizer(
+            self.models.whisper, self.models.feature_extractor, last_state_pre_norm(self.options.version)
+        )
         self.featurizer.encode_segment(np.zeros(runtime_warmup_samples(), np.float32))  # warm-up
         self.generator = MuseTalkGenerator(
             self.models.unet,

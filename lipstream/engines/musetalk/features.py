@@ -5,6 +5,8 @@ WhisperFeatureExtractor (padded to 30 s) and the encoder; the embedding output a
 (the last one after the final LayerNorm) are stacked -> [1500, S, D] per segment at 50 Hz. The
 concatenation is truncated to floor(samples / 320) steps. Video frame f takes steps [2f-4, 2f+6), zeros
 outside, flattened time-major to 10*S*D values (50x384 = 19200 for whisper-tiny).
+MuseTalk v1.0 was trained on an older Whisper path (openai-whisper's AudioEncoder with include_embeddings)
+whose last stacked state is layer 4's output BEFORE the final LayerNorm; `last_state_pre_norm` selects it.
 No cv2/av imports: the GPU benchmark uses this module on a bare machine.
 """
 
@@ -60,12 +62,37 @@ def frame_windows(
     return out.reshape(n_frames, WINDOW_STEPS * n_states * dim)
 
 
+def last_state_pre_norm(version: str) -> bool:
+    """Whether a MuseTalk version's UNet was trained on a pre-LayerNorm last state (v1.0) or not (v1.5)."""
+    return version == "1.0"
+
+
+def stacked_states(encoder: Any, mel: torch.Tensor, pre_norm_last: bool = False) -> torch.Tensor:
+    """Encoder states [B, 1500, S, D]: embedding, then each layer's output (the last one normed unless
+    `pre_norm_last`). Plain torch ops only: the ONNX export traces this same function."""
+    captured: list[torch.Tensor] = []
+    hook = None
+    if pre_norm_last:
+        hook = encoder.layers[-1].register_forward_hook(
+            lambda module, args, output: captured.append(output[0] if isinstance(output, tuple) else output)
+        )
+    try:
+        hidden = list(encoder(mel, output_hidden_states=True).hidden_states)
+    finally:
+        if hook is not None:
+            hook.remove()
+    if pre_norm_last:
+        hidden[-1] = captured[-1]
+    return torch.stack(hidden, dim=2)
+
+
 @dataclass
 class WhisperFeaturizer:
     """Runs the Whisper encoder over 30 s segments and windows the stacked states per video frame."""
 
     encoder: Any  # transformers WhisperEncoder
     extractor: Any  # transformers WhisperFeatureExtractor
+    pre_norm_last: bool = False  # True for MuseTalk v1.0 (see last_state_pre_norm)
 
     @property
     def n_states(self) -> int:
@@ -90,8 +117,7 @@ class WhisperFeaturizer:
         param = next(self.encoder.parameters())
         with torch.inference_mode():
             x = torch.from_numpy(mel).to(device=param.device, dtype=param.dtype)
-            hidden = self.encoder(x, output_hidden_states=True).hidden_states
-            stacked = torch.stack(hidden, dim=2)[0]  # [1500, S, D]
+            stacked = stacked_states(self.encoder, x, self.pre_norm_last)[0]  # [1500, S, D]
         return stacked.float().cpu().numpy()
 
     def states(self, pcm: np.ndarray) -> np.ndarray:

@@ -11,7 +11,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     export = subparsers.add_parser("export", help="export models and avatars for the serverless web page")
     sub = export.add_subparsers(dest="export_command", metavar="TARGET")
     _register_onnx(sub)
-    # `lipstream export web` registers here: _register_web(sub)
+    _register_web(sub)
     export.set_defaults(func=lambda args: export.print_help() or 1)
 
 
@@ -47,3 +47,25 @@ def _export_onnx(args: argparse.Namespace) -> int:
 
 
 # --- lipstream export web (registered by the web-export module) -------------------------------------
+
+
+def _register_web(sub: argparse._SubParsersAction) -> None:
+    web = sub.add_parser("web", help="a static folder whose page lip-syncs the avatar in the viewer's browser")
+    web.add_argument("name", help="avatar name")
+    web.add_argument("-o", "--output", required=True, help="output folder (must not exist unless --force)")
+    web.add_argument("--engine", choices=["viseme", "musetalk"], default="viseme",
+                     help="in-browser engine: viseme (weight-free, default) or musetalk (needs --onnx)")
+    web.add_argument("--onnx", help="--engine musetalk: a folder written by `lipstream export onnx`")
+    web.add_argument("--avatars-dir", help="avatars folder (default $LIPSTREAM_HOME/avatars)")
+    web.add_argument("--force", action="store_true", help="replace an existing output folder")
+    web.set_defaults(func=_export_web)
+
+
+def _export_web(args: argparse.Namespace) -> int:
+    from lipstream.edge.web_export import WebExportConfig, export_web
+
+    config = WebExportConfig(engine=args.engine, onnx_dir=Path(args.onnx) if args.onnx else None)
+    manifest = export_web(args.name, Path(args.output), config, args.avatars_dir, replace=args.force)
+    print(f"web export of '{args.name}' ({args.engine}) written to {args.output}: {manifest['bytes'] / 1e6:.1f} MB "
+          f"of data; serve it with `python -m http.server -d {args.output}`")
+    return 0

@@ -1,0 +1,354 @@
+"""`lipstream export web`: a static folder whose page runs lip-sync in the viewer's browser (docs/web-export.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import av
+import cv2
+import numpy as np
+
+from lipstream.avatar.bundle import CROP_SIZE, AvatarBundle, load_avatar
+from lipstream.errors import AvatarError, LipstreamError, ModelError
+
+EXPORT_FORMAT = "lipstream-web-export"
+EXPORT_VERSION = 1
+MANIFEST = "export.json"
+PAGE_DIR = Path(__file__).resolve().parent.parent / "web" / "edge"
+ENGINES = ("viseme", "musetalk")
+# Never copied from the page sources: npm's install folders (an engine lists the few vendor files it
+# needs in <engine>/assets.json instead).
+_SKIP_PAGE = {"node_modules", "package.json", "package-lock.json", "assets.json", "__pycache__"}
+
+
+@dataclass(frozen=True)
+class WebExportConfig:
+    """What to export and how the base loop and the crops are encoded."""
+
+    engine: str = "viseme"
+    onnx_dir: Path | None = None  # --engine musetalk: a folder written by `lipstream export onnx`
+    include_page: bool = True  # False: data only (lipstream serve serves the page from the package)
+    video_crf: int = 23
+    video_preset: str = "veryfast"
+    video_gop: int = 25  # one key frame a second: a seek decodes at most 24 frames
+    crop_quality: int = 92  # JPEG quality of the 256² crops the mouth warp samples from
+
+
+class ExportError(LipstreamError):
+    """An export that cannot be written (unknown engine, missing caches or models)."""
+
+
+# ---- encoding helpers (one job each) ---------------------------------------------------------------
+
+
+def encode_loop_video(bundle: AvatarBundle, path: Path, config: WebExportConfig) -> dict[str, Any]:
+    """The idle loop (forward then back) as H.264 in MP4, no B-frames, a key frame every video_gop frames."""
+    from lipstream.media.yuv import tag_bt601, to_video_frame
+
+    width, height = bundle.size
+    loop = np.asarray(bundle.idle_loop).astype(int)
+    with av.open(str(path), mode="w", format="mp4", options={"movflags": "+faststart"}) as container:
+        stream = container.add_stream(
+            "libx264",
+            rate=bundle.manifest.fps,
+            options={
+                "crf": str(config.video_crf), "preset": config.video_preset, "bf": "0",
+                "g": str(config.video_gop), "keyint_min": str(config.video_gop), "sc_threshold": "0",
+            },
+        )  # fmt: skip
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        ctx = stream.codec_context
+        ctx.time_base = Fraction(1, bundle.manifest.fps)
+        tag_bt601(ctx)
+        for i, fid in enumerate(loop):
+            frame = to_video_frame(np.asarray(bundle.frames[fid]), width, height)
+            frame.pts = i
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+        codec = f"avc1.{_profile_hex(ctx)}"
+    return {"codec": codec, "frames": len(loop), "gop": config.video_gop, "crf": config.video_crf}
+
+
+def _profile_hex(ctx: av.VideoCodecContext) -> str:
+    """avc1.PPCCLL from the SPS in the encoder's extradata (falls back to High 4.0)."""
+    extra = bytes(ctx.extradata or b"")
+    if len(extra) >= 4 and extra[0] == 1:  # avcC: version, profile, compat, level
+        return extra[1:4].hex().upper()
+    return "640028"
+
+
+def write_image_pack(images: Iterator[bytes], path: Path) -> list[int]:
+    """Concatenate encoded images into one file; return the N+1 byte offsets (image i is [o[i], o[i+1]))."""
+    offsets = [0]
+    with open(path, "wb") as fh:
+        for blob in images:
+            fh.write(blob)
+            offsets.append(offsets[-1] + len(blob))
+    return offsets
+
+
+def _jpeg(rgb: np.ndarray, quality: int) -> bytes:
+    ok, buf = cv2.imencode(".jpg", cv2.cvtColor(np.asarray(rgb), cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, quality])
+    if not ok:
+        raise ExportError("JPEG encoding of a crop failed")
+    return buf.tobytes()
+
+
+def _png_gray(mask: np.ndarray) -> bytes:
+    ok, buf = cv2.imencode(".png", np.asarray(mask, dtype=np.uint8), [cv2.IMWRITE_PNG_COMPRESSION, 9])
+    if not ok:
+        raise ExportError("PNG encoding of a mask failed")
+    return buf.tobytes()
+
+
+def _rounded(array: np.ndarray, digits: int = 4) -> list:
+    """Crop-pixel geometry rounded for JSON (1e-4 px is far below what the 1/32 px remap resolves)."""
+    return np.round(np.asarray(array, dtype=np.float64), digits).tolist()
+
+
+def _float32_list(array: np.ndarray) -> list:
+    """float32 values written so that Float32Array(JSON) gets the exact same numbers back."""
+    return np.asarray(array, dtype=np.float32).astype(np.float64).tolist()
+
+
+# ---- the viseme engine's data ----------------------------------------------------------------------
+
+
+def viseme_parameters(engine: Any) -> dict[str, Any]:
+    """The weight-free engine's weights and every constant of its feature and warp stages."""
+    from lipstream.engines.viseme import acoustic, extractor
+
+    ex = engine.extractor
+    model = ex.model
+    return {
+        "model": {
+            "before": model.before,
+            "after": model.after,
+            "mean": _float32_list(model.mean),
+            "std": _float32_list(model.std),
+            "weights": [{"rows": int(w.shape[0]), "cols": int(w.shape[1]), "data": _float32_list(w.reshape(-1))}
+                        for w in model.weights],
+            "biases": [_float32_list(b) for b in model.biases],
+        },
+        "acoustic": {
+            **dataclasses.asdict(model.acoustic),
+            "hop": acoustic.HOP, "window": acoustic.WINDOW, "n_fft": acoustic.N_FFT,
+            "energy_floor": acoustic.ENERGY_FLOOR,
+        },
+        "smooth": _float32_list(extractor._SMOOTH),
+        "silence": {"threshold_dbfs": ex.silence.threshold_dbfs, "min_silent_frames": ex.silence.min_silent_frames},
+        "loudness": dataclasses.asdict(ex.loud),
+        "closure_gate": dataclasses.asdict(ex.closure_gate),
+        "warp": dataclasses.asdict(engine.warp),
+        "lookahead_frames": ex.lookahead_frames,
+        "lookback_frames": ex.lookback_frames,
+    }  # fmt: skip
+
+
+def _write_viseme(bundle: AvatarBundle, data: Path, config: WebExportConfig) -> dict[str, Any]:
+    from lipstream.engines.viseme.engine import CROPS_FILE, GEOMETRY_FILE, OPENING_FILE, VisemeEngine
+
+    engine = VisemeEngine()
+    engine.prepare(bundle)  # idempotent: builds the crops/geometry/calibration caches if missing
+    folder = bundle.engine_dir(engine.name)
+    crops = np.load(folder / CROPS_FILE, mmap_mode="r")
+    geometry = np.load(folder / GEOMETRY_FILE)
+    opening = np.load(folder / OPENING_FILE)
+    (data / "viseme").mkdir()
+    params = viseme_parameters(engine)
+    params["geometry"] = [_rounded(row) for row in geometry]
+    params["opening"] = {"levels": _float32_list(opening[0]), "aperture": _float32_list(opening[1])}
+    (data / "viseme" / "engine.json").write_text(json.dumps(params, separators=(",", ":")))
+    crop_offsets = write_image_pack(
+        (_jpeg(crops[i], config.crop_quality) for i in range(bundle.frame_count)), data / "crops.jpgs"
+    )
+    return {
+        "file": "data/viseme/engine.json",
+        "cache_key": engine.cache_key,
+        "crops": {"file": "data/crops.jpgs", "format": "jpeg", "quality": config.crop_quality,
+                  "offsets": crop_offsets},
+    }  # fmt: skip
+
+
+# ---- MuseTalk's data ------------------------------------------------------------------------------
+
+
+def verify_onnx_folder(onnx_dir: Path) -> dict[str, Any]:
+    """The ONNX export's manifest.json, after checking every file it lists is present with its size/sha256."""
+    manifest_path = onnx_dir / "manifest.json"
+    if not manifest_path.is_file():
+        raise ModelError(f"--onnx {onnx_dir} has no manifest.json; write it with `lipstream export onnx -o DIR`")
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except ValueError as exc:
+        raise ModelError(f"{manifest_path} is not valid JSON ({exc}); re-run `lipstream export onnx`") from exc
+    for rel, meta in _listed_files(manifest).items():
+        path = onnx_dir / rel
+        if not path.is_file():
+            raise ModelError(f"ONNX file {path} listed in manifest.json is missing; re-run `lipstream export onnx`")
+        if "bytes" in meta and path.stat().st_size != int(meta["bytes"]):
+            raise ModelError(f"ONNX file {path} has {path.stat().st_size} bytes, manifest says {meta['bytes']}")
+        if "sha256" in meta and _sha256(path) != meta["sha256"]:
+            raise ModelError(f"ONNX file {path} does not match the sha256 in manifest.json (corrupted copy?)")
+    return manifest
+
+
+def _listed_files(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Files named by an ONNX manifest: a top-level "files" map, or "file"/"data" entries in its graphs."""
+    files = manifest.get("files")
+    if isinstance(files, dict):
+        return {str(k): (v if isinstance(v, dict) else {}) for k, v in files.items()}
+    if isinstance(files, list):
+        return {str(f["path"]): f for f in files if isinstance(f, dict) and "path" in f}
+    found: dict[str, dict[str, Any]] = {}
+    for graph in (manifest.get("graphs") or {}).values() if isinstance(manifest.get("graphs"), dict) else []:
+        for key in ("file", "data", "external_data"):
+            if isinstance(graph, dict) and isinstance(graph.get(key), str):
+                found[graph[key]] = {}
+    return found
+
+
+def _write_musetalk(bundle: AvatarBundle, data: Path, config: WebExportConfig) -> dict[str, Any]:
+    from lipstream.engines.musetalk.latents import ENGINE, LATENTS_FILE
+
+    if config.onnx_dir is None:
+        raise ExportError("--engine musetalk needs --onnx DIR (a folder written by `lipstream export onnx`)")
+    onnx_dir = Path(config.onnx_dir)
+    onnx_manifest = verify_onnx_folder(onnx_dir)
+    latents_path = bundle.engine_dir(ENGINE) / LATENTS_FILE
+    if not latents_path.is_file():
+        raise ExportError(
+            f"avatar '{bundle.name}' has no MuseTalk latents ({latents_path}); prepare them first with "
+            f"`lipstream render --avatar {bundle.name} --engine musetalk ...` on a machine with the weights"
+        )
+    latents = np.load(latents_path).astype("<f2")
+    (data / "musetalk").mkdir()
+    latents.tofile(data / "musetalk" / "latents.f16")
+    shutil.copytree(onnx_dir, data / "musetalk" / "onnx")
+    return {
+        "latents": {"file": "data/musetalk/latents.f16", "dtype": "float16", "shape": list(latents.shape)},
+        "onnx": {"folder": "data/musetalk/onnx", "manifest": onnx_manifest},
+    }
+
+
+# ---- the page ------------------------------------------------------------------------------------
+
+
+def copy_page(target: Path, source: Path = PAGE_DIR) -> list[str]:
+    """Copy the page and its modules (npm folders skipped; each engine's assets.json vendor files added)."""
+    if not (source / "index.html").is_file():
+        raise ExportError(f"the page sources are missing at {source}; reinstall lipstream")
+    copied: list[str] = []
+    for path in sorted(source.rglob("*")):
+        rel = path.relative_to(source)
+        if any(part in _SKIP_PAGE for part in rel.parts) or not path.is_file():
+            continue
+        (target / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target / rel)
+        copied.append(rel.as_posix())
+    for assets in sorted(source.glob("*/assets.json")):
+        for dest, src in json.loads(assets.read_text()).items():
+            src_path = assets.parent / src
+            if not src_path.is_file():
+                raise ExportError(f"{assets} names {src_path}, which is missing; run `npm install` in {assets.parent}")
+            (target / assets.parent.name / dest).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src_path, target / assets.parent.name / dest)
+            copied.append(f"{assets.parent.name}/{dest}")
+    return copied
+
+
+# ---- the export -----------------------------------------------------------------------------------
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@contextmanager
+def _atomic_folder(final: Path, replace: bool) -> Iterator[Path]:
+    """A temp folder beside `final`, renamed onto it on success and removed on failure."""
+    if final.exists() and not replace:
+        raise ExportError(f"{final} already exists; choose a new folder or remove it")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.partial-"))
+    try:
+        yield tmp
+        os.chmod(tmp, 0o755)  # mkdtemp makes 0700: a static server run as another user must read it
+        if final.exists():
+            trash = final.parent / f".{final.name}.old-{os.getpid()}"
+            os.replace(final, trash)
+            os.replace(tmp, final)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def export_web(
+    name: str,
+    output: Path,
+    config: WebExportConfig | None = None,
+    avatars_root: str | os.PathLike | None = None,
+    replace: bool = False,
+) -> dict[str, Any]:
+    """Write the static folder for avatar `name` to `output` (atomically); return its export.json."""
+    config = config or WebExportConfig()
+    if config.engine not in ENGINES:
+        raise ExportError(f"unknown engine '{config.engine}'; choose one of {', '.join(ENGINES)}")
+    bundle = load_avatar(name, avatars_root)
+    if bundle.frame_count == 0:
+        raise AvatarError(f"avatar '{name}' has no frames; re-prepare it")
+    output = Path(output)
+    with _atomic_folder(output, replace) as tmp:
+        data = tmp / "data"
+        data.mkdir()
+        video = encode_loop_video(bundle, data / "base.mp4", config)
+        mask_offsets = write_image_pack((_png_gray(bundle.masks[i]) for i in range(bundle.frame_count)),
+                                        data / "masks.pngs")  # fmt: skip
+        manifest: dict[str, Any] = {
+            "format": EXPORT_FORMAT,
+            "format_version": EXPORT_VERSION,
+            "name": bundle.name,
+            "engine": config.engine,
+            "fps": bundle.manifest.fps,
+            "sample_rate": 16000,
+            "width": bundle.manifest.width,
+            "height": bundle.manifest.height,
+            "frame_count": bundle.frame_count,
+            "crop_size": CROP_SIZE,
+            "video": {"file": "data/base.mp4", **video},
+            "loop": {"frames": np.asarray(bundle.idle_loop).astype(int).tolist()},
+            "boxes": np.asarray(bundle.boxes).astype(int).tolist(),
+            "masks": {"file": "data/masks.pngs", "format": "png", "offsets": mask_offsets},
+            "viseme": _write_viseme(bundle, data, config),
+        }
+        if config.engine == "musetalk":
+            manifest["musetalk"] = _write_musetalk(bundle, data, config)
+        manifest["files"] = {
+            p.relative_to(tmp).as_posix(): {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+            for p in sorted(data.rglob("*")) if p.is_file()
+        }  # fmt: skip
+        manifest["bytes"] = sum(f["bytes"] for f in manifest["files"].values())
+        if config.include_page:
+            manifest["page"] = copy_page(tmp)
+        (tmp / MANIFEST).write_text(json.dumps(manifest, separators=(",", ":")))
+        for path in tmp.rglob("*"):  # readable by any static server's user
+            os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    return manifest

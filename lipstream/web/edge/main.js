@@ -1,0 +1,271 @@
+// The serverless page: base loop video, audio in (file, microphone), an in-browser engine, the compositor.
+// Audio is the master clock (AudioContext); the mouth follows the base video frame on screen.
+import { Compositor } from './compositor.js';
+import { resampleLinear, startMicrophone } from './mic.js';
+
+const $ = (id) => document.getElementById(id);
+const FEED_AHEAD_S = 2.0; // PCM pushed to the engine ahead of the audio clock
+const CHUNK_S = 0.5;
+
+const stats = {
+  framesShown: 0, speechFramesShown: 0, late: 0, skipped: 0, mainMs: [], log: [],
+  playAt: null, firstFrameAt: null, firstMouthAt: null, patches: 0, renderMs: [], featureMs: [], events: [],
+};
+const app = { stats, manifest: null, engine: null, compositor: null, ac: null, pcm: null, fileName: null, playing: null, errors: [] };
+window.lipstreamEdge = app;
+
+function setStatus(text) { $('status').textContent = text; }
+function showError(text) {
+  app.errors.push(text);
+  $('error').textContent = text;
+  stats.events.push({ type: 'error', message: text });
+}
+
+const baseUrl = new URL('./', location.href);
+
+async function loadManifest() {
+  let response;
+  try {
+    response = await fetch(new URL('export.json', baseUrl), { cache: 'no-store' });
+  } catch (err) {
+    throw new Error(`export.json: cannot be fetched (${err.message})`);
+  }
+  if (!response.ok) throw new Error(`export.json: is missing (HTTP ${response.status}); this folder is not a lipstream web export`);
+  try {
+    return await response.json();
+  } catch (err) {
+    throw new Error(`export.json: is not valid JSON (${err.message}); re-export the avatar`);
+  }
+}
+
+async function describeGpu(engineName) {
+  let adapter = null;
+  try { adapter = navigator.gpu ? await navigator.gpu.requestAdapter() : null; } catch { adapter = null; }
+  const neural = engineName !== 'viseme';
+  if (!adapter) {
+    $('gpu').textContent = neural
+      ? 'No WebGPU adapter in this browser: the neural engine runs on wasm (CPU), far slower than real time.'
+      : 'No WebGPU adapter in this browser (wasm fallback); the weight-free engine needs none.';
+  } else {
+    const f16 = adapter.features.has('shader-f16');
+    $('gpu').textContent = `WebGPU adapter found${f16 ? ' with shader-f16' : ' (no shader-f16: fp32 graphs)'}.`;
+  }
+  app.webgpu = !!adapter;
+}
+
+function loadVideo(manifest) {
+  const video = $('base');
+  const file = manifest.video.file;
+  return new Promise((resolve, reject) => {
+    video.addEventListener('error', async () => {
+      let missing = false;
+      try { missing = !(await fetch(new URL(file, baseUrl), { method: 'HEAD' })).ok; } catch { missing = true; }
+      reject(new Error(missing ? `${file}: is missing; re-export the avatar`
+        : `${file}: cannot be decoded by this browser (corrupted? code ${video.error && video.error.code}); re-export the avatar`));
+    }, { once: true });
+    video.addEventListener('loadeddata', () => resolve(), { once: true });
+    video.src = new URL(file, baseUrl).href;
+    video.play().catch(() => {}); // muted autoplay; a paused video still shows its first frame
+  });
+}
+
+function withTimeout(promise, ms, what) {
+  return Promise.race([promise, new Promise((_, reject) => setTimeout(() => reject(new Error(`${what} did not finish in ${ms / 1000} s`)), ms))]);
+}
+
+async function start() {
+  const manifest = await loadManifest();
+  app.manifest = manifest;
+  $('title').textContent = `lipstream — ${manifest.name}`;
+  const stage = $('stage');
+  stage.style.aspectRatio = `${manifest.width} / ${manifest.height}`;
+  await describeGpu(manifest.engine);
+  app.compositor = new Compositor({ video: $('base'), canvas: $('mouth'), manifest, stats });
+  const module = await import(`./${manifest.engine}/engine.js`);
+  app.engine = module.createEngine(manifest, baseUrl, {
+    onPatch: onPatch,
+    onError: (err) => showError(err.message),
+    onStatus: setStatus,
+    onTiming: (t) => { if (t.features !== undefined) stats.featureMs.push(t.features); },
+  });
+  setStatus('loading the base video and the engine…');
+  await withTimeout(Promise.all([loadVideo(manifest), app.engine.ready]), 120000, 'loading');
+  setStatus(`ready (${manifest.engine} engine): drop an audio file or use the microphone`);
+  $('mic').disabled = false;
+  $('play').disabled = !app.pcm;
+  requestAnimationFrame(frameLoop);
+}
+
+function onPatch(patch) {
+  stats.patches += 1;
+  if (patch.timing && patch.timing.render !== undefined) stats.renderMs.push(patch.timing.render);
+  const playing = app.playing;
+  if (!playing) return;
+  app.compositor.addPatch(patch);
+  if (!playing.started && playing.kind === 'file' && patch.frame >= 0) startPlayback(playing);
+}
+
+// ---- audio from a file -------------------------------------------------------------------------
+
+async function decodeFile(file) {
+  const bytes = await file.arrayBuffer();
+  let buffer;
+  try {
+    // Decoded straight to 16 kHz: a 16 kHz file's samples reach the engine unchanged.
+    buffer = await new OfflineAudioContext(1, 1, 16000).decodeAudioData(bytes);
+  } catch (err) {
+    throw new Error(`cannot decode '${file.name}': not an audio format this browser can decode (${err.message || err.name})`);
+  }
+  const n = buffer.length;
+  const pcm = new Float32Array(n);
+  for (let c = 0; c < buffer.numberOfChannels; c++) {
+    const ch = buffer.getChannelData(c);
+    for (let i = 0; i < n; i++) pcm[i] += ch[i] / buffer.numberOfChannels;
+  }
+  if (n < 640) throw new Error(`'${file.name}' holds no audio (${n} samples)`);
+  return pcm;
+}
+
+async function useFile(file) {
+  $('error').textContent = '';
+  try {
+    app.pcm = await decodeFile(file);
+    app.fileName = file.name;
+    setStatus(`loaded '${file.name}' (${(app.pcm.length / 16000).toFixed(1)} s): press Play`);
+    $('play').disabled = !app.engine;
+    stats.events.push({ type: 'loaded', name: file.name, samples: app.pcm.length });
+  } catch (err) {
+    app.pcm = null;
+    $('play').disabled = true;
+    showError(err.message);
+  }
+}
+
+function audioContext() {
+  if (!app.ac) app.ac = new AudioContext({ latencyHint: 'interactive' });
+  if (app.ac.state !== 'running') app.ac.resume();
+  return app.ac;
+}
+
+function play() {
+  if (!app.pcm || !app.engine) return;
+  stop();
+  const ac = audioContext();
+  stats.playAt = performance.now();
+  stats.firstFrameAt = null;
+  stats.firstMouthAt = null;
+  const playing = { kind: 'file', pcm: app.pcm, pushed: 0, started: false, t0: null, ended: false };
+  app.playing = playing;
+  app.compositor.begin(() => (playing.t0 === null ? -1 : Math.floor((ac.currentTime - playing.t0 - (ac.outputLatency || 0)) * 25)));
+  // Which loop frame will be on screen when audio frame 0 plays: the engine renders on that frame's crop.
+  app.engine.begin({ loopFrameAt0: app.compositor.predictLoopIndex(0.05 + (ac.outputLatency || 0)) });
+  feed(playing, 1.0);
+  $('stop').disabled = false;
+  stats.events.push({ type: 'play', name: app.fileName });
+}
+
+/** Push PCM to the engine until it is FEED_AHEAD_S ahead of the clock (or `first` seconds at the start). */
+function feed(playing, first = 0) {
+  const clock = playing.t0 === null ? 0 : Math.max(app.ac.currentTime - playing.t0, 0);
+  const want = Math.min(playing.pcm.length, Math.round((Math.max(clock + FEED_AHEAD_S, first)) * 16000));
+  while (playing.pushed < want) {
+    const next = Math.min(playing.pushed + CHUNK_S * 16000, playing.pcm.length);
+    app.engine.push(playing.pcm.subarray(playing.pushed, next));
+    playing.pushed = next;
+  }
+  if (playing.pushed >= playing.pcm.length && !playing.ended) {
+    playing.ended = true;
+    app.engine.end();
+  }
+}
+
+function startPlayback(playing) {
+  const ac = app.ac;
+  const buffer = ac.createBuffer(1, playing.pcm.length, 16000);
+  buffer.copyToChannel(playing.pcm, 0);
+  const source = ac.createBufferSource();
+  source.buffer = buffer;
+  source.connect(ac.destination);
+  const when = ac.currentTime + 0.02;
+  source.start(when);
+  playing.source = source;
+  playing.t0 = when;
+  playing.started = true;
+  stats.events.push({ type: 'playback_started' });
+}
+
+function stop() {
+  const playing = app.playing;
+  if (!playing) return;
+  if (playing.source) { try { playing.source.stop(); } catch { /* already stopped */ } }
+  if (playing.mic) playing.mic.stop();
+  app.engine.cancel();
+  app.compositor.end();
+  app.playing = null;
+  $('stop').disabled = true;
+  stats.events.push({ type: 'playback_finished', interrupted: true });
+}
+
+function finish() {
+  app.compositor.end();
+  app.playing = null;
+  $('stop').disabled = true;
+  setStatus('finished: drop another file, or press Play again');
+  stats.events.push({ type: 'playback_finished', interrupted: false });
+}
+
+// ---- audio from the microphone -------------------------------------------------------------------
+
+async function toggleMic() {
+  if (app.playing && app.playing.kind === 'mic') { app.playing.mic.stop(); app.engine.end(); return; }
+  stop();
+  const ac = audioContext();
+  const delay = (app.engine.lookaheadFrames + 3) / 25; // features need this much audio after a frame
+  const playing = { kind: 'mic', started: true, t0: null, pushed: 0 };
+  try {
+    playing.mic = await startMicrophone(ac, (chunk, rate) => {
+      if (playing.t0 === null) playing.t0 = ac.currentTime + delay;
+      const pcm = resampleLinear(chunk, rate, 16000, playing);
+      playing.pushed += pcm.length;
+      app.engine.push(pcm);
+    });
+  } catch (err) {
+    showError(`microphone unavailable (${err.message || err.name})`);
+    return;
+  }
+  app.playing = playing;
+  app.compositor.begin(() => (playing.t0 === null ? -1 : Math.floor((ac.currentTime - playing.t0) * 25)));
+  app.engine.begin({ loopFrameAt0: app.compositor.predictLoopIndex(delay) });
+  $('stop').disabled = false;
+  setStatus('listening: the mouth follows the microphone (press Microphone again to stop)');
+}
+
+// ---- the display loop ----------------------------------------------------------------------------
+
+function frameLoop() {
+  const playing = app.playing;
+  if (playing) {
+    if (playing.kind === 'file') feed(playing);
+    const shown = app.compositor.tick();
+    if (shown && shown.finished) finish();
+  }
+  requestAnimationFrame(frameLoop);
+}
+
+// ---- wiring --------------------------------------------------------------------------------------
+
+$('file').addEventListener('change', (e) => { if (e.target.files[0]) useFile(e.target.files[0]); });
+const drop = $('drop');
+drop.addEventListener('dragover', (e) => { e.preventDefault(); drop.classList.add('over'); });
+drop.addEventListener('dragleave', () => drop.classList.remove('over'));
+drop.addEventListener('drop', (e) => {
+  e.preventDefault();
+  drop.classList.remove('over');
+  if (e.dataTransfer.files[0]) useFile(e.dataTransfer.files[0]);
+});
+$('play').addEventListener('click', play);
+$('stop').addEventListener('click', stop);
+$('mic').addEventListener('click', toggleMic);
+$('text').title = 'Text needs a TTS voice; this static page has none (see docs/web-export.md).';
+
+start().catch((err) => { setStatus('failed'); showError(err.message); });

@@ -1,0 +1,168 @@
+// Port of lipstream/engines/viseme/warp.py render_patch: a smooth backward warp of the avatar's own lips and
+// jaw plus a drawn mouth interior. Keep it in step with the Python, function by function.
+//
+// A frame's "base" is its 256² crop packed as Uint32 RGBA with the mouth mask in alpha (little-endian:
+// r | g << 8 | b << 16 | mask << 24). render writes the patch in the same packing: one Uint32 per pixel.
+
+const N_CONTOUR = 11;
+
+/** MouthGeometry.unpack of one packed row (51 numbers). */
+export function unpackGeometry(row) {
+  const upper = [], lower = [];
+  for (let i = 0; i < N_CONTOUR; i++) {
+    upper.push([row[2 * i], row[2 * i + 1]]);
+    lower.push([row[2 * N_CONTOUR + 2 * i], row[2 * N_CONTOUR + 2 * i + 1]]);
+  }
+  const h = 4 * N_CONTOUR;
+  return {
+    upper, lower,
+    centerX: row[h], halfWidth: row[h + 1], upperOuterY: row[h + 2], lowerOuterY: row[h + 3],
+    chinY: row[h + 4], noseY: row[h + 5], lipY: row[h + 6],
+  };
+}
+
+/** _interp_contour: the contour's row at each column of xs (clamped at the corners). */
+export function interpContour(contour, xs) {
+  const order = contour.map((p, i) => i).sort((a, b) => contour[a][0] - contour[b][0]);
+  const px = order.map((i) => contour[i][0]);
+  const py = order.map((i) => contour[i][1]);
+  const out = new Float64Array(xs.length);
+  const n = px.length;
+  for (let j = 0; j < xs.length; j++) {
+    const x = xs[j];
+    if (x <= px[0]) { out[j] = py[0]; continue; }
+    if (x >= px[n - 1]) { out[j] = py[n - 1]; continue; }
+    let i = 1;
+    while (px[i] < x) i++;
+    const t = (x - px[i - 1]) / (px[i] - px[i - 1]);
+    out[j] = py[i - 1] + t * (py[i] - py[i - 1]);
+  }
+  return out;
+}
+
+const clip = (v, lo, hi) => (v < lo ? lo : v > hi ? hi : v);
+
+/** cv2.remap INTER_LINEAR + BORDER_REPLICATE of one pixel, in OpenCV's fixed point (1/32 px, 15-bit weights). */
+function remapPixel(src8, size, mx, my, rgb) {
+  const X = Math.round(mx * 32);
+  const Y = Math.round(my * 32);
+  const ax = X & 31, ay = Y & 31;
+  const sx = X >> 5, sy = Y >> 5;
+  const x0 = clip(sx, 0, size - 1), x1 = clip(sx + 1, 0, size - 1);
+  const y0 = clip(sy, 0, size - 1), y1 = clip(sy + 1, 0, size - 1);
+  const w00 = (32 - ax) * (32 - ay), w01 = ax * (32 - ay), w10 = (32 - ax) * ay, w11 = ax * ay;
+  const p00 = (y0 * size + x0) * 4, p01 = (y0 * size + x1) * 4, p10 = (y1 * size + x0) * 4, p11 = (y1 * size + x1) * 4;
+  for (let c = 0; c < 3; c++) {
+    const v = w00 * src8[p00 + c] + w01 * src8[p01 + c] + w10 * src8[p10 + c] + w11 * src8[p11 + c];
+    rgb[c] = (v + 512) >> 10;
+  }
+}
+
+/**
+ * render_patch: write the patch for one articulation row into out32 (Uint32Array size²).
+ * base32: the frame's packed crop + mask; geo: unpackGeometry(row); feature: [open, width, closure];
+ * cfg: WarpConfig as in engine.json. Returns false when the row is at rest (out32 is then the base).
+ */
+export function renderPatch(base32, size, geo, feature, cfg, out32) {
+  out32.set(base32);
+  const closure = clip(feature[2], 0, 1);
+  const opening = feature[0] * (1.0 - closure);
+  const width = feature[1];
+  if (opening <= 1e-4 && Math.abs(width) <= 1e-4 && closure <= 1e-4) return false;
+  const src8 = new Uint8Array(base32.buffer, base32.byteOffset, base32.byteLength);
+  const W = geo.halfWidth;
+  const r0 = Math.floor(geo.noseY) + 1;
+  const c0 = Math.max(Math.trunc(geo.centerX - cfg.roi_half_width * W), 0);
+  const c1 = Math.min(Math.trunc(geo.centerX + cfg.roi_half_width * W) + 1, size);
+  if (r0 >= size || c1 <= c0) return true;
+  const nc = c1 - c0;
+  const nr = size - r0;
+
+  // Per column: u, phi, profile, jaw; per row: above, below, vert, fade.
+  const u = new Float64Array(nc), phi = new Float64Array(nc), profile = new Float64Array(nc), jaw = new Float64Array(nc);
+  const narrow = 1.0 - 0.25 * Math.max(-width, 0.0);
+  for (let j = 0; j < nc; j++) {
+    const x = c0 + j;
+    u[j] = (x - geo.centerX) / W;
+    const au = Math.abs(u[j]);
+    phi[j] = clip(u[j], -1, 1) * Math.exp(-(Math.max(au - 1.0, 0.0) ** 2) / 0.6);
+    profile[j] = Math.sqrt(clip(1.0 - (u[j] / narrow) ** 2, 0, 1));
+    jaw[j] = Math.exp(-((u[j] / 1.3) ** 4));
+  }
+  const above = new Float64Array(nr), vert = new Float64Array(nr), fade = new Float64Array(nr);
+  const sigma = 0.5 * W;
+  for (let i = 0; i < nr; i++) {
+    const y = r0 + i;
+    above[i] = clip((y - geo.noseY) / Math.max(geo.lipY - geo.noseY, 1.0), 0, 1) ** 1.5;
+    const below = Math.exp(-(((y - geo.lipY) / (0.9 * W)) ** 2));
+    vert[i] = y < geo.lipY ? above[i] : below;
+    fade[i] = Math.exp(-(Math.max(y - geo.chinY, 0.0) ** 2) / (2 * sigma * sigma));
+  }
+  const dxScale = cfg.spread * W * width;
+  // The lip line's horizontal shift decides where the contours are read.
+  const lipRow = Math.min(Math.max(Math.trunc(geo.lipY) - r0, 0), nr - 1);
+  const xSrcLine = new Float64Array(nc);
+  for (let j = 0; j < nc; j++) xSrcLine[j] = c0 + j - dxScale * phi[j] * vert[lipRow];
+  const upper = interpContour(geo.upper, xSrcLine);
+  const lower = interpContour(geo.lower, xSrcLine);
+
+  const drop = cfg.jaw_drop * W * opening;
+  const us = cfg.upper_share;
+  const chinSpan = Math.max(geo.chinY - geo.lipY, 1.0);
+  const cavity = cfg.cavity_rgb, tongueRgb = cfg.tongue_rgb, teethRgb = cfg.teeth_rgb;
+  const rgb = [0, 0, 0];
+  for (let j = 0; j < nc; j++) {
+    const gap = lower[j] - upper[j];
+    const close = closure * gap;
+    const dUp = us * drop * profile[j] - 0.5 * close;
+    const dLowLip = (1.0 - us) * drop * profile[j] - 0.5 * close;
+    const dLowJaw = (1.0 - us) * drop * jaw[j];
+    const upperDst = upper[j] - dUp;
+    const lowerDst = lower[j] + dLowLip;
+    const span = Math.max(lowerDst - upperDst, 1e-3);
+    const shown = gap - close;
+    const top = upperDst + shown;
+    const height = lowerDst - top;
+    const strength = clip(height / 3.0, 0, 1);
+    const side = clip(1.0 - 0.35 * u[j] * u[j], 0.5, 1.0);
+    const teethH = Math.max(Math.min(0.35 * span, 0.18 * W) - shown, 0.0);
+    const teethCol = clip(1.0 - (Math.abs(u[j]) / 0.75) ** 4, 0, 1);
+    const x = c0 + j;
+    for (let i = 0; i < nr; i++) {
+      const y = r0 + i;
+      let mapY;
+      if (y <= upperDst) {
+        mapY = y + dUp * above[i];
+      } else if (y >= lowerDst) {
+        const t = clip((y - lowerDst) / chinSpan, 0, 1);
+        const dLow = dLowLip * (1.0 - t) + dLowJaw * t;
+        mapY = y - dLow * fade[i];
+      } else if (span <= shown) {
+        mapY = upper[j] + ((y - upperDst) * shown) / span;
+      } else {
+        mapY = upper[j] + Math.min(y - upperDst, shown);
+      }
+      const p = y * size + x;
+      const m = src8[p * 4 + 3];
+      const weight = m / 255;
+      mapY = y + (mapY - y) * weight;
+      const mapX = x - dxScale * phi[j] * vert[i] * weight;
+      remapPixel(src8, size, mapX, mapY, rgb);
+      const inside = clip(y - top + 0.5, 0, 1) * clip(lowerDst - y + 0.5, 0, 1);
+      const alpha = inside * strength;
+      if (alpha > 0) {
+        const depth = clip((y - top) / Math.max(height, 1.0), 0, 1);
+        const cav = (1.0 - 0.45 * depth) * side;
+        const tongue = clip((depth - 0.55) / 0.3, 0, 1) * clip((height - 4.0) / 6.0, 0, 1) * side;
+        const teeth = clip(top + teethH - y, 0, 1) * teethCol;
+        for (let c = 0; c < 3; c++) {
+          let interior = cavity[c] * cav * (1.0 - tongue) + tongueRgb[c] * side * tongue;
+          interior = interior * (1.0 - teeth) + teethRgb[c] * teeth;
+          rgb[c] = Math.trunc(rgb[c] * (1.0 - alpha) + interior * alpha + 0.5);
+        }
+      }
+      out32[p] = (rgb[0] | (rgb[1] << 8) | (rgb[2] << 16) | (m << 24)) >>> 0;
+    }
+  }
+  return true;
+}

@@ -1,0 +1,74 @@
+// The weight-free engine's Worker: PCM in, crop-space mouth patches (mask in alpha) out.
+import { fetchChecked, loadMouthBases } from '../files.js';
+import { warpOpening } from './calibration.js';
+import { ArticulationExtractor, StreamingArticulation } from './extractor.js';
+import { renderPatch, unpackGeometry } from './warp.js';
+
+const state = { params: null, extractor: null, bases: null, geometry: null, stream: null, utterance: 0, loopAt0: 0 };
+
+async function load(manifest, baseUrl) {
+  const bytes = await fetchChecked(manifest, baseUrl, manifest.viseme.file);
+  let params;
+  try {
+    params = JSON.parse(new TextDecoder().decode(bytes));
+  } catch (err) {
+    throw new Error(`${manifest.viseme.file}: is not valid JSON (${err.message}); re-export the avatar`);
+  }
+  state.params = params;
+  state.manifest = manifest;
+  state.extractor = new ArticulationExtractor(params);
+  state.geometry = params.geometry.map(unpackGeometry);
+  state.bases = await loadMouthBases(manifest, baseUrl);
+  return { lookaheadFrames: state.extractor.lookaheadFrames };
+}
+
+/** Render rows for frames first.. and post one patch per frame (transfer the pixels). */
+function emit(utterance, first, rows, last) {
+  const n = rows.length / 3;
+  const size = state.manifest.crop_size;
+  const loop = state.manifest.loop.frames;
+  for (let i = 0; i < n; i++) {
+    const k = first + i;
+    const t0 = performance.now();
+    const open = warpOpening(state.params.opening, rows[i * 3]);
+    const feature = [open, rows[i * 3 + 1], rows[i * 3 + 2]];
+    const sourceFrame = loop[(state.loopAt0 + k) % loop.length];
+    const out = new Uint32Array(size * size);
+    const moved = renderPatch(state.bases[sourceFrame], size, state.geometry[sourceFrame], feature, state.params.warp, out);
+    const render = performance.now() - t0;
+    const isLast = last && i === n - 1;
+    const patch = { utterance, frame: k, sourceFrame, last: isLast, feature: [rows[i * 3], rows[i * 3 + 1], rows[i * 3 + 2]],
+      rgba: moved ? out.buffer : null, timing: { render } };
+    postMessage({ type: 'patch', patch }, moved ? [out.buffer] : []);
+  }
+  if (last && n === 0) postMessage({ type: 'patch', patch: { utterance, frame: -1, last: true, rgba: null } });
+}
+
+onmessage = async (event) => {
+  const msg = event.data;
+  try {
+    if (msg.type === 'load') {
+      const info = await load(msg.manifest, msg.baseUrl);
+      postMessage({ type: 'ready', ...info });
+    } else if (msg.type === 'begin') {
+      state.utterance = msg.utterance;
+      state.loopAt0 = msg.loopFrameAt0 || 0;
+      state.stream = new StreamingArticulation(state.extractor);
+    } else if (msg.type === 'push' && msg.utterance === state.utterance && state.stream) {
+      const t0 = performance.now();
+      const { first, rows } = state.stream.push(msg.pcm);
+      const features = performance.now() - t0;
+      if (rows.length) postMessage({ type: 'timing', features });
+      emit(msg.utterance, first, rows, false);
+    } else if (msg.type === 'end' && msg.utterance === state.utterance && state.stream) {
+      const { first, rows } = state.stream.finish();
+      emit(msg.utterance, first, rows, true);
+      state.stream = null;
+    } else if (msg.type === 'cancel') {
+      state.stream = null;
+      state.utterance = -1;
+    }
+  } catch (err) {
+    postMessage({ type: 'error', message: err.message || String(err) });
+  }
+};

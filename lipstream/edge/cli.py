@@ -50,11 +50,17 @@ def _export_onnx(args: argparse.Namespace) -> int:
 
 
 def _register_web(sub: argparse._SubParsersAction) -> None:
-    web = sub.add_parser("web", help="a static folder whose page lip-syncs the avatar in the viewer's browser")
+    web = sub.add_parser(
+        "web", help="a static folder whose page lip-syncs the avatar in the viewer's browser"
+    )
     web.add_argument("name", help="avatar name")
     web.add_argument("-o", "--output", required=True, help="output folder (must not exist unless --force)")
-    web.add_argument("--engine", choices=["viseme", "musetalk"], default="viseme",
-                     help="in-browser engine: viseme (weight-free, default) or musetalk (needs --onnx)")
+    web.add_argument(
+        "--engine",
+        choices=["viseme", "musetalk"],
+        default="viseme",
+        help="in-browser engine: viseme (weight-free, default) or musetalk (needs --onnx)",
+    )
     web.add_argument("--onnx", help="--engine musetalk: a folder written by `lipstream export onnx`")
     web.add_argument("--avatars-dir", help="avatars folder (default $LIPSTREAM_HOME/avatars)")
     web.add_argument("--force", action="store_true", help="replace an existing output folder")
@@ -66,6 +72,8 @@ def _export_web(args: argparse.Namespace) -> int:
 
     config = WebExportConfig(engine=args.engine, onnx_dir=Path(args.onnx) if args.onnx else None)
     manifest = export_web(args.name, Path(args.output), config, args.avatars_dir, replace=args.force)
-    print(f"web export of '{args.name}' ({args.engine}) written to {args.output}: {manifest['bytes'] / 1e6:.1f} MB "
-          f"of data; serve it with `python -m http.server -d {args.output}`")
+    print(
+        f"web export of '{args.name}' ({args.engine}) written to {args.output}: "
+        f"{manifest['bytes'] / 1e6:.1f} MB of data; serve it with `python -m http.server -d {args.output}`"
+    )
     return 0

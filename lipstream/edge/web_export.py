@@ -1,4 +1,4 @@
-"""`lipstream export web`: a static folder whose page runs lip-sync in the viewer's browser (docs/web-export.md)."""
+"""`lipstream export web`: a static folder that lip-syncs in the viewer's browser (docs/web-export.md)."""
 
 from __future__ import annotations
 
@@ -99,7 +99,9 @@ def write_image_pack(images: Iterator[bytes], path: Path) -> list[int]:
 
 
 def _jpeg(rgb: np.ndarray, quality: int) -> bytes:
-    ok, buf = cv2.imencode(".jpg", cv2.cvtColor(np.asarray(rgb), cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, quality])
+    ok, buf = cv2.imencode(
+        ".jpg", cv2.cvtColor(np.asarray(rgb), cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, quality]
+    )
     if not ok:
         raise ExportError("JPEG encoding of a crop failed")
     return buf.tobytes()
@@ -137,8 +139,10 @@ def viseme_parameters(engine: Any) -> dict[str, Any]:
             "after": model.after,
             "mean": _float32_list(model.mean),
             "std": _float32_list(model.std),
-            "weights": [{"rows": int(w.shape[0]), "cols": int(w.shape[1]), "data": _float32_list(w.reshape(-1))}
-                        for w in model.weights],
+            "weights": [
+                {"rows": int(w.shape[0]), "cols": int(w.shape[1]), "data": _float32_list(w.reshape(-1))}
+                for w in model.weights
+            ],
             "biases": [_float32_list(b) for b in model.biases],
         },
         "acoustic": {
@@ -147,7 +151,7 @@ def viseme_parameters(engine: Any) -> dict[str, Any]:
             "energy_floor": acoustic.ENERGY_FLOOR,
         },
         "smooth": _float32_list(extractor._SMOOTH),
-        "silence": {"threshold_dbfs": ex.silence.threshold_dbfs, "min_silent_frames": ex.silence.min_silent_frames},
+        "silence": dataclasses.asdict(ex.silence),
         "loudness": dataclasses.asdict(ex.loud),
         "closure_gate": dataclasses.asdict(ex.closure_gate),
         "warp": dataclasses.asdict(engine.warp),
@@ -188,17 +192,25 @@ def verify_onnx_folder(onnx_dir: Path) -> dict[str, Any]:
     """The ONNX export's manifest.json, after checking every file it lists is present with its size/sha256."""
     manifest_path = onnx_dir / "manifest.json"
     if not manifest_path.is_file():
-        raise ModelError(f"--onnx {onnx_dir} has no manifest.json; write it with `lipstream export onnx -o DIR`")
+        raise ModelError(
+            f"--onnx {onnx_dir} has no manifest.json; write it with `lipstream export onnx -o DIR`"
+        )
     try:
         manifest = json.loads(manifest_path.read_text())
     except ValueError as exc:
-        raise ModelError(f"{manifest_path} is not valid JSON ({exc}); re-run `lipstream export onnx`") from exc
+        raise ModelError(
+            f"{manifest_path} is not valid JSON ({exc}); re-run `lipstream export onnx`"
+        ) from exc
     for rel, meta in _listed_files(manifest).items():
         path = onnx_dir / rel
         if not path.is_file():
-            raise ModelError(f"ONNX file {path} listed in manifest.json is missing; re-run `lipstream export onnx`")
+            raise ModelError(
+                f"ONNX file {path} listed in manifest.json is missing; re-run `lipstream export onnx`"
+            )
         if "bytes" in meta and path.stat().st_size != int(meta["bytes"]):
-            raise ModelError(f"ONNX file {path} has {path.stat().st_size} bytes, manifest says {meta['bytes']}")
+            raise ModelError(
+                f"ONNX file {path} has {path.stat().st_size} bytes, manifest says {meta['bytes']}"
+            )
         if "sha256" in meta and _sha256(path) != meta["sha256"]:
             raise ModelError(f"ONNX file {path} does not match the sha256 in manifest.json (corrupted copy?)")
     return manifest
@@ -261,7 +273,9 @@ def copy_page(target: Path, source: Path = PAGE_DIR) -> list[str]:
         for dest, src in json.loads(assets.read_text()).items():
             src_path = assets.parent / src
             if not src_path.is_file():
-                raise ExportError(f"{assets} names {src_path}, which is missing; run `npm install` in {assets.parent}")
+                raise ExportError(
+                    f"{assets} names {src_path}, which is missing; run `npm install` in {assets.parent}"
+                )
             (target / assets.parent.name / dest).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src_path, target / assets.parent.name / dest)
             copied.append(f"{assets.parent.name}/{dest}")

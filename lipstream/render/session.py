@@ -39,7 +39,7 @@ from lipstream.render.accel import AccelConfig, PatchScheduler, load_codebook, r
 from lipstream.render.base_frames import SharedBaseFrames, stream_size
 from lipstream.render.compositor import Compositor
 from lipstream.render.frames import AvatarFrame
-from lipstream.render.timing import StageTimer
+from lipstream.render.timing import RenderObserver, StageTimer
 from lipstream.render.workers import WorkerPools
 
 log = logging.getLogger(__name__)
@@ -299,13 +299,15 @@ class Session:
         silence: SilenceDetector | None = None,
         pools: WorkerPools | None = None,
         base_frames: SharedBaseFrames | None = None,
+        observer: RenderObserver | None = None,
     ) -> None:
         self.avatar = avatar
+        self._observer = observer  # the server's metrics, when it keeps any
         self._pools = pools or WorkerPools()  # a server shares its pools between sessions
         self.engine = engine
         self.config = config or SessionConfig()
         self._stats = SessionStats()
-        self._timer = StageTimer()
+        self._timer = StageTimer(listener=observer.stage if observer is not None else None)
         self._silence = silence or SilenceDetector()
         self._tts_factory = tts_factory
         self._tts: dict[str, object] = {}
@@ -789,7 +791,10 @@ class Session:
             return  # interrupted while rendering: drop the batch
         if not utt.started and released:
             utt.started = True
-            self._stats.ttff_ms.append((time.perf_counter() - utt.first_push) * 1000.0)
+            ttff = time.perf_counter() - utt.first_push
+            self._stats.ttff_ms.append(ttff * 1000.0)
+            if self._observer is not None:
+                self._observer.first_frame(ttff)
             position = released[0][0][0] * SAMPLES_PER_FRAME
             event = SessionEvent("speech_started", utterance_id=utt.id, position_samples=position)
             await self._out.put((generation, event))
@@ -831,6 +836,8 @@ class Session:
         if due_late > 0:
             self._stats.late_frames += 1
             self._stats.max_late_ms = max(self._stats.max_late_ms, due_late * 1000.0)
+            if self._observer is not None:
+                self._observer.late_frame(due_late)
             if self._stats.late_frames in (1, 25, 250) or self._stats.late_frames % 1000 == 0:
                 # a player's jitter buffer (150 ms in ours) absorbs small lateness; more is worth a warning
                 level = logging.WARNING if due_late > LATE_WARNING_SECONDS else logging.INFO

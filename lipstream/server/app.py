@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request, WebSocket
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from lipstream import __version__
@@ -20,6 +21,7 @@ from lipstream.server.auth import extract_token, token_ok
 from lipstream.server.config import ServerConfig
 from lipstream.server.connection import Connection, SessionFactory
 from lipstream.server.memory import HeapTrimmer
+from lipstream.server.metrics import CONTENT_TYPE, ServerMetrics
 from lipstream.server.registry import SessionRegistry
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "web" / "static"
@@ -45,10 +47,14 @@ class SharedVoices:
 
 
 def render_session_factory(
-    config: ServerConfig, voices: SharedVoices | None = None, pools: WorkerPools | None = None
+    config: ServerConfig,
+    voices: SharedVoices | None = None,
+    pools: WorkerPools | None = None,
+    metrics: ServerMetrics | None = None,
 ) -> SessionFactory:
     """Sessions from lipstream.render.session, encoding H.264 for the wire; TTS voices, worker pools and
-    scaled base frames shared by all sessions."""
+    scaled base frames shared by all sessions; `metrics` observes their render stages, TTFF and late
+    frames."""
     voices = voices or SharedVoices()
     pools = pools or WorkerPools.create(render_threads=config.limits.max_sessions)
     base_frames = SharedBaseFrames()
@@ -63,7 +69,9 @@ def render_session_factory(
             max_lead_seconds=config.max_lead_seconds,
             max_pending_seconds=config.limits.max_pending_seconds,
         )
-        return Session(bundle, engine, cfg, tts_factory=voices, pools=pools, base_frames=base_frames)
+        return Session(
+            bundle, engine, cfg, tts_factory=voices, pools=pools, base_frames=base_frames, observer=metrics
+        )
 
     return make
 
@@ -87,15 +95,23 @@ def create_app(
     session_factory: SessionFactory | None = None,
     heap: HeapTrimmer | None = None,
     agent: Any = None,
+    metrics: ServerMetrics | None = None,
+    health: Callable[[], dict[str, Any]] | None = None,
+    exposition: Callable[[], Awaitable[bytes]] | None = None,
 ) -> FastAPI:
     """Build the app around one shared engine instance; `heap` is trimmed after each session ends;
-    `agent` (AgentServices) lets sessions ask for a conversation."""
+    `agent` (AgentServices) lets sessions ask for a conversation; `metrics` (own registry) is served at
+    /metrics, or `exposition()` when given (a Ray replica answers for every replica); `health` adds fields to
+    /healthz (a Ray replica's id and the cluster's failed warm-ups)."""
     # no /openapi.json: the API is documented in docs/protocol.md, and nothing is served without the token
     # that does not have to be
     app = FastAPI(title="lipstream", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
     registry = SessionRegistry(config.limits.max_sessions)
-    factory = session_factory or render_session_factory(config)
+    metrics = metrics or ServerMetrics()
+    metrics.bind_live_sessions(lambda: len(registry))
+    factory = session_factory or render_session_factory(config, metrics=metrics)
     app.state.registry = registry
+    app.state.metrics = metrics
 
     def authorized(request: Request) -> bool:
         return token_ok(config.token, extract_token(request.headers, request.query_params))
@@ -112,8 +128,16 @@ def create_app(
         """Liveness: version, engine and live session count."""
         return {
             "status": "ok", "version": __version__, "engine": config.engine, "sessions": len(registry),
-            "agent": agent is not None,
+            "agent": agent is not None, **(health() if health is not None else {}),
         }
+
+    @app.get("/metrics")
+    async def prometheus_metrics(request: Request) -> Any:
+        """Prometheus text exposition (token-protected like /api when the server has one)."""
+        if not authorized(request):
+            return unauthorized()
+        body = await exposition() if exposition is not None else metrics.render()
+        return Response(body, media_type=CONTENT_TYPE)
 
     @app.get("/api/avatars")
     async def avatars(request: Request) -> Any:
@@ -141,7 +165,7 @@ def create_app(
     @app.websocket("/ws")
     async def session_socket(ws: WebSocket) -> None:
         """One live session per connection (docs/protocol.md)."""
-        await Connection(ws, config, engine, registry, factory, agent=agent).run()
+        await Connection(ws, config, engine, registry, factory, agent=agent, metrics=metrics).run()
         if heap is not None:
             await asyncio.to_thread(heap.trim)
 

@@ -54,6 +54,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     agent.add_argument(
         "--end-of-turn-ms", type=int, default=500, help="silence that ends the user's turn (default 500 ms)"
     )
+    scale = serve.add_argument_group("scale out over a Ray Serve cluster (pip install 'lipstream[ray]')")
+    scale.add_argument(
+        "--ray", action="store_true",
+        help="serve through Ray Serve: replicas warmed before traffic, autoscaled on live sessions",
+    )
+    scale.add_argument(
+        "--ray-address", default=None,
+        help="auto (the cluster this machine joined), ray://HOST:10001 or HOST:6379; "
+        "default: a local cluster bound to 127.0.0.1",
+    )
+    scale.add_argument(
+        "--min-replicas", type=int, default=1, help="replicas kept when idle (default 1; 0 allowed)"
+    )
+    scale.add_argument("--max-replicas", type=int, default=2, help="replicas at most (default 2)")
+    scale.add_argument(
+        "--sessions-per-replica", type=int, default=4,
+        help="live sessions one replica takes at most (default 4)",
+    )
+    scale.add_argument(
+        "--cpus-per-replica", type=float, default=1.0, help="CPUs Ray reserves per replica (default 1)"
+    )
+    scale.add_argument(
+        "--gpus-per-replica", type=float, default=0.0,
+        help="GPUs per replica, fractions allowed (e.g. 0.5: two replicas share one GPU; default 0)",
+    )
     serve.set_defaults(func=run_serve)
 
     client = subparsers.add_parser(
@@ -90,6 +115,7 @@ def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from lipstream.engines.registry import create_engine
+    from lipstream.server.agent import load_agent
     from lipstream.server.app import SharedVoices, create_app, render_session_factory
     from lipstream.server.config import MIB, Limits, ServerConfig
     from lipstream.server.memory import HeapTrimmer
@@ -122,13 +148,19 @@ def run_serve(args: argparse.Namespace) -> int:
         voice=args.voice,
         limits=limits,
     )
+    if args.ray:
+        return _run_ray(args, config)
+    from lipstream.server.metrics import ServerMetrics
+
     heap = HeapTrimmer()
     heap.tune()  # before any worker thread exists
     engine = create_engine(args.engine, **engine_options(args))
     voices = SharedVoices()
     voices(config.voice)  # load the voice now, not on the first speak request
-    agent = _load_agent(args) if args.agent else None
-    app = create_app(config, engine, render_session_factory(config, voices), heap=heap, agent=agent)
+    agent = load_agent(_agent_config(args)) if args.agent else None
+    metrics = ServerMetrics()
+    factory = render_session_factory(config, voices, metrics=metrics)
+    app = create_app(config, engine, factory, heap=heap, agent=agent, metrics=metrics)
     server = uvicorn.Server(
         uvicorn.Config(
             app,
@@ -144,11 +176,34 @@ def run_serve(args: argparse.Namespace) -> int:
     return asyncio.run(_serve(server, config))
 
 
-def _load_agent(args: argparse.Namespace):
-    """Load the conversation's models now, so no session pays for them."""
+def _run_ray(args: argparse.Namespace, config) -> int:
+    """`serve --ray`: the same app in Ray Serve replicas (Ray is imported only on this path)."""
     from pydantic import ValidationError
 
-    from lipstream.server.agent import AgentConfig, load_agent, read_system_prompt
+    from lipstream.server.ray_serve import RayOptions, run_ray_serve
+
+    address = args.ray_address
+    if address is not None and address != "auto" and ":" not in address:
+        raise LipstreamError(f"--ray-address must be auto, ray://HOST:PORT or HOST:PORT (got {address})")
+    try:
+        options = RayOptions(
+            address=args.ray_address, min_replicas=args.min_replicas, max_replicas=args.max_replicas,
+            sessions_per_replica=args.sessions_per_replica, cpus_per_replica=args.cpus_per_replica,
+            gpus_per_replica=args.gpus_per_replica,
+        )  # fmt: skip
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = f"--{str(first['loc'][0]).replace('_', '-')}: " if first["loc"] else ""
+        raise LipstreamError(f"{where}{first['msg'].removeprefix('Value error, ')}") from None
+    agent = _agent_config(args) if args.agent else None
+    return run_ray_serve(config, options, engine_options(args), agent)
+
+
+def _agent_config(args: argparse.Namespace):
+    """The conversation's settings from the command line (checked; nothing loaded yet)."""
+    from pydantic import ValidationError
+
+    from lipstream.server.agent import AgentConfig, read_system_prompt
 
     options = {
         "llm_url": args.llm_url,
@@ -166,7 +221,7 @@ def _load_agent(args: argparse.Namespace):
     except ValidationError as exc:
         first = exc.errors()[0]
         raise LipstreamError(f"--{str(first['loc'][0]).replace('_', '-')}: {first['msg']}") from None
-    return load_agent(config)
+    return config
 
 
 async def _serve(server, config) -> int:

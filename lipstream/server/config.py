@@ -47,3 +47,4 @@ class ServerConfig(BaseModel):
     voice: str = "piper"
     max_lead_seconds: float = 1.0
     limits: Limits = Field(default_factory=Limits)
+    replica_id: str | None = None  # set on a Ray Serve replica; named in `ready` and /healthz

@@ -19,6 +19,7 @@ from lipstream.avatar.bundle import AvatarBundle, list_avatars, load_avatar
 from lipstream.errors import LipstreamError, QueueFullError
 from lipstream.server.auth import extract_token, token_ok
 from lipstream.server.config import ServerConfig
+from lipstream.server.metrics import ServerMetrics
 from lipstream.server.protocol import (
     PROTOCOL_MINOR,
     PROTOCOL_VERSION,
@@ -64,8 +65,10 @@ class Connection:
         registry: SessionRegistry,
         session_factory: SessionFactory,
         agent: Any = None,
+        metrics: ServerMetrics | None = None,
     ) -> None:
-        """`agent`: the server's AgentServices when it runs with --agent (sessions may ask for it)."""
+        """`agent`: the server's AgentServices when it runs with --agent (sessions may ask for it);
+        `metrics`: the server's Prometheus metrics."""
         self.ws = ws
         self.config = config
         self.limits = config.limits
@@ -75,6 +78,7 @@ class Connection:
         self.record: SessionRecord | None = None
         self.session: Any = None
         self.agent = agent
+        self.metrics = metrics
         self.conversation: Any = None  # in an agent session: the microphone goes here
         self._send_lock = asyncio.Lock()
         # speak requests wait here and are spoken one after another by one task, so a flood of them
@@ -104,6 +108,8 @@ class Connection:
 
     async def _fail(self, code: str, message: str, close_code: int) -> None:
         """Send a fatal error and close; used before `ready`."""
+        if self.metrics is not None:
+            self.metrics.session_refused(code)
         await self._send_error(code, message, fatal=True)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.ws.close(close_code), CLOSE_TIMEOUT_SECONDS)
@@ -199,9 +205,15 @@ class Connection:
             "sample_rate": SAMPLE_RATE,
             "limits": self.limits.model_dump(exclude={"hello_timeout_seconds"}),
         }
+        if self.config.replica_id:  # behind a Ray Serve proxy: which replica holds this session
+            ready["replica"] = self.config.replica_id
         await self._send_text(json.dumps(ready))
+        if self.metrics is not None:
+            self.metrics.session_opened()
 
     async def _emit_json(self, message: dict[str, Any]) -> None:
+        if self.metrics is not None and message.get("type") == "turn_metrics":
+            self.metrics.turn_finished(message.get("ms") or {})
         await self._send_text(json.dumps(message))
 
     # ---- streaming ----
@@ -235,6 +247,8 @@ class Connection:
                     await self._timed_send(self.ws.send_bytes(video))
                     await self._timed_send(self.ws.send_bytes(audio))
                 self.record.frames_sent += 1
+                if self.metrics is not None:
+                    self.metrics.frame_sent(item.speaking)
                 if self.conversation is not None:
                     self.conversation.add_reference(item.pts, item.audio)
             else:
@@ -281,6 +295,8 @@ class Connection:
             self.session.request_keyframe()
         elif isinstance(message, ClientStats):
             self.record.client_stats = message
+            if self.metrics is not None:
+                self.metrics.client_av_offset(message.av_offset_ms.model_dump())
         elif isinstance(message, Position):
             self.session.update_playback_position(message.pts)
         elif isinstance(message, Ping):

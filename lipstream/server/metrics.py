@@ -1,0 +1,153 @@
+"""Prometheus metrics of one server (GET /metrics): sessions, frames, render stage times, client reports.
+
+Every metric lives in the `CollectorRegistry` handed in, never in prometheus-client's global one, so two
+apps in one process (tests) keep separate figures. Labels are a small fixed set (no session ids)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+
+# render stages timed by lipstream.render (StageTimer names); anything else is counted as "other"
+STAGES = ("features", "planner", "engine", "codebook", "infill", "compositor", "encode")
+# turn stages of a conversation (the `turn_metrics` event), each measured from the end of the user's speech
+TURN_STAGES = ("transcript", "llm_first_token", "first_audio", "first_frame")
+# why a session was refused before `ready` (the protocol's error codes)
+REFUSALS = ("busy", "unknown_avatar", "unauthorized", "version", "bad_message", "too_large", "internal")
+
+TTFF_BUCKETS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
+STAGE_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
+LATE_BUCKETS = (0.01, 0.04, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+OFFSET_BUCKETS = (-0.2, -0.1, -0.06, -0.04, -0.02, 0.0, 0.02, 0.04, 0.06, 0.1, 0.2, 0.5)
+TURN_BUCKETS = (0.1, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0)
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class ServerMetrics:
+    """The metrics of one server; also the render sessions' observer (lipstream.render.timing)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.sessions_live = Gauge("lipstream_sessions_live", "Sessions open now", registry=r)
+        self.sessions_opened = Counter("lipstream_sessions_opened", "Sessions that reached ready", registry=r)
+        self.sessions_refused = Counter(
+            "lipstream_sessions_refused", "Sessions refused before ready, by error code", ["reason"],
+            registry=r,
+        )
+        self.frames_sent = Counter(
+            "lipstream_frames_sent", "Frames sent to clients (speech or idle)", ["kind"], registry=r
+        )
+        self.late_frames = Counter(
+            "lipstream_late_frames", "Frames made after their due time on the playback clock", registry=r
+        )
+        self.lateness = Histogram(
+            "lipstream_frame_lateness_seconds", "How late a late frame was", buckets=LATE_BUCKETS, registry=r
+        )
+        self.ttff = Histogram(
+            "lipstream_ttff_seconds", "First input of an utterance to its first speech frame (server side)",
+            buckets=TTFF_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.stage_seconds = Histogram(
+            "lipstream_render_stage_seconds",
+            "Time of one piece of render work by stage (engine: one batched call; encode: one frame)",
+            ["stage"], buckets=STAGE_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.av_offset = Histogram(
+            "lipstream_client_av_offset_seconds",
+            "A/V offset reported by players (client_stats av_offset_ms p50 of each report; positive: picture "
+            "after its audio)",
+            buckets=OFFSET_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.turn_latency = Histogram(
+            "lipstream_turn_latency_seconds",
+            "Conversation turns: end of the user's speech to each stage (serve --agent)",
+            ["stage"], buckets=TURN_BUCKETS, registry=r,
+        )  # fmt: skip
+        for reason in REFUSALS:  # present at 0 from the start: rate() needs a first sample
+            self.sessions_refused.labels(reason)
+        for kind in ("speech", "idle"):
+            self.frames_sent.labels(kind)
+
+    # ---- the server's hooks ----
+
+    def bind_live_sessions(self, count: Callable[[], int]) -> None:
+        """Read the live-session gauge from `count` at scrape time (the session registry)."""
+        self.sessions_live.set_function(lambda: float(count()))
+
+    def session_opened(self) -> None:
+        """A session reached `ready`."""
+        self.sessions_opened.inc()
+
+    def session_refused(self, reason: str) -> None:
+        """A session was refused before `ready` with this error code."""
+        self.sessions_refused.labels(reason if reason in REFUSALS else "internal").inc()
+
+    def frame_sent(self, speaking: bool) -> None:
+        """One frame (video AU and its audio) went out."""
+        self.frames_sent.labels("speech" if speaking else "idle").inc()
+
+    def client_av_offset(self, av_offset_ms: Mapping[str, float]) -> None:
+        """A player's `client_stats` report: its A/V offset p50, when it has measured any."""
+        if av_offset_ms.get("count", 0) > 0:
+            self.av_offset.observe(float(av_offset_ms["p50"]) / 1000.0)
+
+    def turn_finished(self, stage_ms: Mapping[str, float | None]) -> None:
+        """A conversation turn's `turn_metrics` (ms since the end of the user's speech, null: never)."""
+        for stage in TURN_STAGES:
+            value = stage_ms.get(stage)
+            if value is not None:
+                self.turn_latency.labels(stage).observe(float(value) / 1000.0)
+
+    # ---- RenderObserver (lipstream.render.timing) ----
+
+    def stage(self, name: str, seconds: float) -> None:
+        """One piece of render work."""
+        self.stage_seconds.labels(name if name in STAGES else "other").observe(seconds)
+
+    def first_frame(self, seconds: float) -> None:
+        """An utterance's time to first frame."""
+        self.ttff.observe(seconds)
+
+    def late_frame(self, seconds: float) -> None:
+        """A frame made after its due time."""
+        self.late_frames.inc()
+        self.lateness.observe(seconds)
+
+    # ---- exposition ----
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of every metric."""
+        return generate_latest(self.registry)
+
+
+class _Families:
+    """A collector that yields fixed metric families (merged from several replicas' texts)."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> list[Metric]:
+        """The families, as given."""
+        return self._families
+
+
+def merge_expositions(texts: Mapping[str, str], label: str = "replica") -> bytes:
+    """One exposition from several servers' texts, each sample labelled with its server's name (a Ray
+    replica id: as many values as replicas, so still low-cardinality)."""
+    families: dict[str, Metric] = {}
+    for source, text in sorted(texts.items()):
+        for family in text_string_to_metric_families(text):
+            merged = families.get(family.name)
+            if merged is None:
+                merged = families[family.name] = Metric(family.name, family.documentation, family.type)
+            for sample in family.samples:
+                merged.samples.append(sample._replace(labels={**sample.labels, label: source}))
+    registry = CollectorRegistry()
+    registry.register(_Families(list(families.values())))
+    return generate_latest(registry)

@@ -1,0 +1,304 @@
+"""`lipstream serve --ray`: the same FastAPI app in Ray Serve replicas, behind Serve's HTTP proxy.
+
+Each replica loads and warms its engine in its constructor (so it takes no traffic before it is warm),
+takes at most `sessions_per_replica` sessions (a WebSocket session is one ongoing request to Serve), and
+the deployment autoscales on ongoing sessions. Replicas report their metrics text to one small named actor
+(the board), so `GET /metrics` on any replica answers for all of them, labelled by replica; the board also
+keeps failed warm-ups, shown at /healthz. Ray is imported only here, only under `--ray`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from typing import Any
+
+from pydantic import BaseModel, Field, model_validator
+
+from lipstream.errors import LipstreamError
+from lipstream.server.agent import AgentConfig
+from lipstream.server.config import ServerConfig
+
+log = logging.getLogger(__name__)
+
+INSTALL_HINT = "pip install 'lipstream[ray]'"
+BOARD_SUFFIX = "-board"
+NAMESPACE = "lipstream"  # where the board actor lives (replicas run in Serve's own namespace)
+REPORT_INTERVAL_SECONDS = 2.0  # how often a replica sends its metrics to the board
+REPORT_TTL_SECONDS = 10.0  # a replica silent this long (dead or gone) drops out of /metrics
+MAX_WARMUP_FAILURES = 20
+
+
+class RayOptions(BaseModel):
+    """How `serve --ray` spreads sessions over a Ray cluster."""
+
+    address: str | None = None  # None: a local cluster on 127.0.0.1; "auto" or "ray://HOST:10001"
+    app_name: str = "lipstream"
+    min_replicas: int = Field(1, ge=0)  # 0 allowed: the first session after idle then waits for a warm-up
+    max_replicas: int = Field(2, ge=1)
+    sessions_per_replica: int = Field(4, ge=1)  # Serve's max_ongoing_requests
+    target_sessions: float | None = Field(None, gt=0)  # per replica, for autoscaling (default K * 0.75)
+    cpus_per_replica: float = Field(1.0, gt=0)
+    gpus_per_replica: float = Field(0.0, ge=0)
+    upscale_delay_s: float = Field(3.0, ge=0)
+    downscale_delay_s: float = Field(60.0, ge=0)
+    graceful_shutdown_s: float = Field(5.0, ge=0)  # sessions left on a replica being removed, then cut
+    num_cpus: int | None = Field(None, ge=1)  # a local cluster's CPUs (default: the machine's)
+
+    @model_validator(mode="after")
+    def _replicas_in_order(self) -> RayOptions:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError("--min-replicas must not exceed --max-replicas")
+        return self
+
+    @property
+    def target(self) -> float:
+        """Ongoing sessions per replica the autoscaler aims for."""
+        return self.target_sessions or max(1.0, 0.75 * self.sessions_per_replica)
+
+
+class ReplicaSpec(BaseModel):
+    """Everything a replica needs to build the server (sent to it by value)."""
+
+    config: ServerConfig
+    engine_options: dict[str, Any] = Field(default_factory=dict)
+    agent: AgentConfig | None = None
+    board: str  # the board actor's name
+
+
+def import_ray() -> tuple[Any, Any]:
+    """`(ray, ray.serve)`, or a one-line error saying how to install them."""
+    try:
+        import ray
+        from ray import serve
+    except ImportError:
+        raise LipstreamError(f"--ray needs Ray Serve, which is not installed: {INSTALL_HINT}") from None
+    return ray, serve
+
+
+def free_port(host: str) -> int:
+    """A TCP port free on `host` now (Serve's proxy cannot be told to pick one)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def connect_cluster(ray: Any, options: RayOptions) -> bool:
+    """Join the cluster at `options.address`, or start a local one bound to 127.0.0.1; True when local."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # nothing leaves this machine
+    if options.address:
+        try:
+            ray.init(
+                address=options.address, namespace=NAMESPACE, logging_level=logging.WARNING,
+                log_to_driver=False,
+            )  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError, ...
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise LipstreamError(
+                f"no Ray cluster at {options.address} ({first}); start one with `ray start --head` "
+                "or leave out --ray-address for a local cluster"
+            ) from None
+        return False
+    ray.init(
+        _node_ip_address="127.0.0.1", namespace=NAMESPACE, include_dashboard=False, num_cpus=options.num_cpus,
+        logging_level=logging.WARNING, log_to_driver=False,
+    )  # fmt: skip
+    return True
+
+
+def _board_class(ray: Any) -> Any:
+    @ray.remote(num_cpus=0)
+    class MetricsBoard:
+        """The replicas' latest metrics texts and their failed warm-ups (one per application)."""
+
+        def __init__(self) -> None:
+            self.reports: dict[str, tuple[float, str]] = {}
+            self.failures: list[dict[str, Any]] = []
+
+        def report(self, replica: str, text: str) -> None:
+            self.reports[replica] = (time.monotonic(), text)
+
+        def forget(self, replica: str) -> None:
+            self.reports.pop(replica, None)
+
+        def texts(self) -> dict[str, str]:
+            now = time.monotonic()
+            self.reports = {k: v for k, v in self.reports.items() if now - v[0] < REPORT_TTL_SECONDS}
+            return {k: v[1] for k, v in self.reports.items()}
+
+        def warmup_failed(self, replica: str, message: str) -> None:
+            self.failures = [*self.failures, {"replica": replica, "error": message, "at": time.time()}]
+            self.failures = self.failures[-MAX_WARMUP_FAILURES:]
+
+        def warmup_failures(self) -> list[dict[str, Any]]:
+            return self.failures
+
+    return MetricsBoard
+
+
+def _replica_class(serve: Any) -> Any:
+    @serve.ingress()
+    class LipstreamReplica:
+        """One replica: lipstream's app around an engine loaded and warmed before the first request."""
+
+        async def __init__(self, spec: dict[str, Any]) -> None:
+            import ray
+
+            self.spec = ReplicaSpec.model_validate(spec)
+            self.replica_id = serve.get_replica_context().replica_id.unique_id
+            self.board = ray.get_actor(self.spec.board, namespace=NAMESPACE)
+            self._failures: list[dict[str, Any]] = []  # other replicas' failed warm-ups, from the board
+            try:
+                self.lipstream_app, self.metrics = await asyncio.to_thread(self._build)
+            except Exception as exc:
+                log.exception("replica %s: warm-up failed; it takes no traffic", self.replica_id)
+                message = f"{type(exc).__name__}: {exc}"[:500]
+                await self.board.warmup_failed.remote(self.replica_id, message)
+                raise
+            self._reporter = asyncio.get_running_loop().create_task(self._report_metrics())
+
+        def _build(self) -> tuple[Any, Any]:
+            from lipstream.engines.registry import create_engine
+            from lipstream.server.agent import load_agent
+            from lipstream.server.app import SharedVoices, create_app, render_session_factory
+            from lipstream.server.memory import HeapTrimmer
+            from lipstream.server.metrics import ServerMetrics
+            from lipstream.server.warmup import warm_up
+
+            config = self.spec.config.model_copy(update={"replica_id": self.replica_id})
+            heap = HeapTrimmer()
+            heap.tune()
+            engine = create_engine(config.engine, **self.spec.engine_options)
+            report = warm_up(engine, config.avatars_dir)
+            voices = SharedVoices()
+            voices(config.voice)
+            agent = load_agent(self.spec.agent) if self.spec.agent is not None else None
+            metrics = ServerMetrics()
+            factory = render_session_factory(config, voices, metrics=metrics)
+            app = create_app(
+                config, engine, factory, heap=heap, agent=agent, metrics=metrics,
+                health=lambda: self._health(report.seconds), exposition=self._cluster_metrics,
+            )  # fmt: skip
+            return app, metrics
+
+        def __serve_build_asgi_app__(self) -> Any:
+            return self.lipstream_app
+
+        def _health(self, warmup_seconds: float) -> dict[str, Any]:
+            return {
+                "replica": self.replica_id, "pid": os.getpid(), "warmup_seconds": warmup_seconds,
+                "warmup_failures": self._failures,
+            }  # fmt: skip
+
+        async def _report_metrics(self) -> None:
+            """Send this replica's metrics to the board, and read back the failed warm-ups."""
+            while True:
+                try:
+                    await self.board.report.remote(self.replica_id, self.metrics.render().decode())
+                    self._failures = await self.board.warmup_failures.remote()
+                except Exception:  # noqa: BLE001 - the board restarting must not stop the replica
+                    log.warning("replica %s: cannot reach the metrics board", self.replica_id)
+                await asyncio.sleep(REPORT_INTERVAL_SECONDS)
+
+        async def _cluster_metrics(self) -> bytes:
+            from lipstream.server.metrics import merge_expositions
+
+            await self.board.report.remote(self.replica_id, self.metrics.render().decode())
+            return merge_expositions(await self.board.texts.remote())
+
+        def check_health(self) -> None:
+            """Serve's health probe: the metrics reporter must still run."""
+            if self._reporter.done():
+                raise RuntimeError("the metrics reporter stopped")
+
+        async def __del__(self) -> None:
+            reporter = getattr(self, "_reporter", None)
+            if reporter is not None:
+                reporter.cancel()
+            board = getattr(self, "board", None)
+            if board is not None:
+                board.forget.remote(self.replica_id)
+
+    return LipstreamReplica
+
+
+def build_application(serve: Any, spec: ReplicaSpec, options: RayOptions) -> Any:
+    """The Serve application: the replica deployment with its resources and autoscaling."""
+    actor_options: dict[str, Any] = {"num_cpus": options.cpus_per_replica}
+    if options.gpus_per_replica:
+        actor_options["num_gpus"] = options.gpus_per_replica
+    deployment = serve.deployment(
+        _replica_class(serve),
+        name="lipstream",
+        max_ongoing_requests=options.sessions_per_replica,
+        ray_actor_options=actor_options,
+        autoscaling_config={
+            "min_replicas": options.min_replicas,
+            "initial_replicas": max(options.min_replicas, 1),
+            "max_replicas": options.max_replicas,
+            "target_ongoing_requests": options.target,
+            "upscale_delay_s": options.upscale_delay_s,
+            "downscale_delay_s": options.downscale_delay_s,
+            "metrics_interval_s": 1.0,
+            "look_back_period_s": 5.0,
+        },
+        graceful_shutdown_timeout_s=options.graceful_shutdown_s,
+        graceful_shutdown_wait_loop_s=1.0,
+        health_check_period_s=5.0,
+    )
+    return deployment.bind(spec.model_dump(mode="json"))
+
+
+def run_ray_serve(
+    config: ServerConfig, options: RayOptions, engine_options: dict[str, Any], agent: AgentConfig | None
+) -> int:
+    """Deploy on the cluster, print the URL when every initial replica is warm, serve until stopped."""
+    ray, serve = import_ray()
+    local = connect_cluster(ray, options)
+    try:
+        port = config.port or free_port(config.host)
+        board_name = options.app_name + BOARD_SUFFIX
+        _board_class(ray).options(name=board_name, get_if_exists=True, lifetime="detached").remote()
+        spec = ReplicaSpec(config=config, engine_options=engine_options, agent=agent, board=board_name)
+        serve.start(http_options={"host": config.host, "port": port})
+        try:
+            serve.run(build_application(serve, spec, options), name=options.app_name, route_prefix="/")
+        except Exception as exc:  # noqa: BLE001 - a deploy failure is the replicas' warm-up failing
+            lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+            raise LipstreamError(
+                f"the replicas failed to start ({lines[-1] if lines else type(exc).__name__}); "
+                "their logs are under /tmp/ray/session_latest/logs/serve"
+            ) from None
+        suffix = f"/?token={config.token}" if config.token else "/"
+        print(f"lipstream serving at http://{config.host}:{port}{suffix} (Ray Serve)", flush=True)
+        _wait_for_stop()
+        return 0
+    finally:
+        _stop(ray, serve, options, local)
+
+
+def _wait_for_stop() -> None:
+    """Block until SIGTERM or Ctrl-C (the CLI turns both into KeyboardInterrupt subclasses)."""
+    stop = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGHUP, lambda *_: stop.set())
+    while not stop.wait(1.0):
+        pass
+
+
+def _stop(ray: Any, serve: Any, options: RayOptions, local: bool) -> None:
+    """Take the application down; a local cluster goes with it, a shared one stays up."""
+    try:
+        if local:
+            serve.shutdown()
+        else:
+            serve.delete(options.app_name)
+            ray.kill(ray.get_actor(options.app_name + BOARD_SUFFIX))
+    except Exception:  # noqa: BLE001 - on the way out: never hide the reason we are stopping
+        log.warning("Ray Serve did not shut down cleanly", exc_info=True)
+    ray.shutdown()

@@ -14,6 +14,7 @@ from fastapi.staticfiles import StaticFiles
 
 from lipstream import __version__
 from lipstream.avatar.bundle import AvatarBundle, list_avatars, load_avatar
+from lipstream.edge.serve import add_edge_routes
 from lipstream.errors import LipstreamError
 from lipstream.render.base_frames import SharedBaseFrames
 from lipstream.render.workers import WorkerPools
@@ -161,6 +162,7 @@ def create_app(
         return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-store"})
 
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    add_edge_routes(app, config.avatars_dir, config.token)  # the serverless page at /edge/NAME/
 
     @app.websocket("/ws")
     async def session_socket(ws: WebSocket) -> None:

@@ -1,6 +1,7 @@
 // The serverless page: base loop video, audio in (file, microphone), an in-browser engine, the compositor.
 // Audio is the master clock (AudioContext); the mouth follows the base video frame on screen.
 import { Compositor } from './compositor.js';
+import { fetchChecked } from './files.js';
 import { resampleLinear, startMicrophone } from './mic.js';
 
 const $ = (id) => document.getElementById(id);
@@ -53,18 +54,17 @@ async function describeGpu(engineName) {
   app.webgpu = !!adapter;
 }
 
-function loadVideo(manifest) {
+async function loadVideo(manifest) {
+  // Fetched whole and played from a Blob: plain static servers (python -m http.server) answer no Range
+  // requests, and a video without them cannot seek, which head tracking by displayed time relies on.
   const video = $('base');
   const file = manifest.video.file;
-  return new Promise((resolve, reject) => {
-    video.addEventListener('error', async () => {
-      let missing = false;
-      try { missing = !(await fetch(new URL(file, baseUrl), { method: 'HEAD' })).ok; } catch { missing = true; }
-      reject(new Error(missing ? `${file}: is missing; re-export the avatar`
-        : `${file}: cannot be decoded by this browser (corrupted? code ${video.error && video.error.code}); re-export the avatar`));
-    }, { once: true });
+  const bytes = await fetchChecked(manifest, baseUrl, file);
+  await new Promise((resolve, reject) => {
+    video.addEventListener('error', () => reject(new Error(
+      `${file}: cannot be decoded by this browser (code ${video.error && video.error.code}); re-export the avatar`)), { once: true });
     video.addEventListener('loadeddata', () => resolve(), { once: true });
-    video.src = new URL(file, baseUrl).href;
+    video.src = URL.createObjectURL(new Blob([bytes], { type: 'video/mp4' }));
     video.play().catch(() => {}); // muted autoplay; a paused video still shows its first frame
   });
 }

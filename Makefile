@@ -6,6 +6,9 @@ BIN := $(VENV)/bin
 # the Pipecat processor's own environment: pipecat-ai needs protobuf>=5.29, face tracking (the `prepare`
 # extra, in .venv) needs protobuf<5, so the two cannot share one (docs/integrations.md)
 PIPECAT_VENV := .venv-pipecat
+# `serve --ray` (issue 14): ray[serve] needs protobuf>=5 too, so it also gets its own venv; the Ray tests run
+# the server with this venv's Python and prepare their avatars in .venv
+RAY_VENV := .venv-ray
 export LIPSTREAM_HOME ?= $(CURDIR)/out/home
 DEMO_OUT := $(CURDIR)/out/demo
 APT_PACKAGES := espeak-ng ffmpeg chromium
@@ -13,7 +16,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test setup setup-pipecat test-pipecat system-deps lint bench
 
-setup: system-deps $(VENV)/.installed tests/browser/node_modules/.installed
+setup: system-deps $(VENV)/.installed $(RAY_VENV)/.installed tests/browser/node_modules/.installed
 
 system-deps:
 	@missing=""; \
@@ -43,6 +46,14 @@ $(PIPECAT_VENV)/.installed: pyproject.toml
 	echo '*' > $(PIPECAT_VENV)/.gitignore
 	$(PIPECAT_VENV)/bin/pip install -q -U pip
 	$(PIPECAT_VENV)/bin/pip install -q -e '.[pipecat,dev]'
+	touch $@
+
+# no torch, no mediapipe: serves avatars (with their engine caches) that .venv prepared
+$(RAY_VENV)/.installed: pyproject.toml
+	[ -x $(RAY_VENV)/bin/python ] || $(PY) -m venv $(RAY_VENV)
+	echo '*' > $(RAY_VENV)/.gitignore
+	$(RAY_VENV)/bin/pip install -q -U pip
+	$(RAY_VENV)/bin/pip install -q -e '.[ray,dev]'
 	touch $@
 
 tests/browser/node_modules/.installed: tests/browser/package.json

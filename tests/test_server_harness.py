@@ -32,9 +32,13 @@ def copy_avatar(src: Path, root: Path, name: str) -> Path:
 class ServerProcess:
     """`lipstream serve` in a subprocess on a free port; stderr is kept for failure messages."""
 
-    def __init__(self, avatars_dir: Path, *extra: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, avatars_dir: Path, *extra: str, env: dict[str, str] | None = None, python: str = sys.executable,
+        start_timeout: float = 60.0,
+    ) -> None:
+        """`python`: the interpreter to run it with (the Ray tests use .venv-ray's)."""
         cmd = [
-            sys.executable,
+            python,
             "-m",
             "lipstream",
             "serve",
@@ -50,7 +54,7 @@ class ServerProcess:
         )
         self.stderr: list[str] = []
         threading.Thread(target=self._drain_stderr, daemon=True).start()
-        self.http, self.port = self._wait_for_url(timeout=60)
+        self.http, self.port = self._wait_for_url(timeout=start_timeout)
         self.ws = f"ws://127.0.0.1:{self.port}/ws"
 
     def _drain_stderr(self) -> None:

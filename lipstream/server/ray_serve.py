@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from typing import Any
@@ -92,6 +93,7 @@ def connect_cluster(ray: Any, options: RayOptions) -> bool:
     """Join the cluster at `options.address`, or start a local one bound to 127.0.0.1; True when local."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # nothing leaves this machine
     if options.address:
+        _check_reachable(options.address)
         try:
             ray.init(
                 address=options.address, namespace=NAMESPACE, logging_level=logging.WARNING,
@@ -109,6 +111,22 @@ def connect_cluster(ray: Any, options: RayOptions) -> bool:
         logging_level=logging.WARNING, log_to_driver=False,
     )  # fmt: skip
     return True
+
+
+def _check_reachable(address: str, timeout: float = 3.0) -> None:
+    """Fail in seconds when nothing listens at HOST:PORT (Ray's own client retries for minutes)."""
+    if address == "auto":
+        return  # Ray finds the local cluster's address itself, and says quickly when there is none
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout):
+            pass
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or "timed out"
+        raise LipstreamError(
+            f"no Ray cluster at {address} ({reason}); start one with `ray start --head` "
+            "or leave out --ray-address for a local cluster"
+        ) from None
 
 
 def _board_class(ray: Any) -> Any:
@@ -263,15 +281,17 @@ def run_ray_serve(
     try:
         port = config.port or free_port(config.host)
         board_name = options.app_name + BOARD_SUFFIX
-        _board_class(ray).options(name=board_name, get_if_exists=True, lifetime="detached").remote()
+        board = _board_class(ray).options(name=board_name, get_if_exists=True, lifetime="detached").remote()
         spec = ReplicaSpec(config=config, engine_options=engine_options, agent=agent, board=board_name)
         serve.start(http_options={"host": config.host, "port": port})
         try:
             serve.run(build_application(serve, spec, options), name=options.app_name, route_prefix="/")
         except Exception as exc:  # noqa: BLE001 - a deploy failure is the replicas' warm-up failing
+            failures = ray.get(board.warmup_failures.remote())
             lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+            reason = failures[-1]["error"] if failures else (lines[-1] if lines else type(exc).__name__)
             raise LipstreamError(
-                f"the replicas failed to start ({lines[-1] if lines else type(exc).__name__}); "
+                f"the replicas failed to warm up ({reason.splitlines()[0]}); "
                 "their logs are under /tmp/ray/session_latest/logs/serve"
             ) from None
         suffix = f"/?token={config.token}" if config.token else "/"
@@ -283,12 +303,15 @@ def run_ray_serve(
 
 
 def _wait_for_stop() -> None:
-    """Block until SIGTERM or Ctrl-C (the CLI turns both into KeyboardInterrupt subclasses)."""
+    """Block until SIGTERM, SIGINT or SIGHUP. Ray's driver puts its own SIGTERM handler in place (it dies
+    on the spot), so ours is set again here: the application is then taken down in order."""
     stop = threading.Event()
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGHUP, lambda *_: stop.set())
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, lambda *_: stop.set())
     while not stop.wait(1.0):
         pass
+    print("stopping: taking the Ray Serve application down", file=sys.stderr, flush=True)
 
 
 def _stop(ray: Any, serve: Any, options: RayOptions, local: bool) -> None:

@@ -1,0 +1,178 @@
+"""`lipstream serve --ray` on a real local Ray cluster, started once for the module: 2 replicas of the viseme
+server (1 CPU each) behind Serve's proxy; sessions land on both, frames flow, /metrics answers for both
+replicas, a replica killed mid-session ends its session and new sessions still work, and the whole thing
+stops cleanly.
+
+Ray lives in its own venv (.venv-ray, `make setup`): ray[serve] needs protobuf>=5 and face tracking (which
+prepares the avatars these tests serve) protobuf<5. The server runs under .venv-ray's Python; this test
+process only speaks HTTP and WebSocket to it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import test_server_harness as harness
+import websockets
+from prometheus_client.parser import text_string_to_metric_families
+from test_server_harness import REPO, ServerProcess
+from test_server_live import collect, open_session
+
+from lipstream.server.protocol import Kind
+
+avatars_root = harness.avatars_root  # shared fixtures
+
+pytestmark = pytest.mark.slow
+
+RAY_PYTHON = REPO / ".venv-ray" / "bin" / "python"
+RECONNECT_CODES = {1001, 1006, 1011, 1012}  # what the player reconnects on (docs/protocol.md)
+
+
+def _ray_importable() -> str | None:
+    """Why Ray cannot run here, or None."""
+    if not RAY_PYTHON.exists():
+        return f"{RAY_PYTHON} is missing (make setup builds it: Ray needs its own venv)"
+    done = subprocess.run([str(RAY_PYTHON), "-c", "import ray.serve"], capture_output=True, text=True)
+    if done.returncode != 0:
+        return f"ray[serve] does not import in .venv-ray: {done.stderr.strip().splitlines()[-1:]}"
+    return None
+
+
+def get_json(url: str) -> dict:
+    """GET a JSON endpoint."""
+    with urllib.request.urlopen(url, timeout=10) as res:
+        return json.loads(res.read())
+
+
+@pytest.fixture(scope="module")
+def ray_server(avatars_root: Path):
+    """`lipstream serve --ray` with 2 replicas on a local cluster (skipped when Ray is not installed)."""
+    reason = _ray_importable()
+    if reason:
+        pytest.skip(reason)
+    # the engine's caches are built here, where face tracking is installed (.venv-ray has no `prepare`
+    # extra, like a serving image): replicas only read them
+    from lipstream.engines.registry import create_engine
+    from lipstream.server.warmup import warm_up
+
+    warm_up(create_engine("viseme"), avatars_root)
+    server = ServerProcess(
+        avatars_root, "--ray", "--min-replicas", "2", "--max-replicas", "2", "--sessions-per-replica", "3",
+        "--cpus-per-replica", "1", python=str(RAY_PYTHON), start_timeout=240.0,
+        env={"RAY_DEDUP_LOGS": "0", "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    yield server
+    server.stop()
+
+
+def replica_pids(base: str, want: int = 2, timeout: float = 30.0) -> dict[str, int]:
+    """{replica id: pid}, from /healthz answered by whichever replica the proxy picks."""
+    found: dict[str, int] = {}
+    deadline = time.monotonic() + timeout
+    while len(found) < want and time.monotonic() < deadline:
+        health = get_json(base + "/healthz")
+        found[health["replica"]] = health["pid"]
+    return found
+
+
+async def open_on(url: str, count: int) -> list[tuple[websockets.ClientConnection, dict]]:
+    """Open `count` sessions at once."""
+    return list(await asyncio.gather(*(open_session(url, "small") for _ in range(count))))
+
+
+async def speak_and_count_frames(ws) -> int:
+    """Speak one sentence; the number of speech video frames until playback_finished."""
+    await ws.send(json.dumps({"type": "speak", "text": "Good evening, here is the news."}))
+    media, _ = await collect(ws, lambda m: m["type"] == "playback_finished", timeout=90)
+    return sum(1 for m in media if m.kind == Kind.VIDEO and m.flags & 2)
+
+
+def test_sessions_spread_over_both_replicas_and_frames_flow(ray_server: ServerProcess) -> None:
+    health = get_json(ray_server.http + "/healthz")
+    assert health["status"] == "ok" and health["warmup_failures"] == [] and health["warmup_seconds"] >= 0
+
+    async def run() -> set[str]:
+        sessions = await open_on(ray_server.ws, 4)
+        try:
+            assert all(ready["type"] == "ready" for _, ready in sessions), [r for _, r in sessions]
+            frames = await speak_and_count_frames(sessions[0][0])
+            assert frames >= 25  # over a second of speech came through the proxy
+            return {ready["replica"] for _, ready in sessions}
+        finally:
+            for ws, _ in sessions:
+                await ws.close()
+
+    replicas = asyncio.run(run())
+    assert len(replicas) == 2, replicas  # 4 sessions, at most 3 per replica: both replicas hold some
+
+    time.sleep(2.5)  # replicas report to the board every 2 s
+    with urllib.request.urlopen(ray_server.http + "/metrics", timeout=10) as res:
+        families = {f.name: f for f in text_string_to_metric_families(res.read().decode())}
+    opened = [s for s in families["lipstream_sessions_opened"].samples if s.name.endswith("_total")]
+    assert {s.labels["replica"] for s in opened} == replicas  # one /metrics answers for every replica
+    assert sum(s.value for s in opened) >= 4
+
+
+def test_a_killed_replica_ends_its_session_and_new_sessions_still_work(ray_server: ServerProcess) -> None:
+    pids = replica_pids(ray_server.http)
+    assert len(pids) == 2, pids
+
+    async def run() -> tuple[int | None, float]:
+        sessions = await open_on(ray_server.ws, 2)
+        victim_ws, victim_ready = sessions[0]
+        for ws, _ in sessions[1:]:
+            await ws.close()
+        victim = victim_ready["replica"]
+        await victim_ws.recv()  # frames flow
+        killed_at = time.monotonic()
+        os.kill(pids[victim], signal.SIGKILL)
+        code = None
+        try:
+            while True:
+                await asyncio.wait_for(victim_ws.recv(), 30)
+        except websockets.ConnectionClosed as closed:
+            code = closed.rcvd.code if closed.rcvd is not None else 1006
+        ended_after = time.monotonic() - killed_at
+        # new sessions work at once (the other replica), then again once Serve has replaced the dead one
+        fresh = await open_on(ray_server.ws, 2)
+        try:
+            assert all(ready["type"] == "ready" for _, ready in fresh), [r for _, r in fresh]
+            assert all(ready["replica"] != victim for _, ready in fresh)
+            assert await speak_and_count_frames(fresh[0][0]) >= 25
+        finally:
+            for ws, _ in fresh:
+                await ws.close()
+        return code, ended_after
+
+    code, ended_after = asyncio.run(run())
+    assert code in RECONNECT_CODES, code  # a code the player reconnects on
+    assert ended_after < 15
+
+    deadline = time.monotonic() + 120  # Serve starts a replacement (warmed before it takes traffic)
+    replaced: dict[str, int] = {}
+    while time.monotonic() < deadline:
+        replaced = replica_pids(ray_server.http, timeout=5)
+        if len(replaced) == 2 and set(replaced) != set(pids):
+            break
+        time.sleep(1)
+    assert len(replaced) == 2 and set(replaced) != set(pids), (pids, replaced)
+
+
+def test_zz_stops_cleanly(ray_server: ServerProcess) -> None:
+    """SIGTERM takes the application and the local cluster down; no Ray process is left behind."""
+    children = subprocess.run(
+        ["ps", "-o", "pid=", "--ppid", str(ray_server.proc.pid)], capture_output=True, text=True
+    ).stdout.split()
+    assert children  # the local cluster's gcs_server and raylet
+    ray_server.proc.send_signal(signal.SIGTERM)
+    assert ray_server.proc.wait(timeout=60) == 0, "".join(ray_server.stderr[-20:])
+    time.sleep(1)
+    alive = [pid for pid in children if Path(f"/proc/{pid}").exists()]
+    assert not alive, alive

@@ -10,7 +10,8 @@ import { chromium } from 'playwright-core';
 const opts = JSON.parse(process.argv[2] || '{}');
 const timeoutMs = opts.timeoutMs || 120000;
 
-const browser = await chromium.launch({
+// --cdp: a browser the user started (e.g. their own Chrome with --remote-debugging-port=9222).
+const browser = opts.cdp ? await chromium.connectOverCDP(opts.cdp) : await chromium.launch({
   executablePath: process.env.CHROMIUM || '/usr/lib/chromium/chromium',
   headless: true,
   args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
@@ -20,7 +21,8 @@ const browser = await chromium.launch({
 const problems = [];
 
 async function openPage({ waitReady = true } = {}) {
-  const page = await browser.newPage({ viewport: opts.viewport || { width: 1000, height: 1000 } });
+  const context = opts.cdp ? browser.contexts()[0] || await browser.newContext() : browser;
+  const page = await context.newPage({ viewport: opts.viewport || { width: 1000, height: 1000 } });
   page.on('pageerror', (err) => problems.push(`pageerror: ${err.message}`));
   page.on('console', (msg) => { if (msg.type() === 'error') problems.push(`console: ${msg.text()}`); });
   await page.goto(opts.url);
@@ -56,6 +58,7 @@ const summary = (page) => page.evaluate(() => {
     mainMsP50: pct(s.mainMs, 0.5), mainMsP95: pct(s.mainMs, 0.95), mainMsMax: pct(s.mainMs, 1.0), ticks: s.mainMs.length,
     renderMsP50: pct(s.renderMs, 0.5), renderMsP95: pct(s.renderMs, 0.95),
     featureMsP50: pct(s.featureMs, 0.5),
+    stages: Object.fromEntries(Object.entries(s.stages).map(([k, a]) => [k, { p50: pct(a, 0.5), p95: pct(a, 0.95), n: a.length }])),
     playToFirstFrameMs: s.firstFrameAt !== null ? s.firstFrameAt - s.playAt : null,
     playToFirstMouthMs: s.firstMouthAt !== null ? s.firstMouthAt - s.playAt : null,
     log: s.log,
@@ -142,6 +145,23 @@ try {
     }
     await page.waitForFunction(() => window.lipstreamEdge.stats.events.some((e) => e.type === 'playback_finished'), null, { timeout: timeoutMs });
     result = { boxes, ...(await summary(page)) };
+  } else if (scenario === 'pack') {
+    // Float -> RGBA packing (mask in alpha, one Uint32 write per pixel) of a 256² frame, on the main thread.
+    const page = await openPage({ waitReady: false });
+    result = await page.evaluate(async (reps) => {
+      const { packPlanarSigned } = await import('./packing.js');
+      const n = 256 * 256;
+      const planes = new Float32Array(3 * n).map(() => Math.random() * 2.2 - 1.1);
+      const mask = new Uint8Array(n).map(() => Math.random() * 256);
+      const out = new Uint32Array(n);
+      for (let i = 0; i < 20; i++) packPlanarSigned(planes, mask, out); // warm the JIT
+      const times = [];
+      for (let i = 0; i < reps; i++) { const t = performance.now(); packPlanarSigned(planes, mask, out); times.push(performance.now() - t); }
+      times.sort((a, b) => a - b);
+      const px = out[12345];
+      const ok = (px >>> 24) === mask[12345];
+      return { packMsP50: times[Math.floor(reps / 2)], packMsP95: times[Math.floor(reps * 0.95)], alphaOk: ok };
+    }, opts.reps || 200);
   } else if (scenario === 'bad_audio') {
     const page = await openPage();
     await page.setInputFiles('#file', opts.wav);
@@ -161,5 +181,5 @@ try {
   console.log(JSON.stringify({ failed: String(err && err.stack || err), problems }));
   process.exitCode = 1;
 } finally {
-  await browser.close();
+  if (!opts.cdp) await browser.close();
 }

@@ -10,7 +10,7 @@ const CHUNK_S = 0.5;
 
 const stats = {
   framesShown: 0, speechFramesShown: 0, late: 0, skipped: 0, mainMs: [], log: [],
-  playAt: null, firstFrameAt: null, firstMouthAt: null, patches: 0, renderMs: [], featureMs: [], events: [],
+  playAt: null, firstFrameAt: null, firstMouthAt: null, patches: 0, renderMs: [], featureMs: [], stages: {}, events: [],
 };
 const app = { stats, manifest: null, engine: null, compositor: null, ac: null, pcm: null, fileName: null, playing: null, errors: [] };
 window.lipstreamEdge = app;
@@ -98,7 +98,10 @@ async function start() {
 
 function onPatch(patch) {
   stats.patches += 1;
-  if (patch.timing && patch.timing.render !== undefined) stats.renderMs.push(patch.timing.render);
+  for (const [stage, ms] of Object.entries(patch.timing || {})) {
+    (stats.stages[stage] ||= []).push(ms); // per-stage engine figures for benchmarks/edge_bench.py
+    if (stage === 'render') stats.renderMs.push(ms);
+  }
   const playing = app.playing;
   if (!playing) return;
   app.compositor.addPatch(patch);

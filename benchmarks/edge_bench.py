@@ -1,0 +1,120 @@
+"""Serverless page (issue 10) in headless Chromium: a 30 s clip on the 1080x1920 sample, served by a plain
+static server; main-thread ms per display frame, dropped frames, Play -> first speech frame, engine stages,
+and Float -> RGBA packing per 256² frame.
+
+    LIPSTREAM_HOME=out/home .venv/bin/python benchmarks/edge_bench.py [--engine viseme|musetalk --onnx DIR]
+
+Against a user's own Chrome (a real GPU): start it with `google-chrome --remote-debugging-port=9222`, serve an
+export (`lipstream export web NAME -o site && python -m http.server -d site 8000`), then
+`benchmarks/edge_bench.py --url http://127.0.0.1:8000/ --cdp http://127.0.0.1:9222`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from bench_common import cpu_model  # noqa: E402
+from test_edge_web import StaticServer, write_wav  # noqa: E402
+from test_server_harness import run_browser_script  # noqa: E402
+
+from lipstream.edge.web_export import WebExportConfig, export_web  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results" / "edge_bench.json"
+PARAGRAPH = (
+    "Good evening. Here is the news for the last day of November. The weather will stay mild along the "
+    "coast, with some rain in the hills by Thursday. In the city, the new bridge opened to traffic this "
+    "morning, two weeks ahead of plan. Markets were calm, and the harbour reported its busiest month of "
+    "the year. That is all for now; thank you for watching, and good night."
+)
+
+
+def speech_clip(seconds: float, path: Path) -> np.ndarray:
+    """An espeak paragraph repeated to exactly `seconds`, as a 16 kHz WAV."""
+    from lipstream.talk.tts import create_tts
+
+    pcm = create_tts("espeak").synthesize(PARAGRAPH).pcm
+    n = int(seconds * 16000)
+    return write_wav(path, np.resize(pcm, n))
+
+
+def main() -> int:
+    """Export, serve, play and report."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--avatar", default="sample")
+    parser.add_argument("--engine", choices=["viseme", "musetalk"], default="viseme")
+    parser.add_argument("--onnx", help="--engine musetalk: the `lipstream export onnx` folder")
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--url", help="a served export to measure instead of exporting one here")
+    parser.add_argument("--cdp", help="DevTools URL of the user's own Chrome (--remote-debugging-port)")
+    parser.add_argument("--webgpu", action="store_true", help="headless Chromium with --enable-unsafe-webgpu")
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="edge_bench_"))
+    wav = work / "clip.wav"
+    speech_clip(args.seconds, wav)
+    report: dict = {
+        "date": str(date.today()), "cpu": cpu_model(), "load_before": os.getloadavg(),
+        "engine": args.engine, "clip_seconds": args.seconds,
+    }  # fmt: skip
+    server = None
+    try:
+        if args.url:
+            url = args.url
+        else:
+            t0 = time.perf_counter()
+            config = WebExportConfig(engine=args.engine, onnx_dir=Path(args.onnx) if args.onnx else None)
+            manifest = export_web(args.avatar, work / "site", config)
+            report["export_seconds"] = round(time.perf_counter() - t0, 2)
+            report["export_bytes"] = {k: v["bytes"] for k, v in manifest["files"].items()}
+            report["size"] = [manifest["width"], manifest["height"]]
+            server = StaticServer(work / "site")
+            url = server.url
+        viewport = {"width": 1280, "height": 1000}
+        common = {"url": url, "cdp": args.cdp, "webgpu": args.webgpu, "viewport": viewport}
+        timeout = args.seconds * 4 + 240
+        play = run_browser_script("edge.mjs", {**common, "scenario": "play", "wav": str(wav)}, timeout)
+        pack = run_browser_script("edge.mjs", {**common, "scenario": "pack", "reps": 300}, 120)
+    finally:
+        if server:
+            server.stop()
+    frames = int(args.seconds * 25)
+    report.update(
+        {
+            "frames": frames,
+            "frames_shown": play["framesShown"],
+            "dropped_frames": play["skipped"] + play["late"],
+            "skipped": play["skipped"],
+            "late": play["late"],
+            "display_ticks": play["ticks"],
+            "main_ms_p50": play["mainMsP50"],
+            "main_ms_p95": play["mainMsP95"],
+            "main_ms_max": play["mainMsMax"],
+            "play_to_first_frame_ms": play["playToFirstFrameMs"],
+            "play_to_first_mouth_ms": play["playToFirstMouthMs"],
+            "engine_stages_ms": play["stages"],
+            "features_ms_per_push_p50": play["featureMsP50"],
+            "pack_ms_p50": pack["packMsP50"],
+            "pack_ms_p95": pack["packMsP95"],
+            "errors": play["errors"],
+            "load_after": os.getloadavg(),
+        }
+    )
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -19,7 +19,14 @@ from lipstream.engines.musetalk.features import (
     last_state_pre_norm,
 )
 from lipstream.engines.musetalk.generator import PATCH_SIZE, MuseTalkGenerator
-from lipstream.engines.musetalk.latents import ENGINE, cached_latents, prepare_latents, vae_fingerprint
+from lipstream.engines.musetalk.latents import (
+    ENGINE,
+    JAW_MARGIN_PX,
+    cached_latents,
+    prepare_latents,
+    to_bundle_crop,
+    vae_fingerprint,
+)
 from lipstream.engines.musetalk.loader import load_models, resolve_runtime
 from lipstream.errors import AvatarError, LipstreamError
 from lipstream.paths import models_dir as default_models_dir
@@ -100,7 +107,7 @@ class MuseTalkEngine:
 
     def prepare(self, bundle: AvatarBundle) -> None:
         """Encode and store the avatar's masked/reference crop latents (once; idempotent)."""
-        prepare_latents(bundle, self.models.vae)
+        prepare_latents(bundle, self.models.vae, version=self.options.version)
 
     def features(self, speech: Speech) -> np.ndarray:
         """Per-frame Whisper windows [speech.frame_count, feature_dim] for a whole utterance."""
@@ -114,7 +121,7 @@ class MuseTalkEngine:
         key = str(Path(bundle.path).resolve())
         if key in self._latents:
             return self._latents[key]
-        latents = cached_latents(bundle, self._vae_id)
+        latents = cached_latents(bundle, self._vae_id, self.options.version)
         if latents is None:
             if not self.options.auto_prepare:
                 raise AvatarError(
@@ -122,7 +129,7 @@ class MuseTalkEngine:
                     f"`lipstream models latents {bundle.name}` (or render once with auto-prepare)"
                 )
             log.warning("avatar '%s' has no MuseTalk latents yet: encoding them now, once", bundle.name)
-            latents = prepare_latents(bundle, self.models.vae)
+            latents = prepare_latents(bundle, self.models.vae, version=self.options.version)
         rt = self.models.runtime
         tensor = torch.from_numpy(np.array(latents, dtype=np.float16)).to(device=rt.device, dtype=rt.dtype)
         self._latents[key] = tensor
@@ -152,6 +159,10 @@ class MuseTalkEngine:
                 rt.device, rt.dtype
             )
             out[start : start + len(ids)] = self.generator.run(latents[ids], audio)
+        if JAW_MARGIN_PX.get(self.options.version, 0):  # v1.0's patches cover the box without the margin
+            for i, frame_id in enumerate(frame_ids):
+                frame = np.asarray(bundle.frames[frame_id])
+                out[i] = to_bundle_crop(out[i], frame, bundle.boxes[frame_id], self.options.version)
         return out
 
 

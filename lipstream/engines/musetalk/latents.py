@@ -27,6 +27,30 @@ log = logging.getLogger(__name__)
 ENGINE = "musetalk"
 LATENTS_FILE = "latents.npy"
 ENCODE_BATCH = 4
+# The bundle's boxes hold MuseTalk v1.5's 10 px jaw margin below the chin (avatar/boxes.py BoxConfig);
+# upstream adds it for v1.5 only, so v1.0 crops the box without it.
+JAW_MARGIN_PX = {"1.5": 0, "1.0": -10}  # change of the bundle box's bottom edge per version
+
+
+def version_box(box: np.ndarray, version: str = "1.5") -> np.ndarray:
+    """The crop box MuseTalk `version` reads from a bundle box: as is (v1.5) or without the jaw margin."""
+    x1, y1, x2, y2 = (int(v) for v in box)
+    return np.array([x1, y1, x2, max(y1 + 2, y2 + JAW_MARGIN_PX.get(version, 0))], dtype=np.int64)
+
+
+def to_bundle_crop(patch: np.ndarray, frame: np.ndarray, box: np.ndarray, version: str) -> np.ndarray:
+    """A 256x256 patch of version_box(box) mapped onto the bundle box's 256x256 crop space: the patch is
+    resized into the rows it covers and the rows below (v1.0's missing jaw margin) keep the frame's own."""
+    import cv2
+
+    inner = version_box(box, version)
+    if inner[3] == int(box[3]):
+        return patch
+    crop = crop_face(frame, box)
+    rows = int(round(PATCH_SIZE * (inner[3] - inner[1]) / max(1, int(box[3]) - int(box[1]))))
+    rows = min(PATCH_SIZE, max(1, rows))
+    crop[:rows] = cv2.resize(patch, (PATCH_SIZE, rows), interpolation=cv2.INTER_LINEAR)
+    return crop
 
 
 def crop_face(frame: np.ndarray, box: np.ndarray) -> np.ndarray:
@@ -74,12 +98,14 @@ def vae_fingerprint(vae: Any) -> str:
     return digest.hexdigest()[:16]
 
 
-def cached_latents(bundle: AvatarBundle, fingerprint: str) -> np.ndarray | None:
-    """The bundle's latents if present, complete and made by this VAE; else None."""
+def cached_latents(bundle: AvatarBundle, fingerprint: str, version: str = "1.5") -> np.ndarray | None:
+    """The bundle's latents if present, complete and made by this VAE from this version's crop; else None."""
     entry = bundle.manifest.engines.get(ENGINE, {})
     path = bundle.engine_dir(ENGINE) / entry.get("latents", LATENTS_FILE)
     if not path.is_file() or entry.get("vae") != fingerprint:
         return None
+    if int(entry.get("crop_bottom_px", 0)) != JAW_MARGIN_PX.get(version, 0):
+        return None  # made for the other version's crop: re-encode (once per switch)
     try:
         latents = np.load(path, mmap_mode="r")
     except (OSError, ValueError):
@@ -89,10 +115,12 @@ def cached_latents(bundle: AvatarBundle, fingerprint: str) -> np.ndarray | None:
     return latents
 
 
-def prepare_latents(bundle: AvatarBundle, vae: Any, progress: bool = True) -> np.ndarray:
-    """Encode every frame's crops once and store them atomically in the bundle; return them."""
+def prepare_latents(
+    bundle: AvatarBundle, vae: Any, progress: bool = True, version: str = "1.5"
+) -> np.ndarray:
+    """Encode every frame's crops (version_box) once and store them atomically in the bundle; return them."""
     fingerprint = vae_fingerprint(vae)
-    existing = cached_latents(bundle, fingerprint)
+    existing = cached_latents(bundle, fingerprint, version)
     if existing is not None:
         return existing
     n = bundle.frame_count
@@ -103,7 +131,9 @@ def prepare_latents(bundle: AvatarBundle, vae: Any, progress: bool = True) -> np
         task = bar.add_task(f"MuseTalk latents for '{bundle.name}'", total=n)
         for start in range(0, n, ENCODE_BATCH):
             idx = range(start, min(n, start + ENCODE_BATCH))
-            crops = np.stack([crop_face(np.asarray(bundle.frames[i]), bundle.boxes[i]) for i in idx])
+            crops = np.stack(
+                [crop_face(np.asarray(bundle.frames[i]), version_box(bundle.boxes[i], version)) for i in idx]
+            )
             chunks.append(encode_crops(vae, crops))
             bar.advance(task, len(idx))
     latents = np.concatenate(chunks)
@@ -126,6 +156,7 @@ def prepare_latents(bundle: AvatarBundle, vae: Any, progress: bool = True) -> np
             "channels": "0-3 lower-half-masked crop, 4-7 reference crop",
             "posterior": "mean",
             "crop": "box resized to 256x256, INTER_LANCZOS4, RGB",
+            "crop_bottom_px": JAW_MARGIN_PX.get(version, 0),  # v1.0: the box without v1.5's jaw margin
             "vae": fingerprint,
         },
     )

@@ -43,6 +43,7 @@ def _sigterm_unwinds() -> Iterator[None]:
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser; each room registers its own subcommands."""
     from lipstream.avatar import cli as avatar_cli
+    from lipstream.commands import avatar_engines
     from lipstream.edge import cli as edge_cli
     from lipstream.engines.musetalk import cli as models_cli
     from lipstream.evaluation import cli as eval_cli
@@ -53,7 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"lipstream {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for room in (avatar_cli, render_cli, eval_cli, models_cli, server_cli, edge_cli):
+    avatar_commands = avatar_cli.register(sub)
+    avatar_engines.register(avatar_commands)  # the command layer: avatar commands that need an engine
+    for room in (render_cli, eval_cli, models_cli, server_cli, edge_cli):
         room.register(sub)
     return parser
 

@@ -1,4 +1,6 @@
-"""`lipstream avatar ...`: prepare, sample, list and info."""
+"""`lipstream avatar ...`: prepare, sample, list and info. Preparation does not depend on the live path:
+the commands that also need an engine (`prepare --engine`, `seed-codebook`) are added by the command layer
+above the rooms (lipstream.commands.avatar_engines)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,6 @@ from pathlib import Path
 
 from lipstream.avatar import bundle as bf
 from lipstream.errors import AvatarError
-from lipstream.render.cli import add_engine_arguments, engine_options
 
 
 def summary_line(bundle: bf.AvatarBundle, verb: str = "prepared") -> str:
@@ -28,8 +29,8 @@ def _print_notes(bundle: bf.AvatarBundle) -> None:
         print(f"note: {note}")
 
 
-def run_prepare(args: argparse.Namespace) -> int:
-    """`lipstream avatar prepare INPUT --name NAME`."""
+def prepare_from_args(args: argparse.Namespace) -> bf.AvatarBundle:
+    """Prepare the bundle `avatar prepare` asks for and print what was made."""
     from lipstream.avatar.prepare import prepare_avatar
 
     bundle = prepare_avatar(
@@ -37,7 +38,12 @@ def run_prepare(args: argparse.Namespace) -> int:
     )
     _print_notes(bundle)
     print(summary_line(bundle))
-    _prepare_engine_caches(args, bundle)
+    return bundle
+
+
+def run_prepare(args: argparse.Namespace) -> int:
+    """`lipstream avatar prepare INPUT --name NAME`."""
+    prepare_from_args(args)
     return 0
 
 
@@ -110,57 +116,18 @@ def run_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_seed_codebook(args: argparse.Namespace) -> int:
-    """Seed the codebook from speech files and print what it holds."""
-    from lipstream.audio.decode import load_audio
-    from lipstream.avatar.bundle import load_avatar
-    from lipstream.engines.base import Speech
-    from lipstream.engines.registry import create_engine
-    from lipstream.render.seed import seed_codebook
-
-    bundle = load_avatar(args.name, args.avatars_dir)
-    speeches = [Speech(pcm=load_audio(path), source=str(path)) for path in args.audio]
-    engine = create_engine(args.engine, **engine_options(args))
-    engine.prepare(bundle)
-    result = seed_codebook(bundle, engine, speeches)
-    print(
-        f"seeded {result.path}: {result.entries} mouth shapes from {result.frames} frames of "
-        f"{result.utterances} file(s) ({result.neural_frames} engine passes)"
-    )
-    return 0
-
-
-def _prepare_engine_caches(args: argparse.Namespace, bundle) -> None:
-    """`prepare --engine X`: build that engine's caches right away."""
-    if not getattr(args, "engine", None):
-        return
-    from lipstream.engines.registry import create_engine
-
-    engine = create_engine(args.engine, **engine_options(args))
-    engine.prepare(bundle)
-    print(f"cached {args.engine} data in {bundle.engine_dir(args.engine)}")
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add `lipstream avatar prepare|sample|list|info`."""
+def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersAction:
+    """Add `lipstream avatar prepare|sample|list|info`; returns the `avatar` subcommands, for the command
+    layer to add those that combine rooms."""
     avatar = subparsers.add_parser("avatar", help="prepare and inspect avatars")
     sub = avatar.add_subparsers(dest="avatar_command", metavar="ACTION", required=True)
 
-    def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument(
-            "--avatars-dir", type=Path, default=None, help="avatars folder (default $LIPSTREAM_HOME/avatars)"
-        )
-
+    common = add_avatars_dir
     p = sub.add_parser("prepare", help="turn a presenter video (or photo) into an avatar bundle")
     p.add_argument("input", help="a video file (any container/codec FFmpeg reads) or an image")
     p.add_argument("--name", required=True, help="avatar name (folder name under the avatars folder)")
     p.add_argument("--force", action="store_true", help="replace an existing avatar of that name")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    p.add_argument(
-        "--engine", default=None, choices=["viseme", "musetalk"],
-        help="also build this engine's caches now (musetalk: the VAE latents of every frame)",
-    )
-    add_engine_arguments(p, with_engine=False)
     common(p)
     p.set_defaults(func=run_prepare)
 
@@ -173,15 +140,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     common(p)
     p.set_defaults(func=run_sample)
 
-    p = sub.add_parser(
-        "seed-codebook", help="pre-fill an avatar's mouth-shape codebook from sample speech (acceleration)"
-    )
-    p.add_argument("name", help="avatar name or bundle folder")
-    p.add_argument("--audio", nargs="+", required=True, help="speech files in the voice(s) it will speak")
-    add_engine_arguments(p)
-    common(p)
-    p.set_defaults(func=run_seed_codebook)
-
     p = sub.add_parser("list", help="list prepared avatars")
     common(p)
     p.set_defaults(func=run_list)
@@ -191,3 +149,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the manifest and array shapes as JSON")
     common(p)
     p.set_defaults(func=run_info)
+    return sub
+
+
+def add_avatars_dir(parser: argparse.ArgumentParser) -> None:
+    """The `--avatars-dir` option every avatar command takes."""
+    parser.add_argument(
+        "--avatars-dir", type=Path, default=None, help="avatars folder (default $LIPSTREAM_HOME/avatars)"
+    )

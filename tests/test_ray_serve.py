@@ -1,7 +1,7 @@
 """`lipstream serve --ray` on a real local Ray cluster, started once for the module: 2 replicas of the viseme
 server (1 CPU each) behind Serve's proxy; sessions land on both, frames flow, /metrics answers for both
-replicas, a replica killed mid-session ends its session and new sessions still work, and the whole thing
-stops cleanly.
+replicas, a replica killed mid-session ends its session and new sessions still work, the player page
+reconnects by itself, and the whole thing stops cleanly.
 
 Ray lives in its own venv (.venv-ray, `make setup`): ray[serve] needs protobuf>=5 and face tracking (which
 prepares the avatars these tests serve) protobuf<5. The server runs under .venv-ray's Python; this test
@@ -163,6 +163,24 @@ def test_a_killed_replica_ends_its_session_and_new_sessions_still_work(ray_serve
             break
         time.sleep(1)
     assert len(replaced) == 2 and set(replaced) != set(pids), (pids, replaced)
+
+
+@pytest.mark.browser
+def test_the_player_page_reconnects_by_itself_when_its_replica_dies(
+    ray_server: ServerProcess, tmp_path: Path
+) -> None:
+    replica_pids(ray_server.http)  # both replicas up (the previous test waited for the replacement)
+    shot = tmp_path / "reconnected.png"
+    result = harness.run_browser_script(
+        "reconnect.mjs", {"url": ray_server.http, "avatar": "small", "screenshot": str(shot)}, timeout=240
+    )
+    assert result["first"] != result["second"]  # a new session, on a live replica
+    assert "reconnecting" in result["statusWhileDown"] and "replica gone" in result["statusWhileDown"]
+    assert result["statusAfter"].startswith("reconnected: new session on small")
+    closed = next(e for e in result["log"] if e["type"] == "closed")
+    assert closed["code"] in RECONNECT_CODES and closed["reconnecting"] is True
+    assert result["speechFramesShown"] > 10  # and it speaks again
+    assert shot.stat().st_size > 0
 
 
 def test_zz_stops_cleanly(ray_server: ServerProcess) -> None:

@@ -87,7 +87,21 @@ for (const type of ['speech_started', 'playback_finished']) {
   });
 }
 player.addEventListener('servererror', (e) => setStatus(`server: ${e.detail.message}`));
-player.addEventListener('closed', (e) => { setStatus(`session closed (${e.detail.code})`); enable(false); });
+player.addEventListener('closed', (e) => {
+  if (!e.detail.reconnecting) setStatus(`session closed (${e.detail.code})`);
+  enable(false);
+});
+// the server (a replica behind Ray Serve) went away: the player opens a new session by itself
+player.addEventListener('reconnecting', (e) => {
+  const { code, attempt, delayMs } = e.detail;
+  setStatus(`connection lost (${code}: server or replica gone); reconnecting in ${(delayMs / 1000).toFixed(1)} s (try ${attempt})…`);
+});
+player.addEventListener('reconnected', (e) => {
+  const { ready } = e.detail;
+  setStatus(`reconnected: new session on ${ready.avatar}${ready.replica ? ` (replica ${ready.replica})` : ''} — ${ready.width}×${ready.height}`);
+  enable(true);
+});
+player.addEventListener('reconnect_failed', (e) => setStatus(`connection lost (${e.detail.code}); could not reconnect after ${e.detail.attempts} tries: press Start`));
 window.lipstreamTalk = talk; // for tests and the console
 
 $('start').addEventListener('click', start);

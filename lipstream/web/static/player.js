@@ -10,6 +10,15 @@ const ON_CLOCK = new Set(['speech_started', 'playback_finished', 'reply_text']);
 /** Agent events about the user or the turn: nothing to wait for, they fire on arrival. */
 const ON_ARRIVAL = new Set(['user_speech_started', 'user_speech_ended', 'transcript', 'turn_metrics']);
 
+/**
+ * Close codes after which the player opens a new session by itself: the server or its replica went away
+ * (1001), the connection dropped without a close frame (1006: a replica killed under a proxy), the server
+ * failed (1011), restarts (1012) or was full (1013). docs/protocol.md, "Close codes".
+ */
+export const RECONNECT_CODES = new Set([1001, 1006, 1011, 1012, 1013]);
+const RECONNECT_DELAYS_MS = [500, 1000, 2000, 4000, 8000]; // then 8 s between tries
+const RECONNECT_MAX_TRIES = 20;
+
 /** p-th percentile of a numeric array (nearest rank). */
 function percentile(values, p) {
   if (!values.length) return 0;
@@ -51,10 +60,21 @@ export class LivePlayer extends EventTarget {
     return this.ac.state;
   }
 
-  /** Open the session (`agent`: ask for a conversation, protocol 1.1); resolves with the server's `ready`. */
+  /**
+   * Open the session (`agent`: ask for a conversation, protocol 1.1); resolves with the server's `ready`.
+   * When a live session ends with one of RECONNECT_CODES the player opens a new one on the same avatar by
+   * itself, with backoff: events `reconnecting` {code, attempt, delayMs}, `reconnected` {ready, attempts}
+   * and `reconnect_failed` {code, attempts}.
+   */
   async connect(url, { avatar, token, outputWidth, agent = false } = {}) {
+    this.cancelReconnect();
+    this._target = { url, options: { avatar, token, outputWidth, agent } };
+    return this._open(url, this._target.options);
+  }
+
+  async _open(url, { avatar, token, outputWidth, agent }) {
     await this.unlockAudio();
-    this.close();
+    this._teardown();
     this.resetStats();
     this._anchor = null; // {pts, time}: audio pts `pts` plays at AudioContext time `time`
     this._audioEnd = 0; // pts just after the last audio scheduled: nothing beyond it can be heard yet
@@ -73,7 +93,10 @@ export class LivePlayer extends EventTarget {
       this.ws.onerror = () => reject(new Error(`cannot connect to ${url}`));
       this.ws.onclose = (e) => {
         reject(new Error(`session closed (${e.code}) ${e.reason || ''}`.trim()));
-        this.dispatchEvent(new CustomEvent('closed', { detail: { code: e.code } }));
+        const wasLive = this.ready != null;
+        const reconnect = wasLive && RECONNECT_CODES.has(e.code);
+        this.dispatchEvent(new CustomEvent('closed', { detail: { code: e.code, reconnecting: reconnect } }));
+        if (reconnect) this._scheduleReconnect(e.code, 0);
       };
       this.ws.onmessage = (e) => {
         if (typeof e.data !== 'string') return this._onBinary(e.data);
@@ -99,6 +122,34 @@ export class LivePlayer extends EventTarget {
     const loop = () => { this._tick(); this._raf = requestAnimationFrame(loop); };
     this._raf = requestAnimationFrame(loop);
     return opened;
+  }
+
+  /** Try to open a new session on the same target after `delays[attempt]` (a replica went away). */
+  _scheduleReconnect(code, attempt) {
+    if (attempt >= RECONNECT_MAX_TRIES || !this._target) {
+      this.dispatchEvent(new CustomEvent('reconnect_failed', { detail: { code, attempts: attempt } }));
+      return;
+    }
+    const delayMs = RECONNECT_DELAYS_MS[Math.min(attempt, RECONNECT_DELAYS_MS.length - 1)];
+    this.dispatchEvent(new CustomEvent('reconnecting', { detail: { code, attempt: attempt + 1, delayMs } }));
+    const target = this._target;
+    this._reconnectTimer = setTimeout(async () => {
+      this._reconnectTimer = null;
+      try {
+        if (this._target !== target) return; // closed, or connected elsewhere, meanwhile
+        const ready = await this._open(target.url, target.options);
+        this.dispatchEvent(new CustomEvent('reconnected', { detail: { ready, attempts: attempt + 1 } }));
+      } catch (err) {
+        // a refused or failed try: `ready` never came, so onclose did not schedule; the next try is here
+        if (this._target === target && !this.ready) this._scheduleReconnect(code, attempt + 1);
+      }
+    }, delayMs);
+  }
+
+  /** Stop trying to reconnect (the user closed the session or opened another). */
+  cancelReconnect() {
+    clearTimeout(this._reconnectTimer);
+    this._reconnectTimer = null;
   }
 
   _send(obj) {
@@ -332,8 +383,15 @@ export class LivePlayer extends EventTarget {
     this.dispatchEvent(new CustomEvent('stats', { detail: this.snapshot() }));
   }
 
-  /** Close the socket, the worker and every buffered frame and sound. */
+  /** Close the session for good: no reconnect. */
   close() {
+    this.cancelReconnect();
+    this._target = null;
+    this._teardown();
+  }
+
+  /** Close the socket, the worker and every buffered frame and sound. */
+  _teardown() {
     clearInterval(this._timer);
     clearInterval(this._statsTimer);
     clearInterval(this._positionTimer);

@@ -1,0 +1,71 @@
+// The player page behind Ray Serve: open a session, kill the replica that holds it (SIGKILL, found through
+// /healthz), and check the page reconnects by itself to a live replica, says so, and speaks again.
+// Usage: node reconnect.mjs '{"url": "http://127.0.0.1:PORT", "avatar": "small", "screenshot": "/tmp/x.png"}'
+import { chromium } from 'playwright-core';
+
+const opts = JSON.parse(process.argv[2] || '{}');
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || '/usr/lib/chromium/chromium',
+  headless: true,
+  args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking',
+    '--disable-component-update', '--disable-sync', '--autoplay-policy=no-user-gesture-required'],
+});
+const problems = [];
+
+/** The pid of replica `id`, asking /healthz until the proxy routes to it. */
+async function pidOf(id) {
+  for (let i = 0; i < 60; i += 1) {
+    const health = await (await fetch(`${opts.url}/healthz`)).json();
+    if (health.replica === id) return health.pid;
+  }
+  throw new Error(`replica ${id} never answered /healthz`);
+}
+
+let result;
+try {
+  const page = await browser.newPage();
+  page.on('pageerror', (err) => problems.push(`pageerror: ${err.message}`));
+  await page.goto(`${opts.url}/?avatar=${opts.avatar}`);
+  await page.waitForFunction((name) => [...document.querySelector('#avatar').options].some((o) => o.value === name), opts.avatar);
+  await page.selectOption('#avatar', opts.avatar);
+  await page.click('#start');
+  await page.waitForFunction(() => window.lipstreamPlayer.stats.framesShown > 10, null, { timeout: 60000 });
+  const first = await page.evaluate(() => window.lipstreamPlayer.ready.replica);
+  await page.evaluate(() => {
+    const p = window.lipstreamPlayer;
+    window.reconnectLog = [];
+    for (const type of ['closed', 'reconnecting', 'reconnected']) {
+      p.addEventListener(type, (e) => window.reconnectLog.push({ type, at: performance.now(), ...e.detail, ready: undefined }));
+    }
+  });
+  const pid = await pidOf(first);
+  const killedAt = await page.evaluate(() => performance.now());
+  process.kill(pid, 'SIGKILL');
+  await page.waitForFunction(() => window.reconnectLog.some((e) => e.type === 'reconnecting'), null, { timeout: 30000 });
+  const statusWhileDown = await page.textContent('#status');
+  await page.waitForFunction(() => window.reconnectLog.some((e) => e.type === 'reconnected'), null, { timeout: 60000 });
+  const framesBefore = await page.evaluate(() => window.lipstreamPlayer.stats.framesShown);
+  await page.waitForFunction((n) => window.lipstreamPlayer.stats.framesShown > n + 5, framesBefore, { timeout: 30000 });
+  const streamingAgainAt = await page.evaluate(() => performance.now());
+  const statusAfter = await page.textContent('#status');
+  const second = await page.evaluate(() => window.lipstreamPlayer.ready.replica);
+  await page.fill('#text', 'Back on a live replica.');
+  const before = await page.evaluate(() => window.lipstreamPlayer.stats.events.length);
+  await page.click('#speak');
+  await page.waitForFunction(
+    (n) => window.lipstreamPlayer.stats.events.slice(n).some((e) => e.type === 'playback_finished'),
+    before, { timeout: 60000, polling: 100 });
+  if (opts.screenshot) await page.screenshot({ path: opts.screenshot });
+  const log = await page.evaluate(() => window.reconnectLog);
+  result = {
+    first, second, statusWhileDown, statusAfter, log,
+    streamingAgainMs: Math.round(streamingAgainAt - killedAt),
+    speechFramesShown: await page.evaluate(() => window.lipstreamPlayer.stats.speechFramesShown),
+  };
+} catch (err) {
+  result = { failed: `${err.message}`, problems };
+}
+await browser.close();
+if (!result.failed && problems.length) result.failed = problems.join('; ');
+console.log(JSON.stringify(result));
+process.exit(result.failed ? 1 : 0);

@@ -73,6 +73,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="live sessions one replica takes at most (default 4)",
     )
     scale.add_argument(
+        "--target-sessions", type=float, default=None,
+        help="live sessions per replica the autoscaler aims for (default 3/4 of --sessions-per-replica)",
+    )
+    scale.add_argument(
+        "--downscale-delay", type=float, default=60.0,
+        help="seconds of lower load before a replica is removed (default 60)",
+    )
+    scale.add_argument(
         "--cpus-per-replica", type=float, default=1.0, help="CPUs Ray reserves per replica (default 1)"
     )
     scale.add_argument(
@@ -189,7 +197,8 @@ def _run_ray(args: argparse.Namespace, config) -> int:
         options = RayOptions(
             address=args.ray_address, min_replicas=args.min_replicas, max_replicas=args.max_replicas,
             sessions_per_replica=args.sessions_per_replica, cpus_per_replica=args.cpus_per_replica,
-            gpus_per_replica=args.gpus_per_replica,
+            gpus_per_replica=args.gpus_per_replica, target_sessions=args.target_sessions,
+            downscale_delay_s=args.downscale_delay,
         )  # fmt: skip
     except ValidationError as exc:
         first = exc.errors()[0]

@@ -272,6 +272,33 @@ def build_application(serve: Any, spec: ReplicaSpec, options: RayOptions) -> Any
     return deployment.bind(spec.model_dump(mode="json"))
 
 
+def create_board(ray: Any, name: str) -> Any:
+    """The application's metrics board (created once; found again by name)."""
+    return _board_class(ray).options(
+        name=name, namespace=NAMESPACE, get_if_exists=True, lifetime="detached"
+    ).remote()
+
+
+def app_builder(args: dict[str, Any]) -> Any:
+    """Entry point for a Serve config file (`import_path: lipstream.server.ray_serve:app_builder`, see
+    deploy/serve-config.yaml). `args`: `server` (ServerConfig fields: avatars_dir, engine, voice, limits,
+    ...), `ray` (RayOptions fields: sessions_per_replica, min/max_replicas, ...), `engine_options`, `agent`
+    (AgentConfig fields; present: sessions may ask for a conversation). The token
+    comes from $LIPSTREAM_TOKEN when `server.token` is not set."""
+    ray, serve = import_ray()
+    options = RayOptions(**(args.get("ray") or {}))
+    server = dict(args.get("server") or {})
+    server.setdefault("token", os.environ.get("LIPSTREAM_TOKEN") or None)
+    config = ServerConfig(**server)
+    board_name = options.app_name + BOARD_SUFFIX
+    create_board(ray, board_name)
+    agent = AgentConfig(**args["agent"]) if args.get("agent") else None  # AgentConfig fields: `serve --agent`
+    spec = ReplicaSpec(
+        config=config, engine_options=args.get("engine_options") or {}, agent=agent, board=board_name
+    )
+    return build_application(serve, spec, options)
+
+
 def run_ray_serve(
     config: ServerConfig, options: RayOptions, engine_options: dict[str, Any], agent: AgentConfig | None
 ) -> int:
@@ -281,7 +308,7 @@ def run_ray_serve(
     try:
         port = config.port or free_port(config.host)
         board_name = options.app_name + BOARD_SUFFIX
-        board = _board_class(ray).options(name=board_name, get_if_exists=True, lifetime="detached").remote()
+        board = create_board(ray, board_name)
         spec = ReplicaSpec(config=config, engine_options=engine_options, agent=agent, board=board_name)
         serve.start(http_options={"host": config.host, "port": port})
         try:
@@ -321,7 +348,7 @@ def _stop(ray: Any, serve: Any, options: RayOptions, local: bool) -> None:
             serve.shutdown()
         else:
             serve.delete(options.app_name)
-            ray.kill(ray.get_actor(options.app_name + BOARD_SUFFIX))
+            ray.kill(ray.get_actor(options.app_name + BOARD_SUFFIX, namespace=NAMESPACE))
     except Exception:  # noqa: BLE001 - on the way out: never hide the reason we are stopping
         log.warning("Ray Serve did not shut down cleanly", exc_info=True)
     ray.shutdown()

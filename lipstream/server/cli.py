@@ -205,6 +205,9 @@ def _run_ray(args: argparse.Namespace, config) -> int:
         where = f"--{str(first['loc'][0]).replace('_', '-')}: " if first["loc"] else ""
         raise LipstreamError(f"{where}{first['msg'].removeprefix('Value error, ')}") from None
     agent = _agent_config(args) if args.agent else None
+    # a replica's own cap is Serve's (max_ongoing_requests): beyond it the proxy queues, it does not refuse
+    limits = config.limits.model_copy(update={"max_sessions": options.sessions_per_replica})
+    config = config.model_copy(update={"limits": limits})
     return run_ray_serve(config, options, engine_options(args), agent)
 
 

@@ -227,27 +227,21 @@ def test_barge_in_cuts_the_answer_but_a_cough_does_not(agent_server: ServerProce
     assert metrics[1]["interrupted"] is True and metrics[1]["ms"]["first_frame"] is not None
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known flaky (about 1 run in 3 on a loaded 2-core box): while the echo canceller locks on at the "
-    "start of an answer, the avatar's own voice is sometimes released as a barge-in (issue 9 stays open)",
-)
 def test_the_avatar_hearing_itself_does_not_barge_in(agent_server: ServerProcess, voices) -> None:
     """The microphone carries the avatar's own voice (delayed 120 ms, attenuated): no barge-in; then the
-    same echo plus the user's words: one barge-in."""
+    same echo plus the user's words, 2 s into the answer as heard: one barge-in. (Words in the first second
+    of a session's first answer, before the canceller has heard the room, are held and may be lost: the
+    documented limit, not what this checks.)"""
     piper, espeak = voices
     question = piper.synthesize("What is the weather like in the city today?").pcm
     interjection = espeak.synthesize("Wait, I have another question for you.").pcm
+    user_after = 2 * 16000  # the user's words start when the answer has been heard this long
 
     def run_with(user_words: bool) -> Caller:
         async def run() -> Caller:
             caller, _ = await open_agent(agent_server)
             delay = int(0.12 * 16000)
-            parts = [("silence", 0.5), ("speech", question), ("silence", 3.0)]
-            if user_words:
-                parts += [("speech", interjection)]
-            parts += [("silence", 3.5)]
-            audio, _ = mic_track(*parts)
+            audio, _ = mic_track(("silence", 0.5), ("speech", question), ("silence", 9.0))
 
             offset: list[int] = []  # playback pts minus microphone sample, fixed once playback starts
 
@@ -265,6 +259,12 @@ def test_the_avatar_hearing_itself_does_not_barge_in(agent_server: ServerProcess
                     frame = played.get(pts - pts % 640)
                     if frame is not None:
                         out[j] += frame[pts % 640] / 32768 * 0.3
+                if user_words and caller.speech_frames:
+                    into = i + offset[0] - caller.speech_frames[0][1] - user_after  # samples into the words
+                    words = interjection[max(0, into) : max(0, into + len(chunk))]
+                    if into + len(chunk) > 0 and len(words):
+                        at = max(0, -into)
+                        out[at : at + len(words)] += words[: len(chunk) - at]
                 return out
 
             await caller.talk(audio, mic=echo)
@@ -278,7 +278,7 @@ def test_the_avatar_hearing_itself_does_not_barge_in(agent_server: ServerProcess
     assert not [m for m in alone.of("playback_finished") if m["interrupted"]]
     assert alone.speech_frames, "the avatar never answered"
     talking = run_with(user_words=True)
-    assert len(talking.of("user_speech_started")) == 2
+    assert len(talking.of("user_speech_started")) == 2, talking.of("user_speech_started")
     assert [m for m in talking.of("playback_finished") if m["interrupted"]]
 
 

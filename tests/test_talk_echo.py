@@ -57,9 +57,11 @@ def _run(
     mic: np.ndarray,
     chunk: int = CHUNK,
     position: Callable[[int], int | None] = lambda end: end,
+    echo_only: np.ndarray | None = None,
 ) -> tuple[np.ndarray, EchoCanceller]:
     """Feed the reference (int16 frames at their pts) and the mic (float32 chunks) like the server does;
-    `position(index of the chunk's last sample)` is the playback position the caller reports."""
+    `position(index of the chunk's last sample)` is the playback position the caller reports; `echo_only`
+    (bool, as long as the mic) receives the canceller's residual-echo mask."""
     ec = EchoCanceller()
     pcm16 = np.zeros(0, dtype=np.int16)
     if reference is not None:
@@ -71,9 +73,11 @@ def _run(
             ec.add_reference(sent, pcm16[sent : sent + FRAME])
             sent += FRAME
         piece = mic[i : i + chunk].astype(np.float32)
-        res = ec.process(piece, position(i + len(piece) - 1))
-        assert res.dtype == np.float32 and res.shape == piece.shape
+        res, mask = ec.process_gated(piece, position(i + len(piece) - 1))
+        assert res.dtype == np.float32 and res.shape == piece.shape and mask.shape == piece.shape
         out[i : i + len(piece)] = res
+        if echo_only is not None:
+            echo_only[i : i + len(piece)] = mask
     return out, ec
 
 
@@ -124,7 +128,8 @@ def _bare_silero_starts(pcm: np.ndarray) -> list[float]:
 def test_avatar_echo_is_removed(avatar: np.ndarray, delay_ms: float, room_seed: int | None) -> None:
     room = _room(room_seed) if room_seed is not None else None
     mic = _echo(avatar, delay_ms, room)
-    out, ec = _run(avatar, mic)
+    echo_only = np.zeros(len(mic), dtype=bool)
+    out, ec = _run(avatar, mic, echo_only=echo_only)
 
     attenuation = _db(mic[SETTLED:]) - _db(out[SETTLED:])
     assert attenuation >= 20.0, f"only {attenuation:.1f} dB removed"
@@ -134,6 +139,18 @@ def test_avatar_echo_is_removed(avatar: np.ndarray, delay_ms: float, room_seed: 
     assert _speech_starts(out[SETTLED:]) == []
     assert ec.stats.delay_ms is not None and abs(ec.stats.delay_ms - delay_ms) <= 5.0
     assert ec.stats.converged and ec.stats.erle_db >= 15.0
+    # where the avatar is loud, the VAD is told that what is left is its echo (it hears silence there)
+    loud = _loud(mic[SETTLED:])
+    assert echo_only[SETTLED:][loud].mean() >= 0.8, f"{echo_only[SETTLED:][loud].mean():.0%} marked"
+    assert not ec.stats.louder_than_echo
+
+
+def _loud(pcm: np.ndarray, window: int = 320) -> np.ndarray:
+    """Samples in 20 ms windows within 20 dB of the loudest window."""
+    n = len(pcm) // window * window
+    power = np.mean(pcm[:n].reshape(-1, window) ** 2, axis=1)
+    loud = np.repeat(power >= power.max() / 100, window)
+    return np.concatenate([loud, np.zeros(len(pcm) - n, dtype=bool)])
 
 
 @pytest.mark.parametrize("room_seed", [None, 2], ids=["direct", "room"])
@@ -147,7 +164,13 @@ def test_user_speech_survives_double_talk(
     # The user as loud at the microphone as the avatar's echo: the hard case for double talk.
     level = np.sqrt(np.mean(echo[USER_AT:end] ** 2) / np.mean(user[: end - USER_AT] ** 2))
     words[USER_AT:end] = user[: end - USER_AT] * level
-    out, _ = _run(avatar, echo + words)
+    echo_only = np.zeros(len(echo), dtype=bool)
+    out, _ = _run(avatar, echo + words, echo_only=echo_only)
+    # where the echo is much louder than the user for a moment, the mask may take it; the VAD, which hears
+    # silence where the mask is set, still hears the user start on time
+    gated = np.where(echo_only, 0.0, out)
+    heard = [SETTLED / SR + s for s in _speech_starts(gated[SETTLED:])]
+    assert heard and abs(heard[0] - USER_AT / SR) <= 0.150, f"gated VAD heard the user at {heard}"
 
     kept = _db(out[USER_AT:end]) - _db(words[USER_AT:end])
     assert abs(kept) <= 3.0, f"user's speech changed by {kept:+.1f} dB"

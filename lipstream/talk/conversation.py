@@ -193,8 +193,10 @@ class Conversation:
         self._uid_turn: dict[int, int] = {}
         self._references: deque[tuple[int, np.ndarray]] = deque()  # frames sent, for the echo canceller
         self._held_start: VadEvent | None = None  # a speech start waiting for the echo canceller to lock on
+        self._held_double_talk = 0  # samples of the user louder than the echo since the held start
         self._mic_clock = 0.0  # microphone samples (16 kHz) received so far
         self._echo_locked = False
+        self._lock_resyncs = 0  # the canceller's resync count the lock was made under
         self._mic_offsets: deque[float] | None = deque(maxlen=100) if echo is not None else None
         # the microphone is analysed on a thread of its own: it must keep up with real time even while
         # the speech pool is busy transcribing or synthesising
@@ -240,12 +242,16 @@ class Conversation:
             if rate not in self._resamplers:
                 self._resamplers[rate] = StreamResampler(rate, SAMPLE_RATE)
             audio = self._resamplers[rate].push(audio)
+        heard = audio
         if self.echo is not None:
             while self._references:  # fed here, on the same worker thread that runs the canceller
                 self.echo.add_reference(*self._references.popleft())
             if audio.size:
-                audio = np.asarray(self.echo.process(audio, playback), dtype=np.float32)
-        return audio, self._gate(self.vad.push(audio))
+                cleaned, echo_only = self.echo.process_gated(audio, playback)
+                audio = np.asarray(cleaned, dtype=np.float32)
+                # the VAD hears silence where only residual echo is left (STT still gets all of it)
+                heard = np.where(echo_only, np.float32(0.0), audio)
+        return audio, self._gate(self.vad.push(heard), len(heard))
 
     def _echo_unlocked(self) -> bool:
         """Worker: the avatar is audible and the canceller has not yet locked on to its echo (no delay
@@ -253,13 +259,17 @@ class Conversation:
         more: a start held before the lock was decided on the raw echo, and the VAD must first have had
         the time to end that speech in the cleaned audio, or a held start made by the echo alone would be
         released as a barge-in; speech still going on after that is the user's). Once locked it stays
-        trusted: during double talk its ERLE drops by definition, and that must not block a barge-in.
+        trusted (during double talk its ERLE drops by definition, and that must not block a barge-in)
+        until playback jumps (the canceller resynchronises: an interrupt, a stall).
         When the avatar has been audible for 3 s and no delay was found, this microphone does not hear it
         (headphones, the browser's own echo cancellation): nothing to wait for."""
         if self.echo is None:
             return False
         stats = self.echo.stats
         settle_ms = self.config.end_silence_ms + 200
+        if stats.resyncs != self._lock_resyncs:  # playback jumped (an interrupt, a stall): check again
+            self._lock_resyncs = stats.resyncs
+            self._echo_locked = False
         if stats.delay_ms is None:
             self._echo_locked = False
             if getattr(stats, "search_ms", 0.0) >= NO_ECHO_AFTER_MS:
@@ -268,7 +278,7 @@ class Conversation:
             self._echo_locked = True
         return stats.reference_active and not self._echo_locked
 
-    def _gate(self, events: list[VadEvent]) -> list[VadEvent]:
+    def _gate(self, events: list[VadEvent], samples: int) -> list[VadEvent]:
         """Worker: hold back a speech start while the avatar's echo may still be in the microphone (the
         canceller has not locked on yet); release it once the echo is under control and the speech goes
         on, drop it when that speech ends first (it was the avatar hearing itself)."""
@@ -283,12 +293,27 @@ class Conversation:
             if event.kind == "speech_start" and likely:
                 log.info("speech start at %d held: echo not locked yet (%s)", event.sample, self.echo.stats)
                 self._held_start = event
+                self._held_double_talk = 0
                 continue
             out.append(event)
-        if self._held_start is not None and not likely and self.vad.in_speech:
+        if self._held_start is not None and self.echo.stats.louder_than_echo and self.vad.speaking:
+            self._held_double_talk += samples
+        # released only while a voice is heard now: `in_speech` also holds through the pause that may end
+        # a speech made by the echo alone
+        if self._held_start is not None and self.vad.speaking and (not likely or self._user_over_echo()):
+            held_at = self._held_start.sample
+            log.info("held speech start at %d released: the user's voice (%s)", held_at, self.echo.stats)
             out.append(self._held_start)
             self._held_start = None
         return out
+
+    def _user_over_echo(self) -> bool:
+        """Worker: before the lock, the filter has learnt the room and has heard, for the length of a
+        speech start, more left over than the echo it expects (the filter stops learning during double
+        talk, so waiting for the lock could wait for ever), while the VAD, which no longer hears the echo
+        the filter explains, hears speech: the user is talking over the avatar."""
+        needed = self.config.start_ms * SAMPLE_RATE / 1000
+        return bool(self.echo.stats.adapted) and self._held_double_talk >= needed
 
     def add_reference(self, pts: int, pcm: np.ndarray) -> None:
         """The audio of a frame the avatar plays at `pts` (what the echo canceller removes)."""

@@ -45,6 +45,8 @@ class EchoStats:
     suppression_db: float = 0.0  # extra attenuation of the residual suppressor on the last block
     reference_active: bool = False  # the avatar's audio can be heard at the microphone right now
     double_talk: bool = False  # the microphone carries energy the reference cannot explain
+    adapted: bool = False  # the filter has removed ≥ 10 dB once since the delay was (re)found
+    louder_than_echo: bool = False  # adapted, and what is left after cancelling outweighs the echo estimate
     converged: bool = False  # delay known and the linear filter removes ≥ 10 dB
     converged_ms: float = 0.0  # how long (microphone time) the filter has stayed converged; 0 when not
     search_ms: float = 0.0  # how long the avatar was audible before a delay was found (grows until then)
@@ -149,6 +151,11 @@ class EchoCanceller:
     MU_MIN = 0.05
     DT_RHO = 0.75  # correlation of mic and echo estimate below which a block is double talk
     MU_MAX = 0.8
+    # An error (microphone minus echo estimate) this far under the echo estimate (power ratio, -6 dB) is
+    # residual echo: the voice activity detector hears silence there (silero hears speech even 40 dB down,
+    # so suppression alone is not enough). A user at most 6 dB quieter than the avatar's echo at the
+    # microphone is still heard meanwhile.
+    RESIDUAL_RATIO = 0.25
 
     def __init__(
         self,
@@ -239,10 +246,17 @@ class EchoCanceller:
 
         `playback_pts_at_end`: the playback position being heard when the chunk's last sample was captured
         (None: unknown; the last known timeline is extrapolated, or the chunk passes untouched)."""
+        return self.process_gated(mic, playback_pts_at_end)[0]
+
+    def process_gated(
+        self, mic: np.ndarray, playback_pts_at_end: int | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`process`, plus a mask of the samples that hold nothing but residual echo (for the VAD)."""
         d = np.asarray(mic, dtype=np.float32).reshape(-1)
         n = len(d)
+        echo_only = np.zeros(n, dtype=bool)
         if n == 0:
-            return d.copy()
+            return d.copy(), echo_only
         self._sync(playback_pts_at_end, n)
         out = np.empty(n, dtype=np.float32)
         i = 0
@@ -255,6 +269,7 @@ class EchoCanceller:
             self._blk_mic[lo:hi] = seg
             if self._blk_active:
                 out[i : i + take] = self._cancel(seg, lo, hi)
+                echo_only[i : i + take] = self._residual_only(hi)
             else:
                 out[i : i + take] = seg  # bit-exact pass-through: nothing to cancel
                 self._gain = 1.0
@@ -265,7 +280,7 @@ class EchoCanceller:
                 self._fill = 0
         self._mic_count += n
         self._track_delay(d)
-        return out
+        return out, echo_only
 
     # -- timeline ---------------------------------------------------------------------------------------
 
@@ -286,6 +301,7 @@ class EchoCanceller:
             self._delay.reset()
             self._hist_fill = 0
             self.stats.resyncs += 1
+            self.stats.converged_ms = 0.0  # convergence on the new timeline is yet to be seen
 
     # -- adaptive filter --------------------------------------------------------------------------------
 
@@ -356,6 +372,14 @@ class EchoCanceller:
         self.stats.suppression_db = -20 * math.log10(max(target, 1e-9))
         return (e * ramp).astype(np.float32)
 
+    def _residual_only(self, hi: int) -> bool:
+        """The block so far is echo the filter explains, with nothing of the user's over it: the output is
+        far under the echo estimate. Only once the filter has learnt the room (before, its estimate is 0)."""
+        if not self._adapted:
+            return False
+        err, y = self._blk_err[:hi], self._blk_yf[:hi]
+        return float(err @ err) < self.RESIDUAL_RATIO * float(y @ y)
+
     def _finish_block(self) -> None:
         """The block is complete: adapt the background filter and compare it with the foreground."""
         if not self._blk_active:
@@ -369,6 +393,7 @@ class EchoCanceller:
         self._ref_blocks += 1
         if not self._adapted and self._ref_blocks >= 40 and self.stats.erle_db >= self.ERLE_SWITCH:
             self._adapted = True  # latched: double talk must never send the filter back to the big step
+            self.stats.adapted = True
 
         # Double talk: once the filter works, the microphone of an echo-only block is its echo estimate
         # plus a small residual (correlation ≥ 0.9, power not far above it); the user's voice breaks both.
@@ -382,6 +407,10 @@ class EchoCanceller:
             self._dt_hold = max(0, self._dt_hold - 1)
         dt = self._dt_hold > 0
         self.stats.double_talk = dt
+        # Stricter than double talk (which also fires on echo the young filter does not model yet): an
+        # echo-only block leaves ≤ 1/10 of the estimate's power once the filter has removed 10 dB (and a
+        # quiet tail of the avatar's voice, under the noise, says nothing either way).
+        self.stats.louder_than_echo = self._adapted and p_f > p_y and p_d > 4.0 * self._noise
 
         # Leakage: regression of the error's power on the echo estimate's power (0.4 s memory), over
         # echo-only blocks, so that the user's voice cannot pass for residual echo.
@@ -483,6 +512,7 @@ class EchoCanceller:
             self._wb[:] = 0
             self._ref_blocks = 0
             self._adapted = False
+            self.stats.adapted = False
             self.stats.erle_db = 0.0
             self._erle_d = self._erle_e = _EPS
         else:

@@ -137,6 +137,11 @@ class VoiceActivityDetector:
         """Stream samples analysed so far (pushed samples minus the < 512 still waiting for a window)."""
         return self._position
 
+    @property
+    def speaking(self) -> bool:
+        """The last window was voiced (with hysteresis); `in_speech` also covers the pause before an end."""
+        return self._speaking
+
     def push(self, pcm: np.ndarray) -> list[VadEvent]:
         """Add PCM (float32 in [-1, 1], or int16) at 16 kHz; return the events it caused, in order."""
         pcm = np.asarray(pcm)

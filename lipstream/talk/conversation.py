@@ -182,6 +182,8 @@ class Conversation:
         self._turn_start: int | None = None  # stream sample where the open turn's speech began
         self._ignore_until_end = False  # a monologue was cut: the rest of it is not a new turn
         self._partial_task: asyncio.Task | None = None
+        # the partial decode in flight or done: (the mic sample its audio ends at, the decode's task)
+        self._partial_decode: tuple[int, asyncio.Task] | None = None
         self._partial_upto = 0
         self._decode_seconds = 0.0  # how long the last transcription took
         self._prepared: _Prepared | None = None  # the answer being prepared for the current turn
@@ -348,6 +350,7 @@ class Conversation:
         self._turn += 1
         self._turn_start = sample
         self._partial_upto = sample
+        self._partial_decode = None
         await self.emit({"type": "user_speech_started", "turn": self._turn, "mic_samples": sample})
 
     async def _end_turn(self, end_sample: int) -> None:
@@ -396,9 +399,10 @@ class Conversation:
         audio = self._mic.slice(start - int(self.config.preroll_seconds * SAMPLE_RATE), end_sample)
         prepared = _Prepared(end_sample=end_sample)
         history = list(self.history)
+        covering = self._partial_covering(end_sample)
 
         async def run() -> str:
-            text = await self._transcribe(audio)
+            text = await covering if covering is not None else await self._transcribe(audio)
             if text:
                 messages = [
                     ChatMessage("system", self.config.system_prompt), *history, ChatMessage("user", text)
@@ -419,6 +423,17 @@ class Conversation:
             prepared.deltas.put_nowait(_END)
         except LLMError as exc:
             prepared.deltas.put_nowait(exc)
+
+    def _partial_covering(self, end_sample: int) -> asyncio.Task | None:
+        """A partial decode of this turn whose audio already holds all of it (it was started in the silence
+        after the last word): its text is the final transcript, so it is awaited, not decoded again. On 2
+        cores a second decode would also run beside it (a decode in a thread cannot be stopped)."""
+        if self._partial_decode is None:
+            return None
+        upto, decode = self._partial_decode
+        if upto < end_sample or decode.cancelled():
+            return None
+        return decode
 
     async def _transcribe(self, audio: np.ndarray) -> str:
         if audio.size < SAMPLE_RATE // 10:
@@ -442,10 +457,12 @@ class Conversation:
         assert self._turn_start is not None
         self._partial_upto = self._mic.end
         audio = self._mic.slice(self._turn_start - int(self.config.preroll_seconds * SAMPLE_RATE))
-        self._partial_task = asyncio.create_task(self._partial(self._turn, audio))
+        decode = asyncio.create_task(self._transcribe(audio))
+        self._partial_decode = (self._partial_upto, decode)
+        self._partial_task = asyncio.create_task(self._partial(self._turn, decode))
 
-    async def _partial(self, turn: int, audio: np.ndarray) -> None:
-        text = await self._transcribe(audio)
+    async def _partial(self, turn: int, decode: asyncio.Task) -> None:
+        text = await asyncio.shield(decode)  # the decode may become the final transcript: outlive this
         if text and turn == self._turn and self._turn_start is not None:
             await self.emit({"type": "transcript", "turn": turn, "kind": "partial", "text": text})
 
@@ -555,7 +572,8 @@ class Conversation:
 
     async def aclose(self) -> None:
         """Cancel whatever is in flight."""
-        for task in (self._partial_task, self._reply_task):
+        decode = self._partial_decode[1] if self._partial_decode is not None else None
+        for task in (self._partial_task, decode, self._reply_task):
             self._cancel(task)
         if self._prepared is not None:
             self._prepared.cancel()

@@ -20,9 +20,13 @@ class WarpConfig:
     upper_share: float = 0.22  # part of the parting taken by the upper lip
     spread: float = 0.13  # corner shift at width=±1, in W
     roi_half_width: float = 2.6  # warped region half-width, in W
+    chin_follow: float = 0.6  # the chin moves this share of the lower lip's drop (less stretch below it)
+    edge_px: float = 1.2  # anti-aliased ramp of the inner-lip edges, in crop pixels
     teeth_rgb: tuple[int, int, int] = (206, 198, 186)  # drawn only where the source shows no teeth
-    cavity_rgb: tuple[int, int, int] = (78, 34, 38)  # at the front; darker towards the throat
-    tongue_rgb: tuple[int, int, int] = (98, 44, 48)  # faint: a lip-coloured tongue reads as the lower lip
+    cavity_rgb: tuple[int, int, int] = (112, 46, 50)  # the lit front of the mouth walls
+    throat_rgb: tuple[int, int, int] = (30, 10, 13)  # deep inside, under the upper teeth and at the corners
+    tongue_rgb: tuple[int, int, int] = (134, 62, 66)  # lit top of the tongue; shaded darker at its sides
+    lower_teeth_shade: float = 0.72  # lower teeth sit in the upper lip's shadow
 
 
 def _interp_contour(contour: np.ndarray, xs: np.ndarray) -> np.ndarray:
@@ -77,7 +81,7 @@ def render_patch(
     drop = cfg.jaw_drop * w_half * opening
     d_up = cfg.upper_share * drop * profile - 0.5 * close
     d_low_lip = (1.0 - cfg.upper_share) * drop * profile - 0.5 * close
-    d_low_jaw = (1.0 - cfg.upper_share) * drop * jaw
+    d_low_jaw = (1.0 - cfg.upper_share) * drop * jaw * cfg.chin_follow
     upper_dst = upper - d_up
     lower_dst = lower + d_low_lip
 
@@ -108,25 +112,65 @@ def render_patch(
         borderMode=cv2.BORDER_REPLICATE,
     )
 
-    # Mouth interior below the source's own gap: cavity, a tongue at the bottom, and drawn upper teeth
-    # only where the source shows none (a closed rest mouth).
+    # Mouth interior below the source's own gap, shaded rather than filled (docs/engines.md "drawn mouth").
     top = upper_dst + shown
-    height = lower_dst - top
-    strength = np.clip(height / 3.0, 0.0, 1.0)
-    inside = np.clip(ys - top + 0.5, 0.0, 1.0) * np.clip(lower_dst - ys + 0.5, 0.0, 1.0)
-    alpha = (inside * strength)[..., None]
+    alpha = _interior_alpha(ys, top, lower_dst, cfg.edge_px)
     if float(alpha.max()) > 0.0:
-        depth = np.clip((ys - top) / np.maximum(height, 1.0), 0.0, 1.0)
-        side = np.clip(1.0 - 0.35 * u**2, 0.5, 1.0)  # darker towards the corners
-        cavity = np.array(cfg.cavity_rgb, dtype=np.float32) * ((1.0 - 0.45 * depth) * side)[..., None]
-        tongue = np.clip((depth - 0.55) / 0.3, 0.0, 1.0) * np.clip((height - 4.0) / 6.0, 0.0, 1.0)
-        tongue = (tongue * side)[..., None]
-        tongue_rgb = np.array(cfg.tongue_rgb, dtype=np.float32) * side[..., None]
-        interior = cavity * (1.0 - tongue) + tongue_rgb * tongue
-        teeth_h = np.maximum(np.minimum(0.35 * span, 0.18 * w_half) - shown, 0.0)
-        teeth = np.clip(top + teeth_h - ys, 0.0, 1.0) * np.clip(1.0 - (np.abs(u) / 0.75) ** 4, 0.0, 1.0)
-        teeth = teeth[..., None]
-        interior = interior * (1.0 - teeth) + np.array(cfg.teeth_rgb, dtype=np.float32) * teeth
+        interior = _shade_interior(ys, u, top, lower_dst, span, shown, w_half, cfg)
         warped = (warped.astype(np.float32) * (1.0 - alpha) + interior * alpha + 0.5).astype(np.uint8)
     patch[r0:, c0:c1] = warped
     return patch
+
+
+def _interior_alpha(ys: np.ndarray, top: np.ndarray, bottom: np.ndarray, edge_px: float) -> np.ndarray:
+    """Coverage of the mouth opening with anti-aliased inner-lip edges; faint while it is a sliver."""
+    height = bottom - top
+    strength = np.clip(height / 3.0, 0.0, 1.0)
+    inside = np.clip((ys - top) / edge_px + 0.5, 0.0, 1.0) * np.clip((bottom - ys) / edge_px + 0.5, 0.0, 1.0)
+    return (inside * strength)[..., None]
+
+
+def _shade_interior(
+    ys: np.ndarray,
+    u: np.ndarray,
+    top: np.ndarray,
+    bottom: np.ndarray,
+    span: np.ndarray,
+    shown: np.ndarray,
+    w_half: float,
+    cfg: WarpConfig,
+) -> np.ndarray:
+    """RGB of the opened mouth: walls lit from the front, dark throat and corners, tongue, lower teeth."""
+    height = bottom - top
+    full = float(height.max())  # opening at the centre: tongue and lower teeth grow with it
+    side = np.clip(1.0 - 0.6 * u * u, 0.25, 1.0)  # the corners are in the cheeks' shadow
+    # Light enters over the lower lip: the lower part of the opening is lit, under the upper teeth it is dark.
+    lit = np.exp(-(bottom - ys) / (0.35 * np.maximum(height, 1.0) + 1.5)) * side
+    throat = np.array(cfg.throat_rgb, dtype=np.float32)
+    front = np.array(cfg.cavity_rgb, dtype=np.float32)
+    rgb = throat + (front - throat) * lit[..., None]
+    # The tongue: a low dome on the floor of the mouth, centred and soft-edged, once the opening is a few
+    # pixels tall; its top is level (it does not follow the lip's curve), so the corners show only cavity.
+    grow = float(np.clip((full - 5.0) / 8.0, 0.0, 1.0))
+    if grow > 0.0:
+        floor = float(bottom.max())
+        dome = np.clip(1.0 - (u / 0.7) ** 2, 0.0, 1.0)
+        t_top = floor - 0.5 * full * grow * dome
+        cover = np.clip((ys - t_top) / 2.5, 0.0, 1.0) * np.clip(bottom - t_top, 0.0, 1.0)
+        sheen = 0.78 + 0.22 * np.exp(-(((ys - t_top - 1.0) / (0.15 * full + 1.0)) ** 2))
+        tongue = np.array(cfg.tongue_rgb, dtype=np.float32) * (sheen * (0.6 + 0.4 * side))[..., None]
+        rgb = rgb * (1.0 - cover[..., None]) + tongue * cover[..., None]
+        # Lower incisors peek over the lower lip, in the upper lip's shadow; only the front ones show.
+        lt_height = 0.07 * w_half * grow
+        lt_cols = np.clip(1.0 - (np.abs(u) / 0.5) ** 4, 0.0, 1.0)
+        lt_cover = np.clip((ys - (bottom - lt_height)) / 1.5, 0.0, 1.0) * lt_cols
+        shade = cfg.lower_teeth_shade * (
+            0.75 + 0.25 * np.clip((ys - (bottom - lt_height)) / (lt_height + 1e-3), 0, 1)
+        )
+        lt_rgb = np.array(cfg.teeth_rgb, dtype=np.float32) * shade[..., None]
+        rgb = rgb * (1.0 - lt_cover[..., None]) + lt_rgb * lt_cover[..., None]
+    # Upper teeth drawn only where the source shows none (a closed rest mouth).
+    teeth_h = np.maximum(np.minimum(0.35 * span, 0.18 * w_half) - shown, 0.0)
+    teeth = np.clip(top + teeth_h - ys, 0.0, 1.0) * np.clip(1.0 - (np.abs(u) / 0.75) ** 4, 0.0, 1.0)
+    teeth = teeth[..., None]
+    return rgb * (1.0 - teeth) + np.array(cfg.teeth_rgb, dtype=np.float32) * teeth

@@ -109,22 +109,42 @@ export function renderPatch(base32, size, geo, feature, cfg, out32) {
   const drop = cfg.jaw_drop * W * opening;
   const us = cfg.upper_share;
   const chinSpan = Math.max(geo.chinY - geo.lipY, 1.0);
-  const cavity = cfg.cavity_rgb, tongueRgb = cfg.tongue_rgb, teethRgb = cfg.teeth_rgb;
-  const rgb = [0, 0, 0];
+  // First pass over columns: the lip edges, and the opening's height at its tallest and its floor
+  // (_shade_interior's `full` and `floor`).
+  const colUpperDst = new Float64Array(nc), colLowerDst = new Float64Array(nc), colShown = new Float64Array(nc);
+  const colDUp = new Float64Array(nc), colDLowLip = new Float64Array(nc), colDLowJaw = new Float64Array(nc);
+  let full = -Infinity, floor = -Infinity;
   for (let j = 0; j < nc; j++) {
     const gap = lower[j] - upper[j];
     const close = closure * gap;
-    const dUp = us * drop * profile[j] - 0.5 * close;
-    const dLowLip = (1.0 - us) * drop * profile[j] - 0.5 * close;
-    const dLowJaw = (1.0 - us) * drop * jaw[j];
-    const upperDst = upper[j] - dUp;
-    const lowerDst = lower[j] + dLowLip;
+    colDUp[j] = us * drop * profile[j] - 0.5 * close;
+    colDLowLip[j] = (1.0 - us) * drop * profile[j] - 0.5 * close;
+    colDLowJaw[j] = (1.0 - us) * drop * jaw[j] * cfg.chin_follow;
+    colUpperDst[j] = upper[j] - colDUp[j];
+    colLowerDst[j] = lower[j] + colDLowLip[j];
+    colShown[j] = gap - close;
+    full = Math.max(full, colLowerDst[j] - (colUpperDst[j] + colShown[j]));
+    floor = Math.max(floor, colLowerDst[j]);
+  }
+  const grow = clip((full - 5.0) / 8.0, 0, 1);
+  const cavity = cfg.cavity_rgb, throat = cfg.throat_rgb, tongueRgb = cfg.tongue_rgb, teethRgb = cfg.teeth_rgb;
+  const edge = cfg.edge_px;
+  const rgb = [0, 0, 0];
+  const col = [0, 0, 0];
+  for (let j = 0; j < nc; j++) {
+    const dUp = colDUp[j], dLowLip = colDLowLip[j], dLowJaw = colDLowJaw[j];
+    const upperDst = colUpperDst[j], lowerDst = colLowerDst[j], shown = colShown[j];
     const span = Math.max(lowerDst - upperDst, 1e-3);
-    const shown = gap - close;
     const top = upperDst + shown;
     const height = lowerDst - top;
     const strength = clip(height / 3.0, 0, 1);
-    const side = clip(1.0 - 0.35 * u[j] * u[j], 0.5, 1.0);
+    const side = clip(1.0 - 0.6 * u[j] * u[j], 0.25, 1.0);
+    const litScale = 0.35 * Math.max(height, 1.0) + 1.5;
+    const dome = clip(1.0 - (u[j] / 0.7) ** 2, 0, 1);
+    const tTop = floor - 0.5 * full * grow * dome;
+    const tongueCol = clip(lowerDst - tTop, 0, 1);
+    const ltHeight = 0.07 * W * grow;
+    const ltCols = clip(1.0 - (Math.abs(u[j]) / 0.5) ** 4, 0, 1);
     const teethH = Math.max(Math.min(0.35 * span, 0.18 * W) - shown, 0.0);
     const teethCol = clip(1.0 - (Math.abs(u[j]) / 0.75) ** 4, 0, 1);
     const x = c0 + j;
@@ -148,16 +168,24 @@ export function renderPatch(base32, size, geo, feature, cfg, out32) {
       mapY = y + (mapY - y) * weight;
       const mapX = x - dxScale * phi[j] * vert[i] * weight;
       remapPixel(src8, size, mapX, mapY, rgb);
-      const inside = clip(y - top + 0.5, 0, 1) * clip(lowerDst - y + 0.5, 0, 1);
+      const inside = clip((y - top) / edge + 0.5, 0, 1) * clip((lowerDst - y) / edge + 0.5, 0, 1);
       const alpha = inside * strength;
       if (alpha > 0) {
-        const depth = clip((y - top) / Math.max(height, 1.0), 0, 1);
-        const cav = (1.0 - 0.45 * depth) * side;
-        const tongue = clip((depth - 0.55) / 0.3, 0, 1) * clip((height - 4.0) / 6.0, 0, 1) * side;
+        // _shade_interior: lit walls over a dark throat, the tongue, lower incisors, drawn upper teeth.
+        const lit = Math.exp(-(lowerDst - y) / litScale) * side;
+        for (let c = 0; c < 3; c++) col[c] = throat[c] + (cavity[c] - throat[c]) * lit;
+        if (grow > 0) {
+          const cover = clip((y - tTop) / 2.5, 0, 1) * tongueCol;
+          const sheen = 0.78 + 0.22 * Math.exp(-(((y - tTop - 1.0) / (0.15 * full + 1.0)) ** 2));
+          const tShade = sheen * (0.6 + 0.4 * side);
+          for (let c = 0; c < 3; c++) col[c] = col[c] * (1.0 - cover) + tongueRgb[c] * tShade * cover;
+          const ltCover = clip((y - (lowerDst - ltHeight)) / 1.5, 0, 1) * ltCols;
+          const ltShade = cfg.lower_teeth_shade * (0.75 + 0.25 * clip((y - (lowerDst - ltHeight)) / (ltHeight + 1e-3), 0, 1));
+          for (let c = 0; c < 3; c++) col[c] = col[c] * (1.0 - ltCover) + teethRgb[c] * ltShade * ltCover;
+        }
         const teeth = clip(top + teethH - y, 0, 1) * teethCol;
         for (let c = 0; c < 3; c++) {
-          let interior = cavity[c] * cav * (1.0 - tongue) + tongueRgb[c] * side * tongue;
-          interior = interior * (1.0 - teeth) + teethRgb[c] * teeth;
+          const interior = col[c] * (1.0 - teeth) + teethRgb[c] * teeth;
           rgb[c] = Math.trunc(rgb[c] * (1.0 - alpha) + interior * alpha + 0.5);
         }
       }

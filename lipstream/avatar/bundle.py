@@ -27,6 +27,7 @@ LANDMARKS = "landmarks.npy"  # N×L×2 float32 face landmarks in source pixels
 MASKS = "masks.npy"  # N×CROP_SIZE×CROP_SIZE uint8 mouth blend mask in crop space
 NOSE_BASE = "nose_base.npy"  # N float32: nostril-base row in crop space; mask is 0 at and above it
 IDLE_LOOP = "idle_loop.npy"  # M int32 frame indices, forward then reverse
+TRACKED = "tracked.npy"  # N bool: the face was tracked (False: interpolated); optional, older bundles lack it
 ENGINES_DIR = "engines"  # engines/<engine name>/... per-engine caches
 
 
@@ -63,6 +64,7 @@ class AvatarBundle:
     masks: np.ndarray
     nose_base: np.ndarray
     idle_loop: np.ndarray
+    tracked: np.ndarray | None = None  # None for bundles prepared before tracked.npy existed
     _extra: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -186,4 +188,5 @@ def load_avatar(name_or_path: str | os.PathLike, root: str | os.PathLike | None 
         masks=arr(MASKS, mmap=True),
         nose_base=arr(NOSE_BASE),
         idle_loop=arr(IDLE_LOOP),
+        tracked=np.load(folder / TRACKED) if (folder / TRACKED).is_file() else None,
     )

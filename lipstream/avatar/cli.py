@@ -111,6 +111,13 @@ def run_info(args: argparse.Namespace) -> int:
     print(f"  face     {m.face_width_px:.0f} px wide, mean crop box {box_w.mean():.0f}×{box_h.mean():.0f} px")
     print(f"  model    {m.landmark_model}")
     print(f"  engines  {', '.join(m.engines) or 'none cached yet'}")
+    atlas = m.engines.get("viseme", {}).get("atlas")
+    if atlas:
+        use = "used" if atlas["usable"] else f"not used, drawn mouth instead: {atlas['reason']}"
+        print(
+            f"  atlas    {atlas['units']} filmed mouths, coverage {atlas['coverage']:.2f}, "
+            f"{atlas['bytes'] / 1e6:.1f} MB ({use})"
+        )
     for note in m.notes:
         print(f"  note     {note}")
     return 0

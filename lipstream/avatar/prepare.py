@@ -117,6 +117,7 @@ def prepare_avatar(
     with bf.atomic_bundle_dir(final, force=force) as folder:
         landmarks, found, notes = _track_frames(info, folder, config, progress)
         max_gap = max(1, int(round(config.max_gap_seconds * FPS)))
+        np.save(folder / bf.TRACKED, np.asarray(found, dtype=bool).copy())  # before gaps are filled
         notes += fill_gaps(landmarks, found, max_gap, info.path.name, FPS)
         boxes = crop_boxes(landmarks, info.width, info.height, config.box)
         masks, nose_base = mouth_masks(crop_space(landmarks, boxes, bf.CROP_SIZE), bf.CROP_SIZE, config.mask)

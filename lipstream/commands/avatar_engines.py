@@ -28,6 +28,13 @@ def register(avatar_commands: argparse._SubParsersAction) -> None:
     add_avatars_dir(seed)
     seed.set_defaults(func=run_seed_codebook)
 
+    atlas = avatar_commands.add_parser(
+        "atlas", help="build the weight-free engine's mouth atlas from the avatar's own frames now"
+    )
+    atlas.add_argument("name", help="avatar name or bundle folder")
+    add_avatars_dir(atlas)
+    atlas.set_defaults(func=run_atlas)
+
 
 def run_prepare(args: argparse.Namespace) -> int:
     """`lipstream avatar prepare INPUT --name NAME [--engine X]`."""
@@ -62,5 +69,22 @@ def run_seed_codebook(args: argparse.Namespace) -> int:
     print(
         f"seeded {result.path}: {result.entries} mouth shapes from {result.frames} frames of "
         f"{result.utterances} file(s) ({result.neural_frames} engine passes)"
+    )
+    return 0
+
+
+def run_atlas(args: argparse.Namespace) -> int:
+    """`lipstream avatar atlas NAME`: build the viseme caches and mouth atlas; say whether it is used."""
+    from lipstream.avatar.bundle import load_avatar
+    from lipstream.engines.viseme.engine import VisemeEngine
+
+    bundle = load_avatar(args.name, args.avatars_dir)
+    engine = VisemeEngine()
+    engine.prepare(bundle)
+    entry = bundle.manifest.engines["viseme"]["atlas"]
+    print(
+        f"mouth atlas of '{bundle.name}': {entry['units']} mouths from {entry['frames_used']}/"
+        f"{entry['frames_total']} frames, {entry['bytes'] / 1e6:.1f} MB, coverage {entry['coverage']:.2f}; "
+        + engine.mouth_source(bundle)
     )
     return 0

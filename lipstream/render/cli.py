@@ -108,6 +108,8 @@ def run_render(args: argparse.Namespace) -> int:
         )
     for note in report.notes:
         print(f"note: {note}")
+    if hasattr(engine, "mouth_source"):  # the weight-free engine: filmed (atlas) or drawn mouth, and why
+        print(f"note: {engine.mouth_source(bundle)}")
     if args.report:
         Path(args.report).write_text(json.dumps(report.model_dump(), indent=2) + "\n")
     print(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,22 @@ from lipstream.audio.levels import DEFAULT_SILENCE_DBFS, SilenceDetector
 from lipstream.avatar.bundle import CROP_SIZE, AvatarBundle
 from lipstream.engines.base import FeatureStream, Speech
 from lipstream.engines.viseme.articulation import FEATURE_DIM, FEATURE_NAMES, OPEN
+from lipstream.engines.viseme.atlas import (
+    ATLAS_FILE,
+    ATLAS_VERSION,
+    STABLE,
+    AtlasConfig,
+    AtlasQuality,
+    MouthAtlas,
+    build_atlas,
+    join_costs,
+    judge,
+    load_atlas,
+    place_unit,
+    save_atlas,
+    select_units,
+    target_costs,
+)
 from lipstream.engines.viseme.calibration import OpeningCurve, measure_opening_curve
 from lipstream.engines.viseme.extractor import ArticulationExtractor, StreamingArticulation
 from lipstream.engines.viseme.geometry import GEOMETRY_DIM, MouthGeometry, measure
@@ -26,6 +43,7 @@ CROPS_FILE = "crops.npy"  # N×256×256×3 uint8: each frame's box resized to cr
 GEOMETRY_FILE = "geometry.npy"  # N×GEOMETRY_DIM float32: packed MouthGeometry rows
 OPENING_FILE = "opening.npy"  # 2×L float32: warp opening levels and the aperture tracked at each
 CACHE_VERSION = 3
+MOUTH_MODES = ("auto", "drawn", "atlas")  # auto: the atlas when it is rich enough, else the drawn mouth
 
 
 @dataclass(frozen=True)
@@ -33,6 +51,14 @@ class _AvatarCache:
     crops: np.ndarray
     geometry: np.ndarray
     opening: OpeningCurve
+    atlas: MouthAtlas | None = None
+    quality: AtlasQuality | None = None
+    join: np.ndarray | None = None  # [K, K] join costs of the atlas units
+
+    @property
+    def use_atlas(self) -> bool:
+        """The atlas is present and rich enough to choose mouths from."""
+        return self.atlas is not None and self.quality is not None and self.quality.usable
 
 
 def source_crop(bundle: AvatarBundle, frame_index: int) -> np.ndarray:
@@ -62,16 +88,29 @@ class VisemeEngine:
         use_phonemes: bool = True,
         silence_dbfs: float = DEFAULT_SILENCE_DBFS,
         warp: WarpConfig | None = None,
+        mouth: str = "auto",
+        atlas: AtlasConfig | None = None,
     ) -> None:
-        """Load the acoustic model; use_phonemes=False ignores TTS timings (audio-only features)."""
+        """Load the acoustic model; use_phonemes=False ignores TTS timings (audio-only features).
+
+        mouth: "auto" uses the avatar's mouth atlas when it is rich enough, "drawn" always warps the
+        base frame's own mouth, "atlas" asks for the atlas (still drawn, with a note, if it is too poor).
+        """
+        if mouth not in MOUTH_MODES:
+            raise ValueError(f"unknown mouth mode '{mouth}'; use one of {', '.join(MOUTH_MODES)}")
         self.use_phonemes = use_phonemes
+        self.mouth = mouth
+        self.atlas_config = atlas or AtlasConfig()
+        self._last_unit: dict[Path, int] = {}
         self.extractor = ArticulationExtractor(
             load_model(model_path), SilenceDetector(threshold_dbfs=silence_dbfs)
         )
         self.lookahead_frames = self.extractor.lookahead_frames
         self.warp = warp or WarpConfig()
         # Patch caches kept by others (the render codebook) are valid only for this warp and cache layout.
-        digest = hashlib.sha1(f"{CACHE_VERSION}:{self.warp!r}".encode()).hexdigest()[:8]
+        digest = hashlib.sha1(f"{CACHE_VERSION}:{self.warp!r}:{mouth}:{ATLAS_VERSION}".encode()).hexdigest()[
+            :8
+        ]
         self.cache_key = f"w{digest}"
         self.feature_names = FEATURE_NAMES
         self._caches: dict[Path, _AvatarCache] = {}
@@ -98,6 +137,7 @@ class VisemeEngine:
             and (folder / GEOMETRY_FILE).is_file()
             and (folder / OPENING_FILE).is_file()
         ):
+            self._ensure_atlas(bundle)
             return
         crops, geometry = self._build(bundle)
         opening = self._calibrate(bundle, crops, geometry)
@@ -122,6 +162,76 @@ class VisemeEngine:
             },
         )
         self._caches.pop(Path(bundle.path), None)
+        self._ensure_atlas(bundle, crops, geometry)
+
+    def _ensure_atlas(
+        self, bundle: AvatarBundle, crops: np.ndarray | None = None, geometry: np.ndarray | None = None
+    ) -> None:
+        """Build and store the mouth atlas if the bundle has none yet (bundles prepared before it existed)."""
+        folder = bundle.engine_dir(self.name)
+        entry = bundle.manifest.engines.get(self.name, {})
+        atlas_entry = entry.get("atlas", {})
+        if atlas_entry.get("version") == ATLAS_VERSION and (folder / ATLAS_FILE).is_file():
+            return
+        if crops is None:
+            print(
+                f"avatar '{bundle.name}': adding a mouth atlas from its own frames (once; "
+                "`lipstream avatar atlas NAME` does the same ahead of time)",
+                file=sys.stderr,
+            )
+            crops = np.load(folder / CROPS_FILE, mmap_mode="r")
+            geometry = np.load(folder / GEOMETRY_FILE)
+        atlas = self._build_atlas(bundle, crops, geometry)
+        quality = judge(atlas, self.atlas_config)
+        folder.mkdir(parents=True, exist_ok=True)
+        size = save_atlas(folder / ATLAS_FILE, atlas)
+        for stale in folder.glob("codebook*.npz"):  # patches cached before the atlas was there
+            stale.unlink()
+        entry = dict(bundle.manifest.engines.get(self.name, {}))
+        entry["atlas"] = {
+            "version": ATLAS_VERSION,
+            "file": ATLAS_FILE,
+            "units": quality.units,
+            "frames_used": atlas.frames_used,
+            "frames_total": atlas.frames_total,
+            "coverage": round(quality.coverage, 3),
+            "aperture_span": round(quality.aperture_span, 4),
+            "usable": quality.usable,
+            "reason": quality.reason,
+            "bytes": size,
+        }
+        bundle.update_engine_entry(self.name, entry)
+        self._caches.pop(Path(bundle.path), None)
+
+    def _build_atlas(self, bundle: AvatarBundle, crops: np.ndarray, geometry: np.ndarray) -> MouthAtlas:
+        """The mouth atlas of this avatar, in memory."""
+        landmarks = np.stack([bundle.crop_landmarks(i) for i in range(bundle.frame_count)])
+        tracked = (
+            np.asarray(bundle.tracked, bool)
+            if bundle.tracked is not None
+            else np.ones(bundle.frame_count, bool)
+        )
+        typical = np.median(geometry, axis=0)
+        geo = MouthGeometry.unpack(typical)
+        return build_atlas(
+            np.asarray(crops),
+            landmarks,
+            tracked,
+            (geo.center_x, geo.half_width, geo.nose_y, geo.chin_y),
+            self.atlas_config,
+        )
+
+    def mouth_source(self, bundle: AvatarBundle) -> str:
+        """One line for reports: which mouth this avatar renders with, and why."""
+        cache = self._cache(bundle)
+        q = cache.quality
+        if self.mouth == "drawn":
+            return "mouth: drawn (asked for with mouth=drawn)"
+        if q is None:
+            return "mouth: drawn (no mouth atlas)"
+        if cache.use_atlas:
+            return f"mouth: atlas ({q.units} filmed mouths, coverage {q.coverage:.2f})"
+        return f"mouth: drawn (mouth atlas too poor: {q.reason})"
 
     def _build(self, bundle: AvatarBundle) -> tuple[np.ndarray, np.ndarray]:
         """Compute every frame's crop and packed geometry in memory."""
@@ -160,7 +270,14 @@ class VisemeEngine:
             else:
                 crops, geometry = self._build(bundle)
                 opening = self._calibrate(bundle, crops, geometry)
-            self._caches[key] = _AvatarCache(crops, geometry, opening)
+            atlas = None
+            if self.mouth != "drawn":
+                atlas = load_atlas(folder / ATLAS_FILE) if (folder / ATLAS_FILE).is_file() else None
+                if atlas is None:  # not prepared: build it in memory (never written here)
+                    atlas = self._build_atlas(bundle, crops, geometry)
+            quality = judge(atlas, self.atlas_config) if atlas is not None else None
+            join = join_costs(atlas, self.atlas_config) if quality is not None and quality.usable else None
+            self._caches[key] = _AvatarCache(crops, geometry, opening, atlas, quality, join)
         return self._caches[key]
 
     # ---- rendering
@@ -171,6 +288,8 @@ class VisemeEngine:
         if len(features) != len(frame_ids):
             raise ValueError(f"{len(features)} feature rows for {len(frame_ids)} frame ids")
         cache = self._cache(bundle)
+        if cache.use_atlas:
+            return self._render_atlas(bundle, cache, features, frame_ids)
         features = features.copy()
         features[:, OPEN] = cache.opening.warp_opening(features[:, OPEN])
         out = np.empty((len(frame_ids), CROP_SIZE, CROP_SIZE, 3), dtype=np.uint8)
@@ -180,4 +299,25 @@ class VisemeEngine:
             out[i] = render_patch(
                 np.asarray(cache.crops[fid]), np.asarray(bundle.masks[fid]), geo, row, self.warp
             )
+        return out
+
+    def _render_atlas(
+        self, bundle: AvatarBundle, cache: _AvatarCache, features: np.ndarray, frame_ids: np.ndarray
+    ) -> np.ndarray:
+        """Filmed mouths by unit selection over this batch, joined to the last unit of the previous one."""
+        assert cache.atlas is not None and cache.join is not None
+        key = Path(bundle.path)
+        cost = target_costs(cache.atlas, features, self.atlas_config)
+        units = select_units(cost, cache.join, self._last_unit.get(key))
+        if len(units):
+            self._last_unit[key] = int(units[-1])
+        out = np.empty((len(frame_ids), CROP_SIZE, CROP_SIZE, 3), dtype=np.uint8)
+        for i, (unit, fid) in enumerate(zip(units, frame_ids, strict=True)):
+            fid = int(fid)
+            crop = np.asarray(cache.crops[fid])
+            if not features[i].any():
+                out[i] = crop  # rest: the base frame's own mouth, as the drawn path does
+                continue
+            stable = bundle.crop_landmarks(fid)[list(STABLE)]
+            out[i] = place_unit(cache.atlas, int(unit), crop, stable, np.asarray(bundle.masks[fid]))
         return out

@@ -26,7 +26,8 @@ class WarpConfig:
     cavity_rgb: tuple[int, int, int] = (112, 46, 50)  # the lit front of the mouth walls
     throat_rgb: tuple[int, int, int] = (30, 10, 13)  # deep inside, under the upper teeth and at the corners
     tongue_rgb: tuple[int, int, int] = (134, 62, 66)  # lit top of the tongue; shaded darker at its sides
-    lower_teeth_shade: float = 0.72  # lower teeth sit in the upper lip's shadow
+    lower_teeth_rgb: tuple[int, int, int] = (188, 160, 150)  # warm: grey beside red reads teal (4:2:0)
+    lower_teeth_shade: float = 0.8  # lower teeth sit in the upper lip's shadow
 
 
 def _interp_contour(contour: np.ndarray, xs: np.ndarray) -> np.ndarray:
@@ -167,7 +168,7 @@ def _shade_interior(
         shade = cfg.lower_teeth_shade * (
             0.75 + 0.25 * np.clip((ys - (bottom - lt_height)) / (lt_height + 1e-3), 0, 1)
         )
-        lt_rgb = np.array(cfg.teeth_rgb, dtype=np.float32) * shade[..., None]
+        lt_rgb = np.array(cfg.lower_teeth_rgb, dtype=np.float32) * shade[..., None]
         rgb = rgb * (1.0 - lt_cover[..., None]) + lt_rgb * lt_cover[..., None]
     # Upper teeth drawn only where the source shows none (a closed rest mouth).
     teeth_h = np.maximum(np.minimum(0.35 * span, 0.18 * w_half) - shown, 0.0)

@@ -127,6 +127,7 @@ export function renderPatch(base32, size, geo, feature, cfg, out32) {
     floor = Math.max(floor, colLowerDst[j]);
   }
   const grow = clip((full - 5.0) / 8.0, 0, 1);
+  const lowerTeethRgb = cfg.lower_teeth_rgb;
   const cavity = cfg.cavity_rgb, throat = cfg.throat_rgb, tongueRgb = cfg.tongue_rgb, teethRgb = cfg.teeth_rgb;
   const edge = cfg.edge_px;
   const rgb = [0, 0, 0];
@@ -181,7 +182,7 @@ export function renderPatch(base32, size, geo, feature, cfg, out32) {
           for (let c = 0; c < 3; c++) col[c] = col[c] * (1.0 - cover) + tongueRgb[c] * tShade * cover;
           const ltCover = clip((y - (lowerDst - ltHeight)) / 1.5, 0, 1) * ltCols;
           const ltShade = cfg.lower_teeth_shade * (0.75 + 0.25 * clip((y - (lowerDst - ltHeight)) / (ltHeight + 1e-3), 0, 1));
-          for (let c = 0; c < 3; c++) col[c] = col[c] * (1.0 - ltCover) + teethRgb[c] * ltShade * ltCover;
+          for (let c = 0; c < 3; c++) col[c] = col[c] * (1.0 - ltCover) + lowerTeethRgb[c] * ltShade * ltCover;
         }
         const teeth = clip(top + teethH - y, 0, 1) * teethCol;
         for (let c = 0; c < 3; c++) {

@@ -1,0 +1,349 @@
+"""The mouth atlas: the presenter's own filmed mouths, normalised so any of them can be placed on any frame.
+
+Built once per avatar from its prepared frames (see docs/engines.md "mouth atlas"). Every usable source
+frame's mouth region is mapped by a similarity transform fitted on stable landmarks (eye corners, nose)
+into one canonical space and described by its lip shape; near-duplicates are dropped. At render time
+`select_units` picks one atlas mouth per frame by unit selection (a target cost plus a join cost, solved
+by dynamic programming over the batch) and `place_unit` puts it on the base frame, colour-matched.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from lipstream.engines.viseme.articulation import CLOSURE, OPEN, WIDTH
+from lipstream.engines.viseme.calibration import aperture_of
+
+ATLAS_FILE = "atlas.npz"
+ATLAS_VERSION = 1
+# Stable face-mesh points for the similarity fit: outer/inner eye corners, nose bridge, tip and base.
+STABLE = (33, 263, 133, 362, 168, 6, 197, 195, 5, 4, 1, 2)
+_EYES = (33, 263)
+_CORNERS = (61, 291)
+_UPPER_OUTER, _UPPER_INNER, _LOWER_INNER, _LOWER_OUTER = 0, 13, 14, 17
+_INNER_LIP = (78, 191, 80, 81, 82, 13, 312, 311, 310, 415, 308, 324, 318, 402, 317, 14, 87, 178, 88, 95)
+# Descriptor columns (all in eye-corner distances, so they compare across frames and head sizes).
+APERTURE, MOUTH_WIDTH, UPPER_LIP, LOWER_LIP, TEETH = range(5)
+DESCRIPTOR_NAMES = ("aperture", "width", "upper_lip", "lower_lip", "teeth")
+
+
+@dataclass(frozen=True)
+class AtlasConfig:
+    """How the atlas is built, judged and searched."""
+
+    thumb: tuple[int, int] = (24, 16)  # grey thumbnail (w, h) for the join cost and de-duplication
+    dedupe: float = 0.05  # a frame closer than this to a kept one (descriptor + thumbnail) is dropped
+    max_units: int = 600
+    min_range: float = 0.03  # aperture range (eye-corner widths) below which the mouth "never moves"
+    min_units: int = 12
+    min_coverage: float = 0.7  # share of target poses with an atlas mouth near them
+    join_weight: float = 0.2  # join cost relative to the target cost (measured: higher loosens the sync)
+    width_weight: float = 0.35
+
+
+@dataclass(frozen=True)
+class MouthAtlas:
+    """Canonical mouth images, their descriptors and source frames, and where the canonical box lies."""
+
+    patches: np.ndarray  # [K, h, w, 3] uint8 RGB in canonical space
+    descriptors: np.ndarray  # [K, 5] float32
+    thumbs: np.ndarray  # [K, tw*th] float32 grey, zero-mean
+    sources: np.ndarray  # [K] int32 source frame of each unit
+    template: np.ndarray  # [len(STABLE), 2] float32 canonical positions of the stable points
+    origin: np.ndarray  # [2] float32 canonical (x, y) of the patch's top-left corner
+    frames_used: int  # source frames that passed the checks (before de-duplication)
+    frames_total: int
+
+    @property
+    def aperture_range(self) -> tuple[float, float]:
+        """(low, high) aperture: 2nd and 98th percentiles, robust to a stray frame."""
+        a = self.descriptors[:, APERTURE]
+        return float(np.percentile(a, 2)), float(np.percentile(a, 98))
+
+    @property
+    def width_range(self) -> tuple[float, float, float]:
+        """(low, median, high) mouth width."""
+        w = self.descriptors[:, MOUTH_WIDTH]
+        return float(np.percentile(w, 5)), float(np.median(w)), float(np.percentile(w, 95))
+
+    def nbytes(self) -> int:
+        """Memory the atlas takes (its file is compressed and smaller)."""
+        return int(sum(a.nbytes for a in (self.patches, self.descriptors, self.thumbs, self.sources)))
+
+
+@dataclass(frozen=True)
+class AtlasQuality:
+    """Whether the atlas is rich enough to use, and why not."""
+
+    units: int
+    coverage: float
+    aperture_span: float
+    usable: bool
+    reason: str
+
+
+def describe(landmarks: np.ndarray, crop: np.ndarray) -> np.ndarray:
+    """Shape descriptor of one frame's mouth from its crop-space landmarks (and the crop, for teeth)."""
+    eye = float(np.linalg.norm(landmarks[_EYES[0]] - landmarks[_EYES[1]])) or 1.0
+    d = np.zeros(len(DESCRIPTOR_NAMES), dtype=np.float32)
+    d[APERTURE] = aperture_of(landmarks)
+    d[MOUTH_WIDTH] = np.linalg.norm(landmarks[_CORNERS[0]] - landmarks[_CORNERS[1]]) / eye
+    d[UPPER_LIP] = np.linalg.norm(landmarks[_UPPER_OUTER] - landmarks[_UPPER_INNER]) / eye
+    d[LOWER_LIP] = np.linalg.norm(landmarks[_LOWER_INNER] - landmarks[_LOWER_OUTER]) / eye
+    # Teeth: share of the inner-lip area brighter than the skin beside the mouth.
+    poly = np.rint(landmarks[list(_INNER_LIP)]).astype(np.int32)
+    inner = np.zeros(crop.shape[:2], np.uint8)
+    cv2.fillPoly(inner, [poly], 1)
+    grey = cv2.cvtColor(crop, cv2.COLOR_RGB2GRAY)
+    if inner.sum() >= 4:
+        cx, cy = landmarks[_CORNERS[1]].astype(int)
+        skin = grey[max(cy - 3, 0) : cy + 4, min(cx + 4, grey.shape[1] - 1) : cx + 12]
+        level = float(skin.mean()) if skin.size else 160.0
+        d[TEETH] = float((grey[inner > 0] > level).mean())
+    return d
+
+
+def _similarity(src: np.ndarray, dst: np.ndarray) -> np.ndarray | None:
+    """2×3 similarity transform taking src points onto dst (least squares), None if degenerate."""
+    m, _ = cv2.estimateAffinePartial2D(src.astype(np.float32), dst.astype(np.float32), method=cv2.LMEDS)
+    return m
+
+
+def _thumb(patch: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    grey = cv2.resize(cv2.cvtColor(patch, cv2.COLOR_RGB2GRAY), size, interpolation=cv2.INTER_AREA)
+    g = grey.astype(np.float32).reshape(-1) / 255.0
+    return g - g.mean()
+
+
+def build_atlas(
+    crops: np.ndarray,
+    crop_landmarks: np.ndarray,
+    usable: np.ndarray,
+    geometry_rows: tuple[float, float, float, float],
+    config: AtlasConfig | None = None,
+) -> MouthAtlas:
+    """Atlas from every usable frame's crop and crop-space landmarks.
+
+    geometry_rows: (centre x, half width, nose row, chin row) of a typical frame, which sizes the box.
+    """
+    config = config or AtlasConfig()
+    n = len(crops)
+    size = crops.shape[1]
+    ok = np.asarray(usable, bool).copy()
+    template = np.median(crop_landmarks[ok][:, list(STABLE)], axis=0).astype(np.float32)
+    cx, hw, nose, chin = geometry_rows
+    x0, x1 = cx - 1.75 * hw, cx + 1.75 * hw
+    y0, y1 = nose + 1.0, min(chin + 0.35 * hw, size - 1.0)
+    origin = np.array([x0, y0], np.float32)
+    box_w, box_h = int(round(x1 - x0)), int(round(y1 - y0))
+    to_box = np.array([[1, 0, -x0], [0, 1, -y0]], np.float32)
+    patches, descs, thumbs, sources = [], [], [], []
+    for i in range(n):
+        if not ok[i]:
+            continue
+        m = _similarity(crop_landmarks[i][list(STABLE)], template)
+        if m is None:
+            ok[i] = False
+            continue
+        # The mouth must lie inside the crop (a face cut by the frame edge stays out of the atlas).
+        lips = crop_landmarks[i][list(_INNER_LIP) + [_LOWER_OUTER, *_CORNERS]]
+        if lips.min() < 1 or lips.max() > size - 2:
+            ok[i] = False
+            continue
+        full = np.vstack([m, [0, 0, 1]])
+        box = (np.vstack([to_box, [0, 0, 1]]) @ full)[:2]
+        patch = cv2.warpAffine(
+            crops[i], box, (box_w, box_h), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REFLECT
+        )
+        desc = describe(crop_landmarks[i], np.asarray(crops[i]))
+        thumb = _thumb(patch, config.thumb)
+        if descs:
+            dist = np.abs(np.asarray(descs) - desc).sum(axis=1) + 0.5 * np.sqrt(
+                np.mean((np.asarray(thumbs) - thumb) ** 2, axis=1)
+            )
+            if float(dist.min()) < config.dedupe:
+                continue
+        patches.append(patch)
+        descs.append(desc)
+        thumbs.append(thumb)
+        sources.append(i)
+        if len(patches) >= config.max_units:
+            break
+    if not patches:
+        empty = np.zeros((0, max(box_h, 1), max(box_w, 1), 3), np.uint8)
+        return MouthAtlas(
+            empty,
+            np.zeros((0, 5), np.float32),
+            np.zeros((0, config.thumb[0] * config.thumb[1]), np.float32),
+            np.zeros(0, np.int32),
+            template,
+            origin,
+            0,
+            n,
+        )
+    return MouthAtlas(
+        np.stack(patches),
+        np.asarray(descs, np.float32),
+        np.asarray(thumbs, np.float32),
+        np.asarray(sources, np.int32),
+        template,
+        origin,
+        int(ok.sum()),
+        n,
+    )
+
+
+def targets(atlas: MouthAtlas, features: np.ndarray) -> np.ndarray:
+    """Target (aperture, width) per feature row, within the range this presenter was filmed in."""
+    lo, hi = atlas.aperture_range
+    w_lo, w_mid, w_hi = atlas.width_range
+    f = np.asarray(features, np.float32).reshape(-1, 3)
+    opening = np.clip(f[:, OPEN], 0, 1) * (1.0 - np.clip(f[:, CLOSURE], 0, 1))
+    width = np.clip(f[:, WIDTH], -1, 1)
+    # Rank mapping: an opening command c picks the aperture at quantile c of the filmed ones, so the
+    # presenter's own range and its non-linear spread are used (no assumption on the tracker's scale).
+    aperture = np.quantile(atlas.descriptors[:, APERTURE], np.clip(opening, 0.0, 1.0)).astype(np.float32)
+    w = np.where(width >= 0, w_mid + width * (w_hi - w_mid), w_mid + width * (w_mid - w_lo))
+    return np.stack([aperture, w], axis=1)
+
+
+def target_costs(atlas: MouthAtlas, features: np.ndarray, config: AtlasConfig) -> np.ndarray:
+    """[n, K] cost of each atlas mouth for each frame's articulation."""
+    lo, hi = atlas.aperture_range
+    w_lo, _, w_hi = atlas.width_range
+    t = targets(atlas, features)
+    da = (atlas.descriptors[None, :, APERTURE] - t[:, None, 0]) / max(hi - lo, 1e-3)
+    dw = (atlas.descriptors[None, :, MOUTH_WIDTH] - t[:, None, 1]) / max(w_hi - w_lo, 1e-3)
+    return da**2 + config.width_weight * dw**2
+
+
+def join_costs(atlas: MouthAtlas, config: AtlasConfig) -> np.ndarray:
+    """[K, K] cost of showing unit b right after unit a: free when b follows a in the footage."""
+    t = atlas.thumbs
+    sq = (t * t).sum(axis=1)
+    d2 = np.maximum(sq[:, None] + sq[None, :] - 2.0 * t @ t.T, 0.0) / t.shape[1]
+    cost = config.join_weight * np.sqrt(d2) * 8.0
+    step = atlas.sources[None, :] - atlas.sources[:, None]
+    cost[(step >= 0) & (step <= 2)] = 0.0  # the same mouth, or the next filmed frames
+    return cost.astype(np.float32)
+
+
+def select_units(
+    target: np.ndarray, join: np.ndarray, previous: int | None = None, join_weight: float = 1.0
+) -> np.ndarray:
+    """Viterbi over the rows: units minimising sum(target) + sum(join); `previous` joins the first row."""
+    n, k = target.shape
+    if n == 0:
+        return np.zeros(0, np.int64)
+    cost = target[0].astype(np.float64).copy()
+    if previous is not None:
+        cost += join_weight * join[previous]
+    back = np.zeros((n, k), np.int64)
+    for i in range(1, n):
+        total = cost[:, None] + join_weight * join  # [from, to]
+        back[i] = np.argmin(total, axis=0)
+        cost = total[back[i], np.arange(k)] + target[i]
+    path = np.zeros(n, np.int64)
+    path[-1] = int(np.argmin(cost))
+    for i in range(n - 1, 0, -1):
+        path[i - 1] = back[i, path[i]]
+    return path
+
+
+def judge(atlas: MouthAtlas, config: AtlasConfig | None = None) -> AtlasQuality:
+    """Coverage: the share of target poses (11 openings × rounded/neutral/spread) with a mouth near them."""
+    config = config or AtlasConfig()
+    k = len(atlas.sources)
+    if k < config.min_units:
+        return AtlasQuality(k, 0.0, 0.0, False, f"only {k} distinct mouths (need {config.min_units})")
+    lo, hi = atlas.aperture_range
+    span = hi - lo
+    grid = np.array([[o, w, 0.0] for o in np.linspace(0, 1, 11) for w in (-0.8, 0.0, 0.5)], np.float32)
+    best = target_costs(atlas, grid, config).min(axis=1)
+    coverage = float((best <= 0.1**2 + config.width_weight * 0.35**2).mean())
+    if span < config.min_range:
+        return AtlasQuality(
+            k, coverage, span, False, f"the mouth barely moves in the footage (span {span:.3f})"
+        )
+    if coverage < config.min_coverage:
+        return AtlasQuality(k, coverage, span, False, f"coverage {coverage:.2f} < {config.min_coverage}")
+    return AtlasQuality(k, coverage, span, True, "")
+
+
+def place_unit(
+    atlas: MouthAtlas, unit: int, crop: np.ndarray, stable: np.ndarray, mask: np.ndarray
+) -> np.ndarray:
+    """The crop with atlas mouth `unit` placed by the frame's stable landmarks, colour-matched to it."""
+    size = crop.shape[0]
+    m = _similarity(atlas.template, stable)
+    if m is None:
+        return crop.copy()
+    # canonical -> crop, applied to patch pixels offset by the box origin.
+    shift = np.array([[1, 0, atlas.origin[0]], [0, 1, atlas.origin[1]], [0, 0, 1]], np.float32)
+    affine = (np.vstack([m, [0, 0, 1]]) @ shift)[:2].astype(np.float32)
+    patch = atlas.patches[unit]
+    placed = cv2.warpAffine(
+        patch, affine, (size, size), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE
+    )
+    cover = cv2.warpAffine(
+        np.full(patch.shape[:2], 255, np.uint8), affine, (size, size), flags=cv2.INTER_LINEAR, borderValue=0
+    )
+    weight = (mask.astype(np.float32) / 255.0) * (cover.astype(np.float32) / 255.0)
+    # Colour and brightness: match the placed mouth to the base frame on the skin of the mask's feather.
+    ring = (weight > 0.05) & (weight < 0.8)
+    placed = placed.astype(np.float32)
+    if int(ring.sum()) >= 20:
+        base = crop[ring].astype(np.float32)
+        src = placed[ring]
+        gain = np.clip((base.std(axis=0) + 1.0) / (src.std(axis=0) + 1.0), 0.8, 1.25)
+        placed = (placed - src.mean(axis=0)) * gain + base.mean(axis=0)
+    # Outside the placed patch the crop shows through; the compositor's mouth mask does the final blend.
+    c = (cover.astype(np.float32) / 255.0)[..., None]
+    out = placed * c + crop.astype(np.float32) * (1.0 - c)
+    return np.clip(out + 0.5, 0, 255).astype(np.uint8)
+
+
+def save_atlas(path: Path, atlas: MouthAtlas) -> int:
+    """Write the atlas atomically (compressed); returns its size in bytes."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "wb") as fh:
+        np.savez_compressed(
+            fh,
+            version=ATLAS_VERSION,
+            patches=atlas.patches,
+            descriptors=atlas.descriptors,
+            thumbs=atlas.thumbs.astype(np.float16),
+            sources=atlas.sources,
+            template=atlas.template,
+            origin=atlas.origin,
+            counts=np.array([atlas.frames_used, atlas.frames_total]),
+        )
+    os.replace(tmp, path)
+    return path.stat().st_size
+
+
+def load_atlas(path: Path) -> MouthAtlas | None:
+    """The atlas at path, or None if it is missing, unreadable or from another version."""
+    try:
+        with np.load(path) as z:
+            if int(z["version"]) != ATLAS_VERSION:
+                return None
+            used, total = (int(v) for v in z["counts"])
+            return MouthAtlas(
+                z["patches"],
+                z["descriptors"],
+                z["thumbs"].astype(np.float32),
+                z["sources"],
+                z["template"],
+                z["origin"],
+                used,
+                total,
+            )
+    except (OSError, KeyError, ValueError):
+        return None

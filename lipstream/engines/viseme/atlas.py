@@ -304,7 +304,9 @@ def place_unit(
         gain = np.clip((base.std(axis=0) + 1.0) / (src.std(axis=0) + 1.0), 0.8, 1.25)
         placed = (placed - src.mean(axis=0)) * gain + base.mean(axis=0)
     # Outside the placed patch the crop shows through; the compositor's mouth mask does the final blend.
-    c = (cover.astype(np.float32) / 255.0)[..., None]
+    # Only where the mouth mask is non-zero: the patch itself, not just the composite, keeps the rows at
+    # and above the nose base untouched.
+    c = ((cover.astype(np.float32) / 255.0) * (mask > 0))[..., None]
     out = placed * c + crop.astype(np.float32) * (1.0 - c)
     return np.clip(out + 0.5, 0, 255).astype(np.uint8)
 

@@ -16,7 +16,10 @@ const problems = [];
 async function openPage(context) {
   const page = await context.newPage();
   page.on('pageerror', (err) => problems.push(`pageerror: ${err.message}`));
-  page.on('console', (msg) => { if (msg.type() === 'error') problems.push(`console: ${msg.text()}`); });
+  page.on('console', (msg) => {
+    if (msg.type() === 'error') problems.push(`console: ${msg.text()}`);
+    else if (opts.verbose) console.error(`[page ${(performance.now() / 1000).toFixed(1)} s] ${msg.text()}`);
+  });
   await page.goto(`${opts.url}/harness.html`);
   return page;
 }
@@ -32,7 +35,7 @@ const PAGE_HELPERS = `
     const patches = [];
     let doneStats = null;
     const t0 = performance.now();
-    const engine = createEngine(manifest, '/', { engine: engineOpts,
+    const engine = createEngine(manifest, '/', { engine: engineOpts, onStatus: (text) => console.log('status: ' + text),
       onPatch: (p) => patches.push({ frame: p.frame, kind: p.kind, sourceFrame: p.sourceFrame, last: p.last,
         rgba: p.rgba ? window.b64(p.rgba) : null }),
       onDone: (s) => { doneStats = s; } });

@@ -27,6 +27,7 @@ class MuseTalkWorker {
     const status = (text) => postMessage({ type: 'status', text });
     const ortPath = options.ortModule || 'musetalk/ort/ort.webgpu.min.mjs';
     const ort = await import(new URL(ortPath, baseUrl).href);
+    ort.env.logLevel = 'error'; // ORT's optimiser warnings (constant folding) are not problems of the page
     ort.env.wasm.wasmPaths = new URL(ortPath.replace(/[^/]*$/, ''), baseUrl).href;
     ort.env.wasm.numThreads = options.numThreads || ort.env.wasm.numThreads;
     this.ort = ort;
@@ -40,6 +41,7 @@ class MuseTalkWorker {
     }
     if (!variant) throw new Error(`the export has no ${options.dtype || 'usable'} MuseTalk graphs for ${this.choice.backend}`);
     this.variant = variant;
+    if (options.graphBackends) this.choice.graphBackends = options.graphBackends;
     this.batch = variant.manifest.batch;
     status(`MuseTalk on ${this.choice.backend} (${variant.dtype}, adapter ${this.choice.adapter})`);
     this.sessions = await createSessions(ort, baseUrl, files, variant, this.choice, status);
@@ -56,8 +58,7 @@ class MuseTalkWorker {
     this.codebookKey = `${manifest.name}/musetalk/${variant.dtype}`;
     this.codebook = await this._codebook(mt, files);
     this.timer = new StageTimer();
-    status('warming up');
-    await this._warmup();
+    await this._warmup(status);
     return {
       backend: this.choice.backend, dtype: variant.dtype, adapter: this.choice.adapter, batch: this.batch,
       codebookEntries: this.codebook ? this.codebook.size : 0, codebookSource: this.codebookSource,
@@ -75,9 +76,10 @@ class MuseTalkWorker {
     return book;
   }
 
-  async _warmup() {
+  async _warmup(status) {
     const { ort, sessions } = this;
     for (const name of ['whisper_encoder', 'unet', 'vae_decoder']) {
+      status(`warming up ${name}`);
       const s = sessions[name];
       const feeds = Object.fromEntries(Object.keys(s.inputs).map((k) => [k, zeros(ort, s, k)]));
       const out = await s.run(feeds);

@@ -15,7 +15,8 @@ export async function chooseBackend(options = {}) {
   }
   if (!adapter) {
     if (options.backend === 'webgpu') throw new Error('WebGPU was asked for but this browser offers no adapter');
-    return { backend: 'wasm', f16: false, adapter: 'none (WebGPU unavailable: running on the CPU through wasm)' };
+    const why = options.backend === 'wasm' ? 'not used (wasm asked for)' : 'none (WebGPU unavailable: running on the CPU through wasm)';
+    return { backend: 'wasm', f16: false, adapter: why };
   }
   const info = adapter.info || {};
   return { backend: 'webgpu', f16: adapter.features.has('shader-f16'), adapter: `${info.vendor || '?'}/${info.architecture || '?'}` };
@@ -76,14 +77,18 @@ export async function createSessions(ort, baseUrl, files, variant, choice, onSta
     for (const rel of g.external_data || []) { // named as the graph names them (its location field)
       externalData.push({ path: rel, data: new Uint8Array(await fetchChecked(baseUrl, `${variant.folder}/${rel}`, expected(rel))) });
     }
-    const opts = { executionProviders: [choice.backend], graphOptimizationLevel: 'all', externalData };
+    // one graph may be put on another backend (options.graphBackends), e.g. the VAE decoder on wasm
+    // where WebGPU is SwiftShader (minutes per batch there)
+    const backendOf = (graph) => choice.graphBackends?.[graph] || choice.backend;
+    const backend = backendOf(name);
+    const opts = { executionProviders: [backend], graphOptimizationLevel: 'all', externalData, logSeverityLevel: 3 };
     // the UNet's output feeds the VAE decoder: on WebGPU it stays a GPU buffer between the two runs
-    if (choice.backend === 'webgpu' && name === 'unet') opts.preferredOutputLocation = 'gpu-buffer';
+    if (name === 'unet' && backend === 'webgpu' && backendOf('vae_decoder') === 'webgpu') opts.preferredOutputLocation = 'gpu-buffer';
     let session;
     try {
       session = await ort.InferenceSession.create(model, opts);
     } catch (err) {
-      throw new Error(`${path} could not be loaded on ${choice.backend} (${err.message || err})`);
+      throw new Error(`${path} could not be loaded on ${backend} (${err.message || err})`);
     }
     const inputs = Object.fromEntries(g.inputs.map((i) => [i.name, i.shape]));
     const dtypes = Object.fromEntries(g.inputs.map((i) => [i.name, i.dtype]));

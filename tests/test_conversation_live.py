@@ -157,7 +157,7 @@ def test_a_spoken_question_is_heard_transcribed_and_answered(agent_server: Serve
 
     async def run() -> Caller:
         caller, ready = await open_agent(agent_server)
-        assert ready["type"] == "ready" and ready["agent"] is True and ready["minor"] == 1
+        assert ready["type"] == "ready" and ready["agent"] is True and ready["minor"] >= 1
         await caller.talk(audio)
         await caller.wait_for("turn_metrics", timeout=30)
         await caller.ws.close()

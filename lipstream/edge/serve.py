@@ -86,7 +86,14 @@ def add_edge_routes(app: FastAPI, avatars_dir: Path | None, token: str | None) -
             data_file = _inside(folder, rel)
             if data_file is None:
                 return JSONResponse({"error": "not_found", "message": f"no file {rel} in the export"}, 404)
-            response = FileResponse(data_file, headers={"Cache-Control": "no-cache"})
+            response = FileResponse(
+                data_file, headers={"Cache-Control": "no-cache"}, stat_result=data_file.stat()
+            )
+            # no-cache + ETag: a browser revalidates and gets 304 for the data it already holds (the live
+            # player's patch mode downloads the base loop once this way)
+            etag = response.headers.get("etag")
+            if etag and etag in (request.headers.get("if-none-match") or ""):
+                response = Response(status_code=304, headers={"ETag": etag, "Cache-Control": "no-cache"})
         if token and request.query_params.get("token"):
             given = request.query_params["token"]
             response.set_cookie(TOKEN_COOKIE, given, httponly=True, path=f"/edge/{name}/")

@@ -21,3 +21,4 @@ class AvatarFrame:
     speaking: bool = False  # frame belongs to an utterance (False: idle presenter)
     end_of_speech: bool = False  # last frame of an utterance
     utterance_id: int | None = None
+    loop_index: int = 0  # position in the avatar's base loop (idle_loop) of this frame

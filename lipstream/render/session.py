@@ -26,6 +26,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+import cv2
 import numpy as np
 from pydantic import BaseModel, Field
 
@@ -39,6 +40,7 @@ from lipstream.render.accel import AccelConfig, PatchScheduler, load_codebook, r
 from lipstream.render.base_frames import SharedBaseFrames, stream_size
 from lipstream.render.compositor import Compositor
 from lipstream.render.frames import AvatarFrame
+from lipstream.render.patch_stream import CROP_SIZE, patch_rect
 from lipstream.render.timing import RenderObserver, StageTimer
 from lipstream.render.workers import WorkerPools
 
@@ -68,6 +70,10 @@ class SessionConfig(BaseModel):
     tts_lookahead_seconds: float = Field(15.0, gt=0)  # TTS runs at most this far ahead of playback
     queue_frames: int = Field(8, ge=1)  # produced frames waiting for the consumer
     accel: AccelConfig = Field(default_factory=AccelConfig)
+    # "full": composite and encode whole frames (what recorders and `lipstream client --out` need);
+    # "patch": encode only the crop-space mouth rectangle, the client composites it (docs/protocol.md)
+    stream: Literal["full", "patch"] = "full"
+    patch_bitrate: int = Field(300_000, gt=0)  # cap of the patch stream (a 256×96 picture at 25 fps)
 
 
 @dataclass
@@ -330,7 +336,12 @@ class Session:
         self._speech_until = 0  # pts where the last speech frame produced ends
         self._speech_uid: int | None = None  # the utterance that frame belongs to
         self._encoder = None
-        self.width, self.height = stream_size(avatar.size, self.config.output_width)
+        self._patch_stream = self.config.stream == "patch"
+        # patch mode: the client composites onto the avatar's own-size base loop, so no scaled sizes
+        width = None if self._patch_stream else self.config.output_width
+        self.width, self.height = stream_size(avatar.size, width)
+        self.patch_rect = patch_rect(avatar) if self._patch_stream else None
+        self._patch_resting = True  # the previous frame had no patch: the next patch is an IDR
         shared = base_frames.get(avatar, (self.width, self.height)) if base_frames is not None else None
         self._compositor = Compositor(avatar, engine.patch_size, (self.width, self.height), base=shared)
         self._generation = 0  # bumped by interrupt(): work started before it is discarded
@@ -354,8 +365,16 @@ class Session:
         if self.config.encode:
             from lipstream.media.h264 import H264StreamEncoder
 
-            # the compositor already works at the stream size and hands over I420 pictures
-            self._encoder = H264StreamEncoder(self.width, self.height, fps=FPS, bitrate=self.config.bitrate)
+            if self._patch_stream:
+                x0, y0, x1, y1 = self.patch_rect
+                self._encoder = H264StreamEncoder(
+                    x1 - x0, y1 - y0, fps=FPS, bitrate=self.config.patch_bitrate, threads=1
+                )
+            else:
+                # the compositor already works at the stream size and hands over I420 pictures
+                self._encoder = H264StreamEncoder(
+                    self.width, self.height, fps=FPS, bitrate=self.config.bitrate
+                )
         self._out = asyncio.Queue(maxsize=self.config.queue_frames)
         self._wake = asyncio.Event()
         self._produced = asyncio.Event()
@@ -381,6 +400,8 @@ class Session:
 
     def _warm_up(self) -> None:
         self.engine.prepare(self.avatar)
+        if self._patch_stream:
+            return  # no composite on the server: neither base pictures nor blend geometry are needed
         if self.config.encode:
             self._compositor.base.i420(0)  # builds the avatar's I420 cache at this size once
         for index in self.avatar.idle_loop[: len(self.avatar.idle_loop) // 2 + 1]:
@@ -815,6 +836,8 @@ class Session:
             self._speech_uid = utt.id
 
     def _finish_frame(self, base_id: int, patch: np.ndarray | None, generation: int):
+        if self._patch_stream and self._encoder is not None:
+            return self._encode_patch(patch, generation)
         with self._timer.stage("compositor"):
             if self._encoder is None:
                 return self._compositor.compose(base_id, patch)
@@ -825,6 +848,22 @@ class Session:
             self._encoded_generation = generation
             self._force_idr = False
             return self._encoder.encode(image, force_idr=force)
+
+    def _encode_patch(self, patch: np.ndarray | None, generation: int):
+        """Patch mode: the mouth rectangle of the crop-space patch as one H.264 AU; None while the mouth
+        rests (the base loop alone is the right picture, so nothing is encoded or sent)."""
+        if patch is None:
+            self._patch_resting = True
+            return None
+        with self._timer.stage("encode"):
+            if patch.shape[0] != CROP_SIZE:
+                patch = cv2.resize(patch, (CROP_SIZE, CROP_SIZE), interpolation=cv2.INTER_LINEAR)
+            x0, y0, x1, y1 = self.patch_rect
+            # the first patch after rest or an interrupt is an IDR: every utterance decodes on its own
+            force = self._force_idr or self._patch_resting or generation != self._encoded_generation
+            self._encoded_generation = generation
+            self._force_idr = self._patch_resting = False
+            return self._encoder.encode(np.ascontiguousarray(patch[y0:y1, x0:x1]), force_idr=force)
 
     async def _put_frame(self, tick, base_id, frame, audio, *, speaking, end, uid, generation) -> bool:
         """Queue a made frame for the consumer; False when an interrupt has made it stale."""
@@ -848,9 +887,12 @@ class Session:
         item = AvatarFrame(
             index=tick, pts=tick * SAMPLES_PER_FRAME, base_index=base_id, audio=audio,
             speaking=speaking, end_of_speech=end, utterance_id=uid,
+            loop_index=tick % len(self.avatar.idle_loop),
         )
         if self._encoder is None:
             item.image = frame
+        elif frame is None:  # patch mode, mouth at rest
+            item.access_unit = b""
         else:
             item.access_unit = frame.data
             item.keyframe = bool(frame.keyframe)

@@ -26,6 +26,7 @@ from lipstream.server.metrics import CONTENT_TYPE, ServerMetrics
 from lipstream.server.registry import SessionRegistry
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "web" / "static"
+EDGE_PAGE_DIR = STATIC_DIR.parent / "edge"
 
 
 class SharedVoices:
@@ -60,7 +61,7 @@ def render_session_factory(
     pools = pools or WorkerPools.create(render_threads=config.limits.max_sessions)
     base_frames = SharedBaseFrames()
 
-    def make(bundle: AvatarBundle, engine: Any, output_width: int | None) -> Any:
+    def make(bundle: AvatarBundle, engine: Any, output_width: int | None, stream: str = "full") -> Any:
         from lipstream.render.session import Session, SessionConfig
 
         cfg = SessionConfig(
@@ -69,6 +70,7 @@ def render_session_factory(
             voice=config.voice,
             max_lead_seconds=config.max_lead_seconds,
             max_pending_seconds=config.limits.max_pending_seconds,
+            stream=stream,
         )
         return Session(
             bundle, engine, cfg, tts_factory=voices, pools=pools, base_frames=base_frames, observer=metrics
@@ -161,6 +163,8 @@ def create_app(
         """The player page."""
         return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-store"})
 
+    # the live player's patch mode imports the serverless page's compositor (one compositor, two pages)
+    app.mount("/static/edge", StaticFiles(directory=EDGE_PAGE_DIR), name="static-edge")
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     add_edge_routes(app, config.avatars_dir, config.token)  # the serverless page at /edge/NAME/
 

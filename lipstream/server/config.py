@@ -47,4 +47,5 @@ class ServerConfig(BaseModel):
     voice: str = "piper"
     max_lead_seconds: float = 1.0
     limits: Limits = Field(default_factory=Limits)
+    stream_modes: tuple[str, ...] = ("full", "patch")  # what hello.stream may ask for (docs/protocol.md)
     replica_id: str | None = None  # set on a Ray Serve replica; named in `ready` and /healthz

@@ -50,6 +50,17 @@ CLOSE_TIMEOUT_SECONDS = 2.0
 HELLO_MAX_BYTES = 64 * 1024  # a hello is a few hundred bytes; nothing big is read before the token is checked
 
 
+def patch_description(session: Any, bundle: AvatarBundle) -> dict[str, Any]:
+    """What a patch-mode client needs besides the frames: the patch stream and where the base loop is."""
+    x0, y0, x1, y1 = session.patch_rect
+    base = f"/edge/{bundle.name}/"
+    return {
+        "codec": session.codec_string, "width": x1 - x0, "height": y1 - y0, "rect": [x0, y0, x1, y1],
+        "crop_size": 256, "loop_frames": len(bundle.idle_loop),
+        "base_url": base, "manifest": f"{base}export.json",
+    }  # fmt: skip
+
+
 class _Closed(Exception):
     """The peer went away or the handshake failed; nothing more to send."""
 
@@ -85,6 +96,7 @@ class Connection:
         # queues (bounded) instead of synthesising all at once
         self._speak_queue: asyncio.Queue[Speak] = asyncio.Queue(maxsize=self.limits.max_queued_speaks)
         self._speaker: asyncio.Task | None = None
+        self._patch_stream = False  # hello asked for the patch stream mode (protocol 1.2)
 
     # ---- sending ----
 
@@ -170,6 +182,14 @@ class Connection:
             await self._teardown()
 
     async def _open_session(self, hello: Hello) -> None:
+        if hello.stream not in self.config.stream_modes:
+            await self._fail(
+                "stream",
+                f"this server has no {hello.stream!r} stream mode; it offers "
+                f"{', '.join(self.config.stream_modes)} (omit `stream` for full frames)",
+                4400,
+            )
+        self._patch_stream = hello.stream == "patch"
         avatar = hello.avatar or self.ws.query_params.get("avatar")
         try:
             bundle = await asyncio.to_thread(self._open_avatar, avatar)
@@ -181,7 +201,9 @@ class Connection:
                 "busy", f"server is full ({self.limits.max_sessions} sessions); retry later", 1013
             )
         try:
-            self.session = self.session_factory(bundle, self.engine, hello.output_width)
+            # full frames call the factory as before (three arguments), so other factories keep working
+            extra = {"stream": "patch"} if self._patch_stream else {}
+            self.session = self.session_factory(bundle, self.engine, hello.output_width, **extra)
             self.record.session = self.session
             await self.session.start()
         except LipstreamError as exc:
@@ -204,7 +226,10 @@ class Connection:
             "fps": 25,
             "sample_rate": SAMPLE_RATE,
             "limits": self.limits.model_dump(exclude={"hello_timeout_seconds"}),
+            "stream": "patch" if self._patch_stream else "full",
         }
+        if self._patch_stream:
+            ready["patch"] = patch_description(self.session, bundle)
         if self.config.replica_id:  # behind a Ray Serve proxy: which replica holds this session
             ready["replica"] = self.config.replica_id
         await self._send_text(json.dumps(ready))
@@ -242,7 +267,7 @@ class Connection:
         # the Session makes the first frame after an interrupt an IDR, so every frame can go out as it comes
         async for item in self.session:
             if isinstance(item, AvatarFrame):
-                video, audio = frame_messages(item)
+                video, audio = frame_messages(item, patch=self._patch_stream)
                 async with self._send_lock:
                     await self._timed_send(self.ws.send_bytes(video))
                     await self._timed_send(self.ws.send_bytes(audio))

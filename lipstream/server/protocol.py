@@ -23,7 +23,11 @@ from pydantic_core import PydanticCustomError
 from lipstream.errors import LipstreamError
 
 PROTOCOL_VERSION = 1
-PROTOCOL_MINOR = 1  # 1.1 added conversation sessions (hello.agent); 1.0 clients see no change
+# 1.1 added conversation sessions (hello.agent), 1.2 the patch stream mode (hello.stream); older clients
+# see no change
+PROTOCOL_MINOR = 2
+STREAM_MODES = ("full", "patch")  # what hello.stream may ask for; "full" is the default
+PATCH_PREFIX = struct.Struct("<II")  # a patch message's payload starts with: loop index, source frame
 HEADER = struct.Struct("<BBBBIIQ")  # version, kind, flags, reserved, seq, aux, pts
 HEADER_SIZE = HEADER.size  # 20
 
@@ -43,6 +47,7 @@ class Kind(IntEnum):
     AUDIO = 2
     PCM = 3
     UPLOAD = 4
+    PATCH = 5
 
 
 class Flags(IntFlag):
@@ -98,15 +103,17 @@ def decode_media(data: bytes) -> MediaMessage:
         kind_enum = Kind(kind)
     except ValueError:
         raise ProtocolError(
-            f"unknown binary message kind {kind}; expected 1-4 (see docs/protocol.md)"
+            f"unknown binary message kind {kind}; expected 1-5 (see docs/protocol.md)"
         ) from None
     return MediaMessage(
         kind_enum, bytes(data[HEADER_SIZE:]), seq=seq, aux=aux, pts=pts, flags=Flags(flags & 7)
     )
 
 
-def frame_messages(frame: Any) -> tuple[bytes, bytes]:
-    """The video and audio messages of one AvatarFrame (encoded session frames only)."""
+def frame_messages(frame: Any, patch: bool = False) -> tuple[bytes, bytes]:
+    """The video (or, with `patch`, the patch) and audio messages of one AvatarFrame (encoded session
+    frames only). A patch message carries the loop index and source frame it was made for, then the
+    patch AU: empty while the mouth rests."""
     if frame.access_unit is None:
         raise ValueError("frame has no access unit; the session must run with encode=True")
     flags = Flags.NONE
@@ -117,7 +124,11 @@ def frame_messages(frame: Any) -> tuple[bytes, bytes]:
     if frame.end_of_speech:
         flags |= Flags.END_OF_SPEECH
     aux = 0 if frame.utterance_id is None else frame.utterance_id + 1
-    video = MediaMessage(Kind.VIDEO, bytes(frame.access_unit), frame.index, aux, frame.pts, flags)
+    if patch:
+        payload = PATCH_PREFIX.pack(frame.loop_index, frame.base_index) + bytes(frame.access_unit)
+        video = MediaMessage(Kind.PATCH, payload, frame.index, aux, frame.pts, flags)
+    else:
+        video = MediaMessage(Kind.VIDEO, bytes(frame.access_unit), frame.index, aux, frame.pts, flags)
     audio_flags = flags & ~Flags.KEYFRAME
     audio = MediaMessage(
         Kind.AUDIO, frame.audio.astype("<i2").tobytes(), frame.index, aux, frame.pts, audio_flags
@@ -204,6 +215,9 @@ class Hello(ClientModel):
     output_width: Annotated[int, Field(ge=16, le=8192)] | None = None
     token: Annotated[str, Field(max_length=1024), BeforeValidator(_clean_name)] | None = None
     agent: bool = False  # protocol 1.1: a conversation session (the server listens and answers)
+    # protocol 1.2: "full" (whole frames) or "patch" (the mouth only; the client composites). Any name is
+    # parsed; the connection refuses one the server lacks with the `stream` error code
+    stream: Annotated[str, Field(min_length=1, max_length=32), BeforeValidator(_clean_name)] = "full"
 
 
 class Speak(ClientModel):

@@ -38,8 +38,10 @@ async function start() {
   const width = params.get('width') ? Number(params.get('width')) : undefined;
   setStatus('connecting…');
   try {
-    const ready = await player.connect(`${proto}://${location.host}/ws`, { avatar: $('avatar').value, token, outputWidth: width, agent });
-    setStatus(`live: ${ready.avatar} ${ready.width}×${ready.height} ${ready.codec}${ready.agent ? ' · talk mode' : ''}`);
+    // ?stream=full|patch|auto (default auto: the mouth-only patch stream when this browser can composite)
+    const stream = params.get('stream') || 'auto';
+    const ready = await player.connect(`${proto}://${location.host}/ws`, { avatar: $('avatar').value, token, outputWidth: width, agent, stream });
+    setStatus(`live: ${ready.avatar} ${ready.width}×${ready.height} ${ready.codec}${ready.stream === 'patch' ? ' · patch stream' : ''}${ready.agent ? ' · talk mode' : ''}`);
     if (agent && !ready.agent) showTalk(false); // the server said no after all: a plain session
     enable(true);
     return true;
@@ -87,6 +89,13 @@ for (const type of ['speech_started', 'playback_finished']) {
   });
 }
 player.addEventListener('servererror', (e) => setStatus(`server: ${e.detail.message}`));
+// patch mode: the base loop could not be loaded; the player reopens the session with full frames
+player.addEventListener('basefailed', (e) => setStatus(e.detail.message));
+player.addEventListener('fellback', (e) => {
+  const { ready, message } = e.detail;
+  setStatus(`${message} — live: ${ready.avatar} ${ready.width}×${ready.height} (full frames)`);
+  enable(true);
+});
 player.addEventListener('closed', (e) => {
   if (!e.detail.reconnecting) setStatus(`session closed (${e.detail.code})`);
   enable(false);

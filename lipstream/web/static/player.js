@@ -1,5 +1,6 @@
 // LivePlayer: one WebSocket session, audio scheduled on an AudioContext (the master clock), video decoded in a
 // Worker and each frame drawn when its pts comes due on that clock. Protocol: docs/protocol.md.
+import { PatchView, canComposite } from './patch-view.js';
 import { Flag, Kind, SAMPLE_RATE, SAMPLES_PER_FRAME, VERSION, buildMedia, parseMedia } from './protocol.js';
 
 const US_PER_SAMPLE = 1e6 / SAMPLE_RATE;
@@ -47,7 +48,7 @@ export class LivePlayer extends EventTarget {
   resetStats() {
     this.stats = {
       framesReceived: 0, framesDecoded: 0, framesShown: 0, framesDropped: 0, framesLate: 0, decodeErrors: 0,
-      audioChunks: 0, audioLate: 0, speechFramesShown: 0, ttffMs: null, ttffReceivedMs: null,
+      audioChunks: 0, audioLate: 0, speechFramesShown: 0, ttffMs: null, ttffReceivedMs: null, firstFrameMs: null,
       interruptMs: null, lastSpeechShownAt: null, fps: 0, offsets: [], events: [], errors: [],
     };
     this._shownTimes = [];
@@ -66,16 +67,23 @@ export class LivePlayer extends EventTarget {
    * itself, with backoff: events `reconnecting` {code, attempt, delayMs}, `reconnected` {ready, attempts}
    * and `reconnect_failed` {code, attempts}.
    */
-  async connect(url, { avatar, token, outputWidth, agent = false } = {}) {
+  /**
+   * `stream`: 'auto' (patch mode when this browser can composite, protocol 1.2), 'patch' or 'full'. In patch mode
+   * the page downloads the avatar's base loop once and composites the mouth; a base loop that fails to load is
+   * reported (`basefailed` {message}) and the player reopens the session with full frames.
+   */
+  async connect(url, { avatar, token, outputWidth, agent = false, stream = 'auto' } = {}) {
     this.cancelReconnect();
-    this._target = { url, options: { avatar, token, outputWidth, agent } };
+    const mode = stream === 'auto' ? (canComposite() ? 'patch' : 'full') : stream;
+    this._target = { url, options: { avatar, token, outputWidth, agent, stream: mode } };
     return this._open(url, this._target.options);
   }
 
-  async _open(url, { avatar, token, outputWidth, agent }) {
+  async _open(url, { avatar, token, outputWidth, agent, stream = 'full' }) {
     await this.unlockAudio();
     this._teardown();
     this.resetStats();
+    this._connectAt = performance.now();
     this._anchor = null; // {pts, time}: audio pts `pts` plays at AudioContext time `time`
     this._audioEnd = 0; // pts just after the last audio scheduled: nothing beyond it can be heard yet
     this._sources = new Set();
@@ -89,7 +97,7 @@ export class LivePlayer extends EventTarget {
     this.ws.binaryType = 'arraybuffer';
     const opened = new Promise((resolve, reject) => {
       // `agent` only when asked: a plain hello stays byte-for-byte what v1 clients send.
-      this.ws.onopen = () => this._send({ type: 'hello', version: VERSION, avatar, token, output_width: outputWidth, ...(agent ? { agent: true } : {}) });
+      this.ws.onopen = () => this._send({ type: 'hello', version: VERSION, avatar, token, output_width: outputWidth, ...(agent ? { agent: true } : {}), ...(stream !== 'full' ? { stream } : {}) });
       this.ws.onerror = () => reject(new Error(`cannot connect to ${url}`));
       this.ws.onclose = (e) => {
         reject(new Error(`session closed (${e.code}) ${e.reason || ''}`.trim()));
@@ -105,7 +113,8 @@ export class LivePlayer extends EventTarget {
           this.ready = msg;
           this.canvas.width = msg.width;
           this.canvas.height = msg.height;
-          this.worker.postMessage({ type: 'configure', codec: msg.codec });
+          if (msg.stream === 'patch') this._startPatchView(msg, url, token);
+          else this.worker.postMessage({ type: 'configure', codec: msg.codec });
           resolve(msg);
         } else if (msg.type === 'error' && msg.fatal && !this.ready) {
           reject(new Error(msg.message));
@@ -122,6 +131,36 @@ export class LivePlayer extends EventTarget {
     const loop = () => { this._tick(); this._raf = requestAnimationFrame(loop); };
     this._raf = requestAnimationFrame(loop);
     return opened;
+  }
+
+  /** Patch mode: load the base loop (once; the HTTP cache keeps it), then composite; on failure, fall back. */
+  _startPatchView(ready, url, token) {
+    const httpBase = new URL(url.replace(/^ws/, 'http'));
+    const view = new PatchView(this.canvas, ready, {
+      httpBase, token,
+      onError: (message, decoder) => {
+        this.stats.errors.push(message);
+        if (decoder) { this.stats.decodeErrors += 1; this._send({ type: 'keyframe' }); }
+      },
+    });
+    this.patchView = view;
+    view.load().then(() => {
+      this.stats.baseLoadMs = view.stats.baseLoadMs;
+      this.stats.baseBytes = view.stats.baseBytes;
+      this.dispatchEvent(new CustomEvent('baseloaded', { detail: { ms: view.stats.baseLoadMs, bytes: view.stats.baseBytes } }));
+    }).catch((err) => {
+      if (this.patchView !== view) return; // the session was closed meanwhile
+      const message = `the avatar's base loop failed to load (${err.message}); continuing with full frames`;
+      this.stats.errors.push(message);
+      this.stats.baseFailed = message;
+      this.dispatchEvent(new CustomEvent('basefailed', { detail: { message } }));
+      const target = this._target;
+      if (!target) return;
+      target.options = { ...target.options, stream: 'full' };
+      this._open(target.url, target.options)
+        .then((r) => this.dispatchEvent(new CustomEvent('fellback', { detail: { ready: r, message } })))
+        .catch((e) => this.dispatchEvent(new CustomEvent('servererror', { detail: { message: e.message } })));
+    });
   }
 
   /** Try to open a new session on the same target after `delays[attempt]` (a replica went away). */
@@ -201,6 +240,7 @@ export class LivePlayer extends EventTarget {
       return true;
     });
     for (const m of this._meta) if (m.pts >= cut) m.drop = true; // still inside the decoder
+    if (this.patchView) this.patchView.cut(cut);
     for (const node of this._sources) {
       if (node.pts >= cut) { try { node.stop(); } catch { /* not started */ } this._sources.delete(node); }
     }
@@ -239,6 +279,13 @@ export class LivePlayer extends EventTarget {
       // Every AU is decoded (later ones depend on it); dropping happens at presentation.
       const data = msg.payload.slice().buffer;
       this.worker.postMessage({ type: 'chunk', data, timestamp, key: (msg.flags & Flag.KEYFRAME) !== 0 }, [data]);
+    } else if (msg.kind === Kind.PATCH) {
+      this.stats.framesReceived += 1;
+      this.stats.patchBytes = (this.stats.patchBytes || 0) + msg.payload.byteLength;
+      if ((msg.flags & Flag.SPEAKING) && this.stats.ttffReceivedMs == null && this._requestAt != null) {
+        this.stats.ttffReceivedMs = performance.now() - this._requestAt;
+      }
+      if (this.patchView) this.patchView.push(msg);
     } else if (msg.kind === Kind.AUDIO) {
       this._scheduleAudio(msg);
     }
@@ -320,6 +367,7 @@ export class LivePlayer extends EventTarget {
     while (this._pendingEvents.length && this._pendingEvents[0].position_samples <= clock) {
       this._fire(this._pendingEvents.shift());
     }
+    if (this.patchView) return this._tickPatch(clock);
     if (!this._frames.length) return;
     this._frames.sort((a, b) => a.pts - b.pts);
     let due = -1;
@@ -334,10 +382,27 @@ export class LivePlayer extends EventTarget {
     this._recordOffset(offsetMs);
   }
 
+  /** Patch mode: the compositor draws; the same stats as full frames (skipped audio frames count as dropped). */
+  _tickPatch(clock) {
+    const view = this.patchView;
+    const shown = view.tick(clock);
+    if (!shown) return;
+    this.stats.framesDropped = view.cstats.skipped;
+    if (shown.offsetMs > 40) this.stats.framesLate += 1;
+    this._recordOffset(shown.offsetMs);
+    this._shown(shown);
+  }
+
   _draw(item) {
     this.ctx2d.drawImage(item.frame, 0, 0, this.canvas.width, this.canvas.height);
     item.frame.close();
+    this._shown(item);
+  }
+
+  /** Bookkeeping of a frame put on screen (either mode). */
+  _shown(item) {
     const now = performance.now();
+    if (this.stats.firstFrameMs == null && this._connectAt != null) this.stats.firstFrameMs = now - this._connectAt;
     this._current = item;
     this.stats.framesShown += 1;
     this._shownTimes.push(now);
@@ -371,7 +436,12 @@ export class LivePlayer extends EventTarget {
   /** Plain-object stats for display and tests. */
   snapshot() {
     const { offsets, ...rest } = this.stats;
-    return { ...rest, avOffsetMs: this.offsetSummary(), clockPts: this.clockPts(), audioState: this.ac?.state };
+    const view = this.patchView;
+    const patch = view ? {
+      compositorMs: view.stats.compositorMs.slice(-1000), patches: view.stats.patches, restFrames: view.stats.restFrames,
+      baseLoadMs: view.stats.baseLoadMs, baseBytes: view.stats.baseBytes, log: view.cstats.log.slice(-300),
+    } : null;
+    return { ...rest, stream: this.ready?.stream ?? null, patch, avOffsetMs: this.offsetSummary(), clockPts: this.clockPts(), audioState: this.ac?.state };
   }
 
   _reportStats() {
@@ -398,6 +468,7 @@ export class LivePlayer extends EventTarget {
     if (this._raf) cancelAnimationFrame(this._raf);
     if (this.ws) { this.ws.onclose = null; this.ws.close(); this.ws = null; }
     if (this.worker) { this.worker.postMessage({ type: 'close' }); this.worker.terminate(); this.worker = null; }
+    if (this.patchView) { this.patchView.close(); this.patchView = null; }
     for (const f of this._frames ?? []) f.frame.close();
     this._frames = [];
     for (const node of this._sources ?? []) { try { node.stop(); } catch { /* not started */ } }

@@ -1,7 +1,7 @@
 // Wire protocol v1 (docs/protocol.md): 20-byte little-endian header before every binary message.
 export const VERSION = 1;
 export const HEADER_SIZE = 20;
-export const Kind = Object.freeze({ VIDEO: 1, AUDIO: 2, PCM: 3, UPLOAD: 4 });
+export const Kind = Object.freeze({ VIDEO: 1, AUDIO: 2, PCM: 3, UPLOAD: 4, PATCH: 5 });
 export const Flag = Object.freeze({ KEYFRAME: 1, SPEAKING: 2, END_OF_SPEECH: 4 });
 export const SAMPLE_RATE = 16000;
 export const SAMPLES_PER_FRAME = 640;

@@ -1,0 +1,25 @@
+"""Patch stream mode: the crop-space rectangle that holds every frame's mouth mask (what is encoded)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lipstream.avatar.bundle import CROP_SIZE, AvatarBundle
+
+MACROBLOCK = 16  # H.264 codes 16×16 blocks: a rectangle on their grid wastes no padded pixels
+
+__all__ = ["CROP_SIZE", "patch_rect"]
+
+
+def patch_rect(bundle: AvatarBundle) -> tuple[int, int, int, int]:
+    """x0, y0, x1, y1 in crop space (CROP_SIZE²) covering the mouth mask of every source frame, widened to
+    the macroblock grid; the whole crop when no mask has any pixel."""
+    masks = np.asarray(bundle.masks)
+    union = (masks > 0).any(axis=0) if masks.size else np.zeros((CROP_SIZE, CROP_SIZE), bool)
+    rows, cols = np.flatnonzero(union.any(axis=1)), np.flatnonzero(union.any(axis=0))
+    if rows.size == 0:
+        return 0, 0, CROP_SIZE, CROP_SIZE
+    x0, y0 = cols[0] // MACROBLOCK * MACROBLOCK, rows[0] // MACROBLOCK * MACROBLOCK
+    x1 = min(CROP_SIZE, -(-(cols[-1] + 1) // MACROBLOCK) * MACROBLOCK)
+    y1 = min(CROP_SIZE, -(-(rows[-1] + 1) // MACROBLOCK) * MACROBLOCK)
+    return int(x0), int(y0), int(x1), int(y1)

@@ -60,6 +60,11 @@ tests/browser/node_modules/.installed: tests/browser/package.json
 	cd tests/browser && npm install --no-audit --no-fund --silent
 	touch $@
 
+# onnxruntime-web for the in-browser MuseTalk engine (its assets.json names the files an export copies)
+lipstream/web/edge/musetalk/node_modules/.installed: lipstream/web/edge/musetalk/package.json
+	cd lipstream/web/edge/musetalk && npm install --no-audit --no-fund --silent
+	touch $@
+
 demo: setup
 	@mkdir -p $(DEMO_OUT)
 	$(BIN)/lipstream avatar sample --name sample --skip-existing

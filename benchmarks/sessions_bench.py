@@ -3,6 +3,12 @@
 Run: .venv/bin/python benchmarks/sessions_bench.py [--avatar sample] [--max-sessions 4] [--seconds 12]
      [--sizes full half] [--out benchmarks/results/sessions_bench.json]
 
+Patch stream mode (issue 12), full-frame vs patch side by side at the avatar's own size:
+     .venv/bin/python benchmarks/sessions_bench.py --sizes --streams full patch --counts 1 2 4 8 10 12 \
+     --out benchmarks/results/sessions_patch_bench.json
+adds, per stream mode and session count, the server CPU ms per frame per session (process CPU time over
+the frames of all sessions) and the stream bitrate (video or patch access units, per session).
+
 N sessions run at once in one process on one shared engine (the same Session code `lipstream serve` runs
 per WebSocket), each speaking the same pre-synthesised speech pushed as live PCM, each consumed by a
 client loop that plays on its own real-time clock and reports its playback position (as the browser
@@ -31,18 +37,18 @@ RESULTS = Path(__file__).resolve().parent / "results"
 JITTER_SECONDS = 0.15  # the browser player's buffer before it starts playing
 
 
-async def one_session(bundle, engine, pcm, width: int | None, seconds: float) -> dict:
+async def one_session(bundle, engine, pcm, width: int | None, seconds: float, stream: str = "full") -> dict:
     """Speak `pcm` once in a fresh session and play it on a simulated client clock.
 
     A frame is late for the client when it arrives after its display time (first arrival + the jitter
     buffer + pts): a real player would have to skip it. The session's own count (produced after its due
     time on the reported playback clock) is kept beside it."""
-    config = SessionConfig(encode=True, output_width=width)
+    config = SessionConfig(encode=True, output_width=width, stream=stream)
     async with Session(bundle, engine, config) as session:
         session.push_audio(pcm, 16000)
         session.flush()
         started: float | None = None
-        frames, late, worst = 0, 0, 0.0
+        frames, late, worst, video_bytes = 0, 0, 0.0, 0
         async for item in session:
             if not isinstance(item, AvatarFrame):
                 continue
@@ -50,6 +56,7 @@ async def one_session(bundle, engine, pcm, width: int | None, seconds: float) ->
             if started is None:
                 started = now + JITTER_SECONDS  # the client starts playing after its jitter buffer
             frames += 1
+            video_bytes += len(item.access_unit or b"")
             lateness = now - (started + item.pts / 16000)
             if lateness > 0:
                 late += 1
@@ -64,12 +71,55 @@ async def one_session(bundle, engine, pcm, width: int | None, seconds: float) ->
         "worst_late_at_client_ms": round(worst, 1),
         "session_late_frames": stats["late_frames"],
         "holds_25fps": late <= 0.01 * frames,
+        "kbit_per_s": round(video_bytes * 8 / 1000 / max(frames / 25, 1e-9), 1),
     }
 
 
-async def run_many(bundle, engine, pcm, width, n: int, seconds: float) -> list[dict]:
+async def run_many(bundle, engine, pcm, width, n: int, seconds: float, stream: str = "full") -> list[dict]:
     """N concurrent sessions."""
-    return list(await asyncio.gather(*(one_session(bundle, engine, pcm, width, seconds) for _ in range(n))))
+    return list(
+        await asyncio.gather(*(one_session(bundle, engine, pcm, width, seconds, stream) for _ in range(n)))
+    )
+
+
+def compare_streams(bundle, engine, pcm, modes: list[str], counts: list[int], seconds: float) -> dict:
+    """Full-frame vs patch mode at the avatar's own size, interleaved per session count (one run, the same
+    machine load for both): who holds 25 fps, CPU ms per frame per session, bitrate per session."""
+    out: dict = {mode: {"sessions": {}} for mode in modes}
+    # a mode that no longer holds 25 fps is not run at larger counts: that would only load the machine
+    failed: set[str] = set()
+    for n in counts:
+        for mode in modes:
+            if mode in failed:
+                continue
+            load = os.getloadavg()[0]
+            cpu0 = time.process_time()
+            per = asyncio.run(run_many(bundle, engine, pcm, None, n, seconds, mode))
+            cpu_ms = (time.process_time() - cpu0) * 1000
+            frames = sum(r["frames"] for r in per)
+            row = {
+                "all_hold_25fps": all(r["holds_25fps"] for r in per),
+                "late_at_client": [r["late_at_client"] for r in per],
+                "worst_late_at_client_ms": max(r["worst_late_at_client_ms"] for r in per),
+                "frames": [r["frames"] for r in per],
+                "cpu_ms_per_frame_per_session": round(cpu_ms / max(frames, 1), 2),
+                "kbit_per_s_per_session": round(sum(r["kbit_per_s"] for r in per) / n, 1),
+                "load_average_before": round(load, 2),
+            }
+            out[mode]["sessions"][n] = row
+            if not row["all_hold_25fps"]:
+                failed.add(mode)
+            print(
+                f"{mode} x{n}: hold 25 fps {row['all_hold_25fps']}, late {row['late_at_client']}, worst "
+                f"{row['worst_late_at_client_ms']:.0f} ms, "
+                f"CPU {row['cpu_ms_per_frame_per_session']} ms/frame, "
+                f"{row['kbit_per_s_per_session']} kbit/s per session (load {load:.1f})"
+            )
+    for mode in modes:
+        rows = out[mode]["sessions"]
+        holding = [n for n, r in rows.items() if r["all_hold_25fps"]]
+        out[mode]["max_sessions_holding_25fps"] = max(holding, default=0)
+    return out
 
 
 def main() -> None:
@@ -78,7 +128,11 @@ def main() -> None:
     parser.add_argument("--avatar", default="sample")
     parser.add_argument("--max-sessions", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=12.0)
-    parser.add_argument("--sizes", nargs="+", default=["full", "half"], choices=["full", "half"])
+    parser.add_argument("--sizes", nargs="*", default=["full", "half"], choices=["full", "half"])
+    parser.add_argument("--streams", nargs="*", default=[], choices=["full", "patch"],
+                        help="also compare these stream modes at the avatar's own size (issue 12)")
+    parser.add_argument("--counts", nargs="+", type=int, default=[1, 2, 4, 8, 10, 12],
+                        help="session counts of the --streams comparison")
     parser.add_argument("--out", default=str(RESULTS / "sessions_bench.json"))
     args = parser.parse_args()
     bundle = open_or_build_avatar(args.avatar)
@@ -90,6 +144,7 @@ def main() -> None:
     results: dict = {
         "date": time.strftime("%Y-%m-%d"),
         "machine": f"{platform.machine()} {os.cpu_count()} cpus",
+        "load_average_start": [round(v, 2) for v in os.getloadavg()],
         "avatar": {"name": bundle.name, "size": list(bundle.size)},
         "seconds": args.seconds,
         "sizes": {},
@@ -114,6 +169,11 @@ def main() -> None:
             )
         holding = [n for n, r in rows.items() if r["all_hold_25fps"]]
         results["sizes"][label] = {"sessions": rows, "max_sessions_holding_25fps": max(holding, default=0)}
+    if args.streams:
+        results["streams"] = compare_streams(
+            bundle, engine, speech.pcm, args.streams, args.counts, args.seconds
+        )
+        results["load_average_end"] = [round(v, 2) for v in os.getloadavg()]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")

@@ -107,6 +107,17 @@ try {
     await page.waitForTimeout(300);
     await page.evaluate(() => window.lipstreamPlayer._reportStats());
     result = { snap: await snapshot(page), captures, openMs, status: liveStatus };
+  } else if (scenario === 'coldwarm') {
+    // time to the first frame of a new session: cold HTTP cache (a fresh profile), then warm (same profile)
+    const context = await browser.newContext();
+    const runs = [];
+    for (const label of ['cold', 'warm']) {
+      const { page, openMs } = await openPage({ context, stream: opts.stream || 'patch' });
+      const snap = await snapshot(page);
+      runs.push({ label, openMs, firstFrameMs: snap.firstFrameMs, baseLoadMs: snap.patch?.baseLoadMs ?? null, baseBytes: snap.patch?.baseBytes ?? null });
+      await page.close();
+    }
+    result = { runs };
   } else if (scenario === 'stall') {
     const { page } = await openPage();
     // Hold the base video on one loop index (a stalled decoder or a busy tab), then speak.

@@ -19,7 +19,7 @@ async function openPage(avatar) {
   const page = await browser.newPage();
   page.on('pageerror', (err) => problems.push(`pageerror: ${err.message}`));
   page.on('console', (msg) => { if (msg.type() === 'error') problems.push(`console: ${msg.text()}`); });
-  const query = new URLSearchParams({ avatar, ...(opts.token ? { token: opts.token } : {}), ...(opts.width ? { width: String(opts.width) } : {}) });
+  const query = new URLSearchParams({ avatar, ...(opts.token ? { token: opts.token } : {}), ...(opts.width ? { width: String(opts.width) } : {}), ...(opts.stream ? { stream: opts.stream } : {}) });
   await page.goto(`${opts.url}/?${query}`);
   await page.waitForFunction((name) => [...document.querySelector('#avatar').options].some((o) => o.value === name), avatar);
   await page.selectOption('#avatar', avatar);

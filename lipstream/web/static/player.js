@@ -270,6 +270,7 @@ export class LivePlayer extends EventTarget {
     try { msg = parseMedia(buffer); } catch (err) { this.stats.errors.push(String(err)); return; }
     if (msg.kind === Kind.VIDEO) {
       this.stats.framesReceived += 1;
+      this.stats.videoBytes = (this.stats.videoBytes || 0) + msg.payload.byteLength;
       const speaking = (msg.flags & Flag.SPEAKING) !== 0;
       if (speaking && this.stats.ttffReceivedMs == null && this._requestAt != null) {
         this.stats.ttffReceivedMs = performance.now() - this._requestAt;

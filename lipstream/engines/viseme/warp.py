@@ -26,8 +26,8 @@ class WarpConfig:
     cavity_rgb: tuple[int, int, int] = (112, 46, 50)  # the lit front of the mouth walls
     throat_rgb: tuple[int, int, int] = (30, 10, 13)  # deep inside, under the upper teeth and at the corners
     tongue_rgb: tuple[int, int, int] = (134, 62, 66)  # lit top of the tongue; shaded darker at its sides
-    lower_teeth_rgb: tuple[int, int, int] = (188, 160, 150)  # warm: grey beside red reads teal (4:2:0)
-    lower_teeth_shade: float = 0.8  # lower teeth sit in the upper lip's shadow
+    lower_teeth_rgb: tuple[int, int, int] = (204, 170, 156)  # warm: grey beside red reads teal (4:2:0)
+    lower_teeth_shade: float = 0.9  # lower teeth sit in the upper lip's shadow (darker read grey-teal)
 
 
 def _interp_contour(contour: np.ndarray, xs: np.ndarray) -> np.ndarray:
@@ -146,8 +146,10 @@ def _shade_interior(
     full = float(height.max())  # opening at the centre: tongue and lower teeth grow with it
     side = np.clip(1.0 - 0.6 * u * u, 0.25, 1.0)  # the corners are in the cheeks' shadow
     # Light enters over the lower lip: the lower part of the opening is lit, under the upper teeth it is dark.
-    lit = np.exp(-(bottom - ys) / (0.35 * np.maximum(height, 1.0) + 1.5)) * side
-    throat = np.array(cfg.throat_rgb, dtype=np.float32)
+    lit = np.exp(-(bottom - ys) / (0.5 * np.maximum(height, 1.0) + 1.5)) * side
+    # The throat too is darkest towards the corners (a smooth falloff seen in filmed mouths, not a flat fill).
+    depth = (0.55 + 0.45 * side)[..., None]
+    throat = np.array(cfg.throat_rgb, dtype=np.float32) * depth
     front = np.array(cfg.cavity_rgb, dtype=np.float32)
     rgb = throat + (front - throat) * lit[..., None]
     # The tongue: a low dome on the floor of the mouth, centred and soft-edged, once the opening is a few

@@ -140,7 +140,8 @@ export function renderPatch(base32, size, geo, feature, cfg, out32) {
     const height = lowerDst - top;
     const strength = clip(height / 3.0, 0, 1);
     const side = clip(1.0 - 0.6 * u[j] * u[j], 0.25, 1.0);
-    const litScale = 0.35 * Math.max(height, 1.0) + 1.5;
+    const litScale = 0.5 * Math.max(height, 1.0) + 1.5;
+    const depth = 0.55 + 0.45 * side;
     const dome = clip(1.0 - (u[j] / 0.7) ** 2, 0, 1);
     const tTop = floor - 0.5 * full * grow * dome;
     const tongueCol = clip(lowerDst - tTop, 0, 1);
@@ -174,7 +175,7 @@ export function renderPatch(base32, size, geo, feature, cfg, out32) {
       if (alpha > 0) {
         // _shade_interior: lit walls over a dark throat, the tongue, lower incisors, drawn upper teeth.
         const lit = Math.exp(-(lowerDst - y) / litScale) * side;
-        for (let c = 0; c < 3; c++) col[c] = throat[c] + (cavity[c] - throat[c]) * lit;
+        for (let c = 0; c < 3; c++) col[c] = throat[c] * depth + (cavity[c] - throat[c] * depth) * lit;
         if (grow > 0) {
           const cover = clip((y - tTop) / 2.5, 0, 1) * tongueCol;
           const sheen = 0.78 + 0.22 * Math.exp(-(((y - tTop - 1.0) / (0.15 * full + 1.0)) ** 2));

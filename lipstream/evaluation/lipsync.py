@@ -127,14 +127,18 @@ def measure_lipsync(
     progress: bool = True,
     silence: SilenceDetector | None = None,
     rule: ClosedRule | None = None,
+    tracker: FaceTracker | None = None,
 ) -> tuple[LipsyncReport, np.ndarray, np.ndarray, np.ndarray]:
-    """(report, envelope, aperture, silent mask) for a video, with its own audio or `audio`."""
+    """(report, envelope, aperture, silent mask) for a video, with its own audio or `audio`.
+
+    `tracker`: a FaceTracker (or anything with its track/close) to use instead of a fresh one.
+    """
     video = Path(video)
     audio_path = Path(audio) if audio else video
     silence = silence or SilenceDetector()
     rule = rule or ClosedRule()
     pcm = load_audio(audio_path)
-    aperture = video_apertures(video, progress)
+    aperture = video_apertures(video, progress, tracker)
     env = envelope_dbfs(pcm)
     n = min(len(env), len(aperture))
     if n < MIN_FRAMES:

@@ -45,8 +45,9 @@ async def one_session(bundle, engine, pcm, width: int | None, seconds: float, st
     time on the reported playback clock) is kept beside it."""
     config = SessionConfig(encode=True, output_width=width, stream=stream)
     async with Session(bundle, engine, config) as session:
-        session.push_audio(pcm, 16000)
-        session.flush()
+        # as the server does it: features on the speech pool, off the event loop the other sessions share
+        await session.push_audio_async(pcm, 16000)
+        await session.flush_async()
         started: float | None = None
         frames, late, worst, video_bytes = 0, 0, 0.0, 0
         async for item in session:

@@ -119,6 +119,8 @@ export class PatchView {
     }
     const timestamp = msg.pts * US_PER_SAMPLE;
     this.entries.set(timestamp, { frame, pts: msg.pts, flags: msg.flags, sourceFrame, drop: false });
+    // a decoder that failed and was rebuilt never answers for what it held: forget the oldest (insertion order)
+    while (this.entries.size > 100) this.entries.delete(this.entries.keys().next().value);
     const data = au.slice().buffer;
     this.worker.postMessage({ type: 'chunk', data, timestamp, key: (msg.flags & Flag.KEYFRAME) !== 0, sourceFrame }, [data]);
   }

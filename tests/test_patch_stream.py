@@ -259,3 +259,16 @@ def test_a_base_loop_that_fails_to_load_is_said_and_full_frames_take_over(live_s
     assert "full frames" in result["status"]
     snap = result["snap"]
     assert snap["stream"] == "full" and snap["speechFramesShown"] > 5 and snap["decodeErrors"] == 0
+
+
+@pytest.mark.browser
+def test_a_server_without_patch_mode_refuses_it_and_the_page_takes_full_frames(avatars_root: Path) -> None:
+    server = ServerProcess(avatars_root, "--no-patch-stream")
+    try:
+        ready, closed, _ = asyncio.run(_session(server.ws, {"avatar": "small", "stream": "patch"}))
+        assert ready["code"] == "stream" and "it offers full (omit" in ready["message"] and closed == 4400
+        result = _drive({"url": server.http, "avatar": "small", "scenario": "auto"})
+        assert result["problems"] == [] and result["stream"] == "full"
+        assert result["snap"]["framesShown"] > 10 and result["snap"]["decodeErrors"] == 0
+    finally:
+        server.stop()

@@ -35,6 +35,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--header-timeout", type=float, default=10.0,
         help="seconds a client has to send a whole HTTP request head (default 10)",
     )
+    serve.add_argument(
+        "--no-patch-stream", action="store_true",
+        help="offer whole frames only: refuse hello.stream=patch (the page then asks for full frames)",
+    )
     agent = serve.add_argument_group("conversation (the avatar listens and answers)")
     agent.add_argument("--agent", action="store_true", help="sessions may ask for a conversation (Talk mode)")
     agent.add_argument(
@@ -155,6 +159,7 @@ def run_serve(args: argparse.Namespace) -> int:
         avatars_dir=args.avatars_dir,
         voice=args.voice,
         limits=limits,
+        stream_modes=("full",) if args.no_patch_stream else ("full", "patch"),
     )
     if args.ray:
         return _run_ray(args, config)

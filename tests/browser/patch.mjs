@@ -107,6 +107,10 @@ try {
     await page.waitForTimeout(300);
     await page.evaluate(() => window.lipstreamPlayer._reportStats());
     result = { snap: await snapshot(page), captures, openMs, status: liveStatus };
+  } else if (scenario === 'auto') {
+    // the page's default (stream=auto) against this server: which mode the session got, and frames play
+    const { page } = await openPage({ stream: 'auto' });
+    result = { stream: await page.evaluate(() => window.lipstreamPlayer.ready.stream), snap: await snapshot(page) };
   } else if (scenario === 'coldwarm') {
     // time to the first frame of a new session: cold HTTP cache (a fresh profile), then warm (same profile)
     const context = await browser.newContext();

@@ -75,8 +75,16 @@ export class LivePlayer extends EventTarget {
   async connect(url, { avatar, token, outputWidth, agent = false, stream = 'auto' } = {}) {
     this.cancelReconnect();
     const mode = stream === 'auto' ? (canComposite() ? 'patch' : 'full') : stream;
-    this._target = { url, options: { avatar, token, outputWidth, agent, stream: mode } };
-    return this._open(url, this._target.options);
+    const target = { url, options: { avatar, token, outputWidth, agent, stream: mode } };
+    this._target = target;
+    try {
+      return await this._open(url, target.options);
+    } catch (err) {
+      // 'auto' asked for the patch stream and this server offers whole frames only: take those
+      if (err.code !== 'stream' || stream !== 'auto' || mode === 'full' || this._target !== target) throw err;
+      target.options = { ...target.options, stream: 'full' };
+      return this._open(url, target.options);
+    }
   }
 
   async _open(url, { avatar, token, outputWidth, agent, stream = 'full' }) {
@@ -117,7 +125,7 @@ export class LivePlayer extends EventTarget {
           else this.worker.postMessage({ type: 'configure', codec: msg.codec });
           resolve(msg);
         } else if (msg.type === 'error' && msg.fatal && !this.ready) {
-          reject(new Error(msg.message));
+          reject(Object.assign(new Error(msg.message), { code: msg.code }));
         }
         this._onControl(msg);
       };

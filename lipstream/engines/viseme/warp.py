@@ -27,6 +27,7 @@ class WarpConfig:
     throat_rgb: tuple[int, int, int] = (30, 10, 13)  # deep inside, under the upper teeth and at the corners
     tongue_rgb: tuple[int, int, int] = (134, 62, 66)  # lit top of the tongue; shaded darker at its sides
     lower_teeth_rgb: tuple[int, int, int] = (204, 170, 156)  # warm: grey beside red reads teal (4:2:0)
+    lower_teeth_height: float = 0.035  # in W, at full growth; taller ones track as the lower lip
     lower_teeth_shade: float = 0.9  # lower teeth sit in the upper lip's shadow (darker read grey-teal)
 
 
@@ -164,7 +165,7 @@ def _shade_interior(
         tongue = np.array(cfg.tongue_rgb, dtype=np.float32) * (sheen * (0.6 + 0.4 * side))[..., None]
         rgb = rgb * (1.0 - cover[..., None]) + tongue * cover[..., None]
         # Lower incisors peek over the lower lip, in the upper lip's shadow; only the front ones show.
-        lt_height = 0.07 * w_half * grow
+        lt_height = cfg.lower_teeth_height * w_half * grow
         lt_cols = np.clip(1.0 - (np.abs(u) / 0.5) ** 4, 0.0, 1.0)
         lt_cover = np.clip((ys - (bottom - lt_height)) / 1.5, 0.0, 1.0) * lt_cols
         shade = cfg.lower_teeth_shade * (

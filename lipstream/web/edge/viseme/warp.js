@@ -145,7 +145,7 @@ export function renderPatch(base32, size, geo, feature, cfg, out32) {
     const dome = clip(1.0 - (u[j] / 0.7) ** 2, 0, 1);
     const tTop = floor - 0.5 * full * grow * dome;
     const tongueCol = clip(lowerDst - tTop, 0, 1);
-    const ltHeight = 0.07 * W * grow;
+    const ltHeight = cfg.lower_teeth_height * W * grow;
     const ltCols = clip(1.0 - (Math.abs(u[j]) / 0.5) ** 4, 0, 1);
     const teethH = Math.max(Math.min(0.35 * span, 0.18 * W) - shown, 0.0);
     const teethCol = clip(1.0 - (Math.abs(u[j]) / 0.75) ** 4, 0, 1);

@@ -189,7 +189,20 @@ def test_zz_stops_cleanly(ray_server: ServerProcess) -> None:
         ["ps", "-o", "pid=", "--ppid", str(ray_server.proc.pid)], capture_output=True, text=True
     ).stdout.split()
     assert children  # the local cluster's gcs_server and raylet
-    ray_server.proc.send_signal(signal.SIGTERM)
+
+    async def live_session_sees_going_away() -> int | None:
+        ws, ready = await open_session(ray_server.ws, "small")
+        assert ready["type"] == "ready"
+        ray_server.proc.send_signal(signal.SIGTERM)
+        try:
+            while True:
+                await asyncio.wait_for(ws.recv(), 60)
+        except websockets.ConnectionClosed as closed:
+            return closed.rcvd.code if closed.rcvd is not None else 1006
+
+    # the proxy goes down with the application, so a live session sees its connection drop (1006); 1001
+    # (a replica removed while the proxy stays) is what a scale-down sends: either way the player reconnects
+    assert asyncio.run(live_session_sees_going_away()) in RECONNECT_CODES
     assert ray_server.proc.wait(timeout=60) == 0, "".join(ray_server.stderr[-20:])
     time.sleep(1)
     alive = [pid for pid in children if Path(f"/proc/{pid}").exists()]

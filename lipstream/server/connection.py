@@ -200,6 +200,7 @@ class Connection:
             await self._fail(
                 "busy", f"server is full ({self.limits.max_sessions} sessions); retry later", 1013
             )
+        self.record.going_away = self._going_away
         try:
             # full frames call the factory as before (three arguments), so other factories keep working
             extra = {"stream": "patch"} if self._patch_stream else {}
@@ -207,6 +208,7 @@ class Connection:
             self.record.session = self.session
             await self.session.start()
         except LipstreamError as exc:
+            log.warning("session start failed: %s", exc)  # e.g. an avatar's engine cache cannot be built here
             await self._fail("internal", str(exc), 1011)
         except Exception:  # noqa: BLE001 - any failure here is this session's alone
             log.exception("session start failed")
@@ -235,6 +237,11 @@ class Connection:
         await self._send_text(json.dumps(ready))
         if self.metrics is not None:
             self.metrics.session_opened()
+
+    async def _going_away(self) -> None:
+        """The server (a Ray replica being removed) is leaving: close with 1001 so the client reconnects."""
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.ws.close(1001, "server going away"), CLOSE_TIMEOUT_SECONDS)
 
     async def _emit_json(self, message: dict[str, Any]) -> None:
         if self.metrics is not None and message.get("type") == "turn_metrics":

@@ -226,8 +226,14 @@ def _replica_class(serve: Any) -> Any:
         async def _cluster_metrics(self) -> bytes:
             from lipstream.server.metrics import merge_expositions
 
-            await self.board.report.remote(self.replica_id, self.metrics.render().decode())
-            return merge_expositions(await self.board.texts.remote())
+            own = self.metrics.render().decode()
+            try:
+                await self.board.report.remote(self.replica_id, own)
+                texts = await self.board.texts.remote()
+            except Exception:  # noqa: BLE001 - without the board, this replica still answers for itself
+                log.warning("replica %s: metrics board unreachable; /metrics of this one", self.replica_id)
+                texts = {self.replica_id: own}
+            return merge_expositions(texts)
 
         def check_health(self) -> None:
             """Serve's health probe: the metrics reporter must still run."""
@@ -235,6 +241,13 @@ def _replica_class(serve: Any) -> Any:
                 raise RuntimeError("the metrics reporter stopped")
 
         async def __del__(self) -> None:
+            # Serve calls this after its drain window (graceful_shutdown_s): sessions still open are told the
+            # replica is going away (1001), and players reconnect to another replica
+            app = getattr(self, "lipstream_app", None)
+            if app is not None:
+                told = await app.state.registry.close_all()
+                if told:
+                    log.info("replica %s: closed %d sessions with 1001 (going away)", self.replica_id, told)
             reporter = getattr(self, "_reporter", None)
             if reporter is not None:
                 reporter.cancel()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +24,7 @@ class SessionRecord:
     messages_in: int = 0
     errors_sent: int = 0
     frames_sent: int = 0
+    going_away: Callable[[], Awaitable[None]] | None = None  # closes the session with 1001 (server leaving)
 
     def summary(self) -> dict[str, Any]:
         """JSON-ready view for the admin endpoint."""
@@ -62,6 +65,13 @@ class SessionRegistry:
     def release(self, session_id: str) -> None:
         """Forget a session (idempotent)."""
         self._records.pop(session_id, None)
+
+    async def close_all(self, timeout: float = 5.0) -> int:
+        """Close every live session with 1001 (this server is going away); how many were told."""
+        closers = [r.going_away() for r in list(self._records.values()) if r.going_away is not None]
+        if closers:
+            await asyncio.wait_for(asyncio.gather(*closers, return_exceptions=True), timeout)
+        return len(closers)
 
     def summaries(self) -> list[dict[str, Any]]:
         """Admin view of every live session."""

@@ -12,17 +12,20 @@ const browser = await chromium.launch({
 });
 const problems = [];
 
-/** The pid of replica `id`, asking /healthz until the proxy routes to it. */
-async function pidOf(id) {
-  for (let i = 0; i < 60; i += 1) {
+/** {replica id: pid} of both replicas, from /healthz (asked while they are idle: the proxy sends a request to
+ * the less loaded replica, so a replica holding a session would not answer). */
+async function replicaPids() {
+  const pids = {};
+  for (let i = 0; i < 100 && Object.keys(pids).length < 2; i += 1) {
     const health = await (await fetch(`${opts.url}/healthz`)).json();
-    if (health.replica === id) return health.pid;
+    pids[health.replica] = health.pid;
   }
-  throw new Error(`replica ${id} never answered /healthz`);
+  return pids;
 }
 
 let result;
 try {
+  const pids = await replicaPids();
   const page = await browser.newPage();
   page.on('pageerror', (err) => problems.push(`pageerror: ${err.message}`));
   await page.goto(`${opts.url}/?avatar=${opts.avatar}`);
@@ -38,7 +41,8 @@ try {
       p.addEventListener(type, (e) => window.reconnectLog.push({ type, at: performance.now(), ...e.detail, ready: undefined }));
     }
   });
-  const pid = await pidOf(first);
+  const pid = pids[first];
+  if (!pid) throw new Error(`no pid for replica ${first}: ${JSON.stringify(pids)}`);
   const killedAt = await page.evaluate(() => performance.now());
   process.kill(pid, 'SIGKILL');
   await page.waitForFunction(() => window.reconnectLog.some((e) => e.type === 'reconnecting'), null, { timeout: 30000 });

@@ -117,9 +117,20 @@ def render_patch(
     # Mouth interior below the source's own gap, shaded rather than filled (docs/engines.md "drawn mouth").
     top = upper_dst + shown
     alpha = _interior_alpha(ys, top, lower_dst, cfg.edge_px)
-    if float(alpha.max()) > 0.0:
-        interior = _shade_interior(ys, u, top, lower_dst, span, shown, w_half, cfg)
-        warped = (warped.astype(np.float32) * (1.0 - alpha) + interior * alpha + 0.5).astype(np.uint8)
+    covered = alpha[..., 0] > 0.0
+    rows, cols = np.flatnonzero(covered.any(axis=1)), np.flatnonzero(covered.any(axis=0))
+    if rows.size:
+        # shaded only over the opening's bounding box (a fifth of the region at most): elsewhere alpha is 0
+        # and the blend would give the warped pixel back unchanged
+        ra, rb, ca, cb = rows[0], rows[-1] + 1, cols[0], cols[-1] + 1
+        sub = (slice(ra, rb), slice(ca, cb))
+        cut = slice(ca, cb)  # top, lower_dst, span, shown and u are one row over the columns
+        interior = _shade_interior(
+            ys[ra:rb], u[:, cut], top[:, cut], lower_dst[:, cut], span[:, cut], shown[:, cut], w_half, cfg,
+            full=float((lower_dst - top).max()), floor=float(lower_dst.max()),
+        )
+        a = alpha[sub]
+        warped[sub] = (warped[sub].astype(np.float32) * (1.0 - a) + interior * a + 0.5).astype(np.uint8)
     patch[r0:, c0:c1] = warped
     return patch
 
@@ -141,10 +152,12 @@ def _shade_interior(
     shown: np.ndarray,
     w_half: float,
     cfg: WarpConfig,
+    full: float,
+    floor: float,
 ) -> np.ndarray:
-    """RGB of the opened mouth: walls lit from the front, dark throat and corners, tongue, lower teeth."""
+    """RGB of the opened mouth: walls lit from the front, dark throat and corners, tongue, lower teeth.
+    `full`: the opening at its tallest (tongue and lower teeth grow with it); `floor`: its lowest row."""
     height = bottom - top
-    full = float(height.max())  # opening at the centre: tongue and lower teeth grow with it
     side = np.clip(1.0 - 0.6 * u * u, 0.25, 1.0)  # the corners are in the cheeks' shadow
     # Light enters over the lower lip: the lower part of the opening is lit, under the upper teeth it is dark.
     lit = np.exp(-(bottom - ys) / (0.5 * np.maximum(height, 1.0) + 1.5)) * side
@@ -157,7 +170,6 @@ def _shade_interior(
     # pixels tall; its top is level (it does not follow the lip's curve), so the corners show only cavity.
     grow = float(np.clip((full - 5.0) / 8.0, 0.0, 1.0))
     if grow > 0.0:
-        floor = float(bottom.max())
         dome = np.clip(1.0 - (u / 0.7) ** 2, 0.0, 1.0)
         t_top = floor - 0.5 * full * grow * dome
         cover = np.clip((ys - t_top) / 2.5, 0.0, 1.0) * np.clip(bottom - t_top, 0.0, 1.0)

@@ -73,7 +73,7 @@ def main() -> int:
             url = args.url
         else:
             t0 = time.perf_counter()
-            config = WebExportConfig(engine=args.engine, onnx_dir=Path(args.onnx) if args.onnx else None)
+            config = WebExportConfig(engine=args.engine, onnx_dirs=tuple(Path(d) for d in args.onnx or ()))
             manifest = export_web(args.avatar, work / "site", config)
             report["export_seconds"] = round(time.perf_counter() - t0, 2)
             report["export_bytes"] = {k: v["bytes"] for k, v in manifest["files"].items()}

@@ -29,6 +29,7 @@ ENGINE_DIR = REPO / "lipstream" / "web" / "edge" / "musetalk"
 SCRIPT = "edge_musetalk.mjs"
 N_SOURCE = 6  # source frames in the fixture avatar
 SHORT_SAMPLES = 16000 * 2  # 0.5 s of silence, then 1.5 s of speech
+HARNESS = "<!doctype html><meta charset=utf-8><title>musetalk harness</title><link rel=icon href='data:,'>\n"
 TEXT = "The quick brown fox jumps over the lazy dog. Lip sync runs in the browser now."
 
 
@@ -57,16 +58,22 @@ def speech(tmp_path_factory) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def tiny_onnx(tmp_path_factory) -> dict[str, Path]:
-    """`lipstream export onnx` of the tiny same-topology models, fp32 and fp16 (batch 4)."""
-    from lipstream.edge.onnx_export import OnnxExportConfig, export_onnx
+def tiny_models(tmp_path_factory) -> Path:
+    """The tiny same-topology MuseTalk v1.5 models (random weights) in the upstream layout."""
     from lipstream.engines.musetalk.topology import write_model_folder
 
+    return write_model_folder(tmp_path_factory.mktemp("tiny_models") / "models", versions=("1.5",), tiny=True)
+
+
+@pytest.fixture(scope="module")
+def tiny_onnx(tmp_path_factory, tiny_models) -> dict[str, Path]:
+    """`lipstream export onnx` of the tiny same-topology models, fp32 and fp16 (batch 4)."""
+    from lipstream.edge.onnx_export import OnnxExportConfig, export_onnx
+
     root = tmp_path_factory.mktemp("tiny_onnx")
-    models = write_model_folder(root / "models", versions=("1.5",), tiny=True)
     out = {}
     for dtype in ("float32", "float16"):
-        export_onnx(OnnxExportConfig(models_dir=models, dtype=dtype, batch=4), root / dtype)
+        export_onnx(OnnxExportConfig(models_dir=tiny_models, dtype=dtype, batch=4), root / dtype)
         out[dtype] = root / dtype
     return out
 
@@ -126,9 +133,7 @@ def site(tmp_path_factory, tiny_onnx, speech) -> Path:
             pytest.fail(f"{ENGINE_DIR / src} is missing: run `npm install` in {ENGINE_DIR} (make setup does)")
         (engine / dest).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(ENGINE_DIR / src, engine / dest)
-    (root / "harness.html").write_text(
-        "<!doctype html><meta charset=utf-8><title>musetalk harness</title><link rel=icon href='data:,'>\n"
-    )
+    (root / "harness.html").write_text(HARNESS)
 
     fixtures = root / "fixtures"
     fixtures.mkdir()
@@ -379,3 +384,69 @@ def test_bad_model_file_names_the_file(tmp_path, site, damage):
     assert "onnx-float32/unet.onnx" in result["error"]
     assert ("missing" if damage == "missing" else "sha256") in result["error"]
     assert time.monotonic() - start < 60
+
+
+def test_web_export_ships_both_precisions_and_seeds_the_engine_with_the_avatars_codebook(
+    small_avatar, tiny_models, tiny_onnx, speech, tmp_path
+):
+    """`lipstream export web --engine musetalk --onnx fp16 --onnx fp32` ships both graph folders and the
+    avatar's Python codebook as the seed; the exported page's engine loads it and needs fewer engine
+    passes on speech the avatar was seeded with than an export of the same avatar without a codebook."""
+    from lipstream.audio.levels import SilenceDetector
+    from lipstream.audio.speech import Speech
+    from lipstream.avatar.bundle import load_avatar
+    from lipstream.cli import main
+    from lipstream.engines.registry import create_engine
+    from lipstream.render.accel import speaking_mask
+    from lipstream.render.seed import seed_codebook
+
+    avatars = tmp_path / "avatars"
+    shutil.copytree(small_avatar.path, avatars / "small")  # the session's avatar stays without latents
+    bundle = load_avatar("small", avatars)
+    engine = create_engine(
+        "musetalk", models_dir=str(tiny_models), version="1.5", device="cpu", dtype="float32", batch_size=4
+    )
+    engine.prepare(bundle)
+    onnx = ["--onnx", str(tiny_onnx["float16"]), "--onnx", str(tiny_onnx["float32"])]
+    export = ["export", "web", "small", "--avatars-dir", str(avatars), "--engine", "musetalk", *onnx]
+    assert main([*export, "-o", str(tmp_path / "plain")]) == 0
+    seeded = seed_codebook(bundle, engine, [Speech(speech)])
+    assert seeded.entries > 0
+    assert main([*export, "-o", str(tmp_path / "seeded")]) == 0
+
+    runs = {}
+    for name in ("plain", "seeded"):
+        site = tmp_path / name
+        manifest = json.loads((site / "export.json").read_text())
+        mt = manifest["musetalk"]
+        assert sorted(mt["onnx"]["variants"]) == ["float16", "float32"]
+        for dtype, variant in mt["onnx"]["variants"].items():
+            assert variant["manifest"]["dtype"] == dtype
+            assert (site / variant["folder"] / "unet.onnx").is_file()
+        book = mt["codebook"]
+        assert book["entries"] == (seeded.entries if name == "seeded" else 0)
+        assert book["dim"] == engine.feature_dim and book["file"] in manifest["files"]
+        # the harness page and the speech, served beside the export
+        (site / "harness.html").write_text(HARNESS)
+        speech.astype("<f4").tofile(site / "speech.f32")
+        proc, url = _serve(site)
+        try:
+            engine_opts = {"backend": "wasm", "dtype": "float32", "persist": False}
+            runs[name] = _run(url, "engine", pcm="/speech.f32", engine=engine_opts)
+        finally:
+            proc.terminate()
+            proc.wait(10)
+    plain, seed = runs["plain"], runs["seeded"]
+    assert plain["info"]["codebookSource"] == "new" and plain["info"]["codebookEntries"] == 0
+    assert seed["info"]["codebookSource"] == "export seed"
+    assert seed["info"]["codebookEntries"] == seeded.entries
+    frames = len(speech) // 640
+    silent = SilenceDetector().silent_mask(speech)[:frames]
+    passes = {k: r["stats"]["scheduler"]["neuralFrames"] for k, r in runs.items()}
+    per_frame = {k: round(v / frames, 3) for k, v in passes.items()}
+    print(f"engine passes per frame: {per_frame}")
+    for r in runs.values():  # the engine leaves the same frames to the base video as Python's scheduler
+        assert r["stats"]["scheduler"]["silentFrames"] == int((~speaking_mask(silent)).sum())
+    for r in runs.values():
+        assert [p["frame"] for p in r["patches"]] == list(range(frames))
+    assert passes["seeded"] < passes["plain"] / 2, passes

@@ -61,7 +61,13 @@ def _register_web(sub: argparse._SubParsersAction) -> None:
         default="viseme",
         help="in-browser engine: viseme (weight-free, default) or musetalk (needs --onnx)",
     )
-    web.add_argument("--onnx", help="--engine musetalk: a folder written by `lipstream export onnx`")
+    web.add_argument(
+        "--onnx",
+        action="append",
+        default=[],
+        help="--engine musetalk: a folder written by `lipstream export onnx`; give it twice (a float16 and a "
+        "float32 export) or a folder holding both so the page picks by the GPU (shader-f16 or not)",
+    )
     web.add_argument(
         "--voice",
         nargs="?",
@@ -85,7 +91,7 @@ def _export_web(args: argparse.Namespace) -> int:
         voice = bundled_voice_path()
     elif args.voice:
         voice = Path(args.voice)
-    config = WebExportConfig(engine=args.engine, onnx_dir=Path(args.onnx) if args.onnx else None, voice=voice)
+    config = WebExportConfig(engine=args.engine, onnx_dirs=tuple(Path(d) for d in args.onnx), voice=voice)
     manifest = export_web(args.name, Path(args.output), config, args.avatars_dir, replace=args.force)
     print(
         f"web export of '{args.name}' ({args.engine}) written to {args.output}: "

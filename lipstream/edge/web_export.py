@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -21,6 +22,9 @@ import numpy as np
 
 from lipstream.avatar.bundle import CROP_SIZE, AvatarBundle, load_avatar
 from lipstream.errors import AvatarError, LipstreamError, ModelError
+from lipstream.render.codebook import SimHashCodebook
+
+log = logging.getLogger(__name__)
 
 EXPORT_FORMAT = "lipstream-web-export"
 EXPORT_VERSION = 1
@@ -37,7 +41,9 @@ class WebExportConfig:
     """What to export and how the base loop and the crops are encoded."""
 
     engine: str = "viseme"
-    onnx_dir: Path | None = None  # --engine musetalk: a folder written by `lipstream export onnx`
+    # --engine musetalk: folders written by `lipstream export onnx` (one per precision, e.g. float16 and
+    # float32), or a folder holding such folders; the page picks a precision by the viewer's GPU
+    onnx_dirs: tuple[Path, ...] = ()
     include_page: bool = True  # False: data only (lipstream serve serves the page from the package)
     video_crf: int = 23
     video_preset: str = "veryfast"
@@ -232,26 +238,92 @@ def _listed_files(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return found
 
 
+def onnx_variants(folders: tuple[Path, ...]) -> dict[str, tuple[Path, dict[str, Any]]]:
+    """Checked ONNX export folders by precision: each given folder, or the export folders inside it."""
+    found: dict[str, tuple[Path, dict[str, Any]]] = {}
+    for given in (Path(f) for f in folders):
+        inner = sorted(p.parent for p in given.glob("*/manifest.json"))
+        for folder in [given] if (given / "manifest.json").is_file() or not inner else inner:
+            manifest = verify_onnx_folder(folder)
+            dtype = str(manifest.get("dtype", ""))
+            if dtype not in ("float16", "float32"):
+                raise ModelError(f"{folder / 'manifest.json'} names no dtype (float16/float32); re-export it")
+            if dtype in found:
+                raise ExportError(
+                    f"--onnx gives two {dtype} graph folders ({found[dtype][0]} and {folder}); "
+                    "give one per precision"
+                )
+            found[dtype] = (folder, manifest)
+    return found
+
+
+def _unet_feature_dim(manifest: dict[str, Any]) -> int:
+    """Length of one frame's audio window ([50, 384] -> 19200) from the UNet's fixed 'audio' input."""
+    inputs = manifest.get("graphs", {}).get("unet", {}).get("inputs", [])
+    shape = next((i["shape"] for i in inputs if isinstance(i, dict) and i.get("name") == "audio"), None)
+    if not shape:
+        raise ModelError("the ONNX manifest has no UNet 'audio' input shape; re-run `lipstream export onnx`")
+    return int(np.prod(shape[1:]))
+
+
+def avatar_codebook(bundle: AvatarBundle, dim: int) -> SimHashCodebook:
+    """The avatar's MuseTalk codebook (`engines/musetalk/codebook*.npz`, newest that fits), else a new one.
+
+    Only 64-bit codebooks of `dim`-long features with 256² RGB patches fit the browser engine; others
+    (another model size, an unreadable file) are passed over with a warning.
+    """
+    from lipstream.engines.musetalk.latents import ENGINE
+    from lipstream.render.accel import AccelConfig
+
+    paths = bundle.engine_dir(ENGINE).glob("codebook*.npz")
+    for path in sorted(paths, key=lambda p: p.stat().st_mtime, reverse=True):
+        try:
+            book = SimHashCodebook.load(path)
+        except AvatarError as exc:
+            log.warning("web export: skipping codebook %s (%s)", path, exc)
+            continue
+        patch = book.patches.shape[1:] if book.patches is not None else (CROP_SIZE, CROP_SIZE, 3)
+        if book.dim == dim and book.bits == 64 and patch == (CROP_SIZE, CROP_SIZE, 3):
+            return book
+        log.warning("web export: codebook %s does not fit these graphs (dim %d, bits %d, patches %s)",
+                    path, book.dim, book.bits, patch)  # fmt: skip
+    accel = AccelConfig()
+    return SimHashCodebook(dim, bits=64, seed=accel.seed, max_entries=accel.codebook_entries, threshold=2)
+
+
 def _write_musetalk(bundle: AvatarBundle, data: Path, config: WebExportConfig) -> dict[str, Any]:
+    from lipstream.edge.codebook_seed import write_codebook_seed
     from lipstream.engines.musetalk.latents import ENGINE, LATENTS_FILE
 
-    if config.onnx_dir is None:
+    if not config.onnx_dirs:
         raise ExportError("--engine musetalk needs --onnx DIR (a folder written by `lipstream export onnx`)")
-    onnx_dir = Path(config.onnx_dir)
-    onnx_manifest = verify_onnx_folder(onnx_dir)
+    variants = onnx_variants(config.onnx_dirs)
+    if not variants:
+        raise ModelError(f"--onnx {', '.join(map(str, config.onnx_dirs))}: no manifest.json found; "
+                         "write one with `lipstream export onnx -o DIR`")  # fmt: skip
     latents_path = bundle.engine_dir(ENGINE) / LATENTS_FILE
     if not latents_path.is_file():
         raise ExportError(
             f"avatar '{bundle.name}' has no MuseTalk latents ({latents_path}); prepare them first with "
             f"`lipstream render --avatar {bundle.name} --engine musetalk ...` on a machine with the weights"
         )
+    dims = {_unet_feature_dim(manifest) for _, manifest in variants.values()}
+    if len(dims) != 1:
+        raise ExportError(f"--onnx folders disagree on the UNet's audio window {sorted(dims)}; re-export")
     latents = np.load(latents_path).astype("<f2")
     (data / "musetalk").mkdir()
     latents.tofile(data / "musetalk" / "latents.f16")
-    shutil.copytree(onnx_dir, data / "musetalk" / "onnx")
+    entries: dict[str, dict[str, Any]] = {}
+    for dtype, (folder, manifest) in sorted(variants.items()):
+        rel = "onnx" if len(variants) == 1 else f"onnx-{dtype}"
+        shutil.copytree(folder, data / "musetalk" / rel)
+        entries[dtype] = {"folder": f"data/musetalk/{rel}", "manifest": manifest}
+    book = avatar_codebook(bundle, dims.pop())
+    root = data.parent
     return {
         "latents": {"file": "data/musetalk/latents.f16", "dtype": "float16", "shape": list(latents.shape)},
-        "onnx": {"folder": "data/musetalk/onnx", "manifest": onnx_manifest},
+        "onnx": next(iter(entries.values())) if len(entries) == 1 else {"variants": entries},
+        "codebook": write_codebook_seed(book, data / "musetalk" / "codebook.bin", root),
     }
 
 

@@ -195,7 +195,8 @@ class MuseTalkWorker {
     let decided = [];
     if (upto > u.pushedFrames) {
       const feats = await this._features(u.pushedFrames, upto);
-      const skip = speakingMask(silentMask(frameRms(u.pcm))).subarray(u.pushedFrames, upto);
+      // skipped (left to the base video): silent frames outside the speaking margin, as in render/accel.py
+      const skip = speakingMask(silentMask(frameRms(u.pcm))).subarray(u.pushedFrames, upto).map((v) => 1 - v);
       this.timer.add('features', performance.now() - t0);
       const ids = Array.from({ length: upto - u.pushedFrames }, (_, i) => this.loop[(u.loopFrameAt0 + u.pushedFrames + i) % this.loop.length]);
       u.pushedFrames = upto;

@@ -16,7 +16,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test setup setup-pipecat test-pipecat system-deps lint bench
 
-setup: system-deps $(VENV)/.installed $(RAY_VENV)/.installed tests/browser/node_modules/.installed
+setup: system-deps $(VENV)/.installed tests/browser/node_modules/.installed
 
 system-deps:
 	@missing=""; \
@@ -74,7 +74,8 @@ demo: setup
 	@echo "live page: http://127.0.0.1:$${PORT:-8000}/  (Talk: press Talk and speak; the avatar answers with the embedded SmolLM2)"
 	$(BIN)/lipstream serve --host 127.0.0.1 --port $${PORT:-8000} --agent
 
-test: setup
+# the Ray tests start `serve --ray` with .venv-ray's Python (the demo does not need Ray)
+test: setup $(RAY_VENV)/.installed
 	$(BIN)/ruff check lipstream tests benchmarks
 	$(BIN)/python -m pytest -q --durations=15 tests
 	$(MAKE) --no-print-directory test-pipecat

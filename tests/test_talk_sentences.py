@@ -114,7 +114,25 @@ def test_a_first_sentence_without_commas_is_cut_before_a_phrase() -> None:
         pieces += stream.push(word + " ")
     pieces += stream.flush()
     assert pieces == [
-        "The weather in the city today is mostly sunny and warm",
-        "with a light breeze.",
+        "The weather in the city today",
+        "is mostly sunny and warm with a light breeze.",
         "Then rain.",
     ]
+
+
+@pytest.mark.parametrize(
+    ("text", "first"),
+    [
+        ("The fastest way to get to the airport is by train.", "The fastest way to get to the airport"),
+        ("I'm afraid I don't have any ideas for a long journey.", "I'm afraid I don't have any ideas"),
+        ("Yes it is.", "Yes it is."),  # short: never cut
+        ("It is what it is in the end of the day.", "It is what it is"),
+    ],
+)
+def test_the_first_phrase_ends_before_a_verb_or_preposition_after_five_words(text: str, first: str) -> None:
+    stream = SentenceStream()
+    pieces: list[str] = []
+    for word in text.split():
+        pieces += stream.push(word + " ")
+    pieces += stream.flush()
+    assert pieces[0] == first and " ".join(pieces) == text

@@ -116,11 +116,14 @@ class SentenceStream:
 
 
 # Words that open a new phrase: a speaker may pause before them ("and" and "or" often join two words,
-# so they are not among them). A small model's first sentence often has
-# no comma ("The weather is mostly sunny and warm with a light breeze from the sea."): waiting for its full
-# stop cost ~300 ms of the first audio (benchmarks/conversation_bench.py).
+# so they are not among them). A small model's first sentence often has no comma ("The fastest way to get
+# to the airport is by taking a flight ..."): waiting for its full stop cost 300-700 ms of the first audio
+# (benchmarks/conversation_bench.py). After a subject of five words or more, the verb "is/are/was/were"
+# and the common prepositions also open a phrase one may pause before ("The fastest way to the airport |
+# is by train"); only the reply's first sentence is ever cut there.
 PHRASE_STARTERS = frozenset(
-    "but with which because while when where who so although though since unless than".split()
+    "but with which because while when where who so although though since unless than "
+    "is are was were for from during in on at".split()
 )
 PHRASE_MIN_WORDS = 5
 

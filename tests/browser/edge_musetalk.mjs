@@ -37,7 +37,7 @@ const PAGE_HELPERS = `
     const t0 = performance.now();
     const engine = createEngine(manifest, '/', { engine: engineOpts, onStatus: (text) => console.log('status: ' + text),
       onPatch: (p) => patches.push({ frame: p.frame, kind: p.kind, sourceFrame: p.sourceFrame, last: p.last,
-        rgba: p.rgba ? window.b64(p.rgba) : null }),
+        rgba: p.rgba && !engineOpts.noPixels ? window.b64(p.rgba) : null }), // noPixels: the bench needs counts only
       onDone: (s) => { doneStats = s; } });
     try { await engine.ready; } catch (err) { engine.close(); return { error: err.message, readyMs: performance.now() - t0 }; }
     const readyMs = performance.now() - t0;

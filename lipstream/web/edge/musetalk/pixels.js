@@ -21,16 +21,30 @@ export function packPatch(chw, item, size, alpha, out) {
 }
 
 /** Cross-fade of two RGBA-word patches at t (lipstream/render/infill.py's 8.8 fixed point, two channels
- * per 32-bit lane pair), alpha taken from `alpha` (Uint8Array mask, or 255 when null). */
+ * per 32-bit lane pair), alpha taken from `alpha` (Uint8Array mask, or 255 when null). Pixels whose mask
+ * alpha is 0 come out as 0 (transparent): the compositor never shows them; every other pixel is bit-equal. */
 export function crossfade(a, b, t, alpha, out) {
   const wb = roundHalfEven((t < 0 ? 0 : t > 1 ? 1 : t) * 256);
   const wa = 256 - wb;
-  for (let p = 0; p < a.length; p++) {
+  const n = a.length;
+  // Math.imul keeps the products in int32 (the JIT's fast path); the R|B sum can pass 2^31, and `>>> 8`
+  // reads it as uint32, which is exact since it stays below 2^32 (255*256 + 128 per 16-bit lane).
+  if (!alpha) {
+    for (let p = 0; p < n; p++) {
+      const pa = a[p], pb = b[p];
+      const rb = ((Math.imul(pa & 0x00ff00ff, wa) + Math.imul(pb & 0x00ff00ff, wb) + 0x00800080) >>> 8) & 0x00ff00ff;
+      const g = ((Math.imul(pa & 0x0000ff00, wa) + Math.imul(pb & 0x0000ff00, wb) + 0x00008000) >>> 8) & 0x0000ff00;
+      out[p] = 0xff000000 | rb | g;
+    }
+    return out;
+  }
+  for (let p = 0; p < n; p++) {
+    const m = alpha[p];
+    if (m === 0) { out[p] = 0; continue; } // outside the mouth mask: never drawn, so not blended
     const pa = a[p], pb = b[p];
-    // R and B in one lane pair, G in another: each 16-bit lane holds at most 255*256 + 128
-    const rb = (((pa & 0x00ff00ff) * wa + (pb & 0x00ff00ff) * wb + 0x00800080) >>> 8) & 0x00ff00ff;
-    const g = (((pa & 0x0000ff00) * wa + (pb & 0x0000ff00) * wb + 0x00008000) >>> 8) & 0x0000ff00;
-    out[p] = ((alpha ? alpha[p] : 255) << 24) | rb | g;
+    const rb = ((Math.imul(pa & 0x00ff00ff, wa) + Math.imul(pb & 0x00ff00ff, wb) + 0x00800080) >>> 8) & 0x00ff00ff;
+    const g = ((Math.imul(pa & 0x0000ff00, wa) + Math.imul(pb & 0x0000ff00, wb) + 0x00008000) >>> 8) & 0x0000ff00;
+    out[p] = (m << 24) | rb | g;
   }
   return out;
 }

@@ -145,6 +145,18 @@ def test_full_mode_is_unchanged_and_an_unknown_mode_is_refused(live_server: Serv
     assert ready["code"] == "bad_message" and "stream" in ready["message"]
 
 
+def test_the_player_gets_the_shared_compositor_and_nothing_else_there(live_server: ServerProcess) -> None:
+    import urllib.error
+    import urllib.request
+
+    body = urllib.request.urlopen(live_server.http + "/static/edge/compositor.js", timeout=10).read().decode()
+    assert "export class Compositor" in body
+    for other in ("main.js", "index.html", "musetalk/engine.js", "../static/app.js"):
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(f"{live_server.http}/static/edge/{other}", timeout=10)
+        assert info.value.code == 404
+
+
 # ---- the page in headless Chromium ------------------------------------------------------------------------
 
 

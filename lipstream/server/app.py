@@ -28,6 +28,7 @@ from lipstream.server.tts_http import add_tts_routes
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "web" / "static"
 EDGE_PAGE_DIR = STATIC_DIR.parent / "edge"
+SHARED_EDGE_MODULES = frozenset({"compositor.js", "files.js"})  # served at /static/edge/ (patch mode)
 
 
 class SharedVoices:
@@ -165,8 +166,13 @@ def create_app(
         """The player page."""
         return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-store"})
 
-    # the live player's patch mode imports the serverless page's compositor (one compositor, two pages)
-    app.mount("/static/edge", StaticFiles(directory=EDGE_PAGE_DIR), name="static-edge")
+    @app.get("/static/edge/{module}")
+    async def edge_module(module: str) -> Response:
+        """The serverless page's modules the live player's patch mode imports (one compositor, two pages)."""
+        if module not in SHARED_EDGE_MODULES:
+            return JSONResponse({"error": "not_found", "message": f"no module {module}"}, status_code=404)
+        return FileResponse(EDGE_PAGE_DIR / module, media_type="text/javascript")
+
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     add_edge_routes(app, config.avatars_dir, config.token)  # the serverless page at /edge/NAME/
     add_tts_routes(app, voices, config.voice, config.limits.max_text_chars, authorized)  # its text fallback

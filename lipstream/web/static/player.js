@@ -121,8 +121,11 @@ export class LivePlayer extends EventTarget {
           this.ready = msg;
           this.canvas.width = msg.width;
           this.canvas.height = msg.height;
-          if (msg.stream === 'patch') this._startPatchView(msg, url, token);
-          else this.worker.postMessage({ type: 'configure', codec: msg.codec });
+          if (msg.stream === 'patch') {
+            this.worker.terminate(); // whole frames never come: the patch view has its own decoder
+            this.worker = null;
+            this._startPatchView(msg, url, token);
+          } else this.worker.postMessage({ type: 'configure', codec: msg.codec });
           resolve(msg);
         } else if (msg.type === 'error' && msg.fatal && !this.ready) {
           reject(Object.assign(new Error(msg.message), { code: msg.code }));
@@ -283,6 +286,7 @@ export class LivePlayer extends EventTarget {
       if (speaking && this.stats.ttffReceivedMs == null && this._requestAt != null) {
         this.stats.ttffReceivedMs = performance.now() - this._requestAt;
       }
+      if (!this.worker) return; // a patch-mode session has no whole-frame decoder
       const timestamp = msg.pts * US_PER_SAMPLE;
       this._meta.push({ pts: msg.pts, aux: msg.aux, flags: msg.flags, drop: false });
       // Every AU is decoded (later ones depend on it); dropping happens at presentation.

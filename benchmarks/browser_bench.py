@@ -30,6 +30,12 @@ LONG_TEXT = (
 )
 
 
+TWO_PAGES_TEXT = (
+    "Two pages are playing at once from the same server, and each of them should keep its own clock "
+    "without dropping a single frame."
+)
+
+
 def start_server(avatars_dir: Path) -> tuple[subprocess.Popen, str]:
     """`lipstream serve --port 0`; returns the process and its http URL."""
     proc = subprocess.Popen(
@@ -81,6 +87,8 @@ def compare_streams(url: str, avatar: str) -> dict:
         else:
             speak = drive({**base, "scenario": "speak", "text": LONG_TEXT})
         coldwarm = drive({**base, "scenario": "coldwarm"}, "patch.mjs")
+        # two full-size pages against one server at once (issue 12 saw 6-8 drops each with whole frames)
+        two = drive({**base, "scenario": "two", "avatars": [avatar, avatar], "text": TWO_PAGES_TEXT})
         snap = speak.get("snap", {})
         seconds = (snap.get("framesReceived") or 0) / 25
         sent = snap.get("patchBytes") if mode == "patch" else snap.get("videoBytes")
@@ -98,17 +106,24 @@ def compare_streams(url: str, avatar: str) -> dict:
             "base_loop_bytes": patch.get("baseBytes"),
             "first_frame_ms": {r["label"]: r["firstFrameMs"] for r in coldwarm.get("runs", [])},
             "base_load_ms": {r["label"]: r["baseLoadMs"] for r in coldwarm.get("runs", [])},
-            "problems": speak.get("problems", []) + coldwarm.get("problems", []),
-            "failed": speak.get("failed") or coldwarm.get("failed"),
+            "two_pages": [
+                {"av_offset_ms": t.get("avOffsetMs"), "frames_dropped": t.get("framesDropped"),
+                 "frames_shown": t.get("framesShown"), "speech_frames_shown": t.get("speechFramesShown")}
+                for t in two.get("snaps", [])
+            ],  # fmt: skip
+            "problems": speak.get("problems", []) + coldwarm.get("problems", []) + two.get("problems", []),
+            "failed": speak.get("failed") or coldwarm.get("failed") or two.get("failed"),
         }
         r = out[mode]
         o = r["av_offset_ms"] or {}
+        pages = [(t["frames_dropped"], (t["av_offset_ms"] or {}).get("p95")) for t in r["two_pages"]]
         print(
             f"{mode}: A/V p50 {o.get('p50', 0):.1f} p95 {o.get('p95', 0):.1f} ms | dropped "
             f"{r['frames_dropped']}/{r['frames_shown']} | speak->first speech frame "
             f"{r['speak_to_first_speech_frame_ms']} ms | "
             f"{r['video_kbit_per_s_at_browser']} kbit/s | compositor {r['compositor_ms_per_frame']} | "
-            f"first frame {r['first_frame_ms']} | base {r['base_loop_bytes']} B {r['base_load_ms']}"
+            f"first frame {r['first_frame_ms']} | base {r['base_loop_bytes']} B {r['base_load_ms']} | "
+            f"two pages (dropped, A/V p95) {pages}"
         )
     out["load_average_end"] = [round(v, 2) for v in os.getloadavg()]
     return out

@@ -67,7 +67,7 @@ try {
     result = { snap, speechStable: snap.speechFramesShown === speechAfter };
   } else if (scenario === 'two') {
     const pages = await Promise.all(opts.avatars.map((a) => openPage(a)));
-    const snaps = await Promise.all(pages.map((p, i) => speakAndWait(p, `Session number ${i + 1} speaking.`)));
+    const snaps = await Promise.all(pages.map((p, i) => speakAndWait(p, opts.text || `Session number ${i + 1} speaking.`)));
     const readies = await Promise.all(pages.map((p) => p.evaluate(() => window.lipstreamPlayer.ready)));
     result = { snaps, readies };
   } else {

@@ -45,7 +45,7 @@ export class PatchView {
     this.entries = new Map(); // timestamp (µs) -> {frame, pts, flags, sourceFrame, drop}
     this.cstats = { framesShown: 0, speechFramesShown: 0, late: 0, skipped: 0, mainMs: [], log: [], firstFrameAt: null, firstMouthAt: null };
     this.stats = { framesShown: 0, speechFramesShown: 0, framesLate: 0, decodeErrors: 0, patches: 0, restFrames: 0,
-      baseBytes: 0, baseLoadMs: null, compositorMs: [], shownK: -1 };
+      baseBytes: 0, baseLoadMs: null, compositorMs: [], shownK: -1, seeks: 0 };
     this._lastSeek = 0;
     this._pending = []; // patches that arrived before the base loop was ready
   }
@@ -168,6 +168,7 @@ export class PatchView {
     if (Math.abs(diff) > SEEK_AFTER_FRAMES) {
       if (now - this._lastSeek > MIN_SEEK_INTERVAL_MS) {
         this._lastSeek = now;
+        this.stats.seeks += 1;
         v.currentTime = ((expected + 3) % n + 0.5) / fps;
       }
       v.playbackRate = 1;

@@ -452,7 +452,7 @@ export class LivePlayer extends EventTarget {
     const view = this.patchView;
     const patch = view ? {
       compositorMs: view.stats.compositorMs.slice(-1000), patches: view.stats.patches, restFrames: view.stats.restFrames,
-      baseLoadMs: view.stats.baseLoadMs, baseBytes: view.stats.baseBytes, log: view.cstats.log.slice(-300),
+      baseLoadMs: view.stats.baseLoadMs, baseBytes: view.stats.baseBytes, seeks: view.stats.seeks, log: view.cstats.log.slice(-300),
     } : null;
     return { ...rest, stream: this.ready?.stream ?? null, patch, avOffsetMs: this.offsetSummary(), clockPts: this.clockPts(), audioState: this.ac?.state };
   }

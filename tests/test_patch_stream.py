@@ -284,3 +284,16 @@ def test_a_server_without_patch_mode_refuses_it_and_the_page_takes_full_frames(a
         assert result["snap"]["framesShown"] > 10 and result["snap"]["decodeErrors"] == 0
     finally:
         server.stop()
+
+
+@pytest.mark.browser
+def test_with_a_token_the_base_loop_is_fetched_with_it(avatars_root: Path) -> None:
+    server = ServerProcess(avatars_root, "--token", "s3cret")
+    try:
+        opts = {"url": server.http, "avatar": "small", "scenario": "auto", "token": "s3cret"}
+        result = _drive(opts)
+        assert result["problems"] == [] and result["stream"] == "patch"
+        snap = result["snap"]
+        assert snap["framesShown"] > 10 and snap["patch"]["baseBytes"] > 0 and not snap.get("baseFailed")
+    finally:
+        server.stop()

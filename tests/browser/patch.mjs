@@ -22,7 +22,7 @@ async function openPage({ stream = 'patch', context = browser, waitBase = true }
   const page = await context.newPage({ viewport: { width: 1000, height: 1000 } });
   page.on('pageerror', (err) => problems.push(`pageerror: ${err.message}`));
   page.on('console', (msg) => { if (msg.type() === 'error') problems.push(`console: ${msg.text()}`); });
-  await page.goto(`${opts.url}/?${new URLSearchParams({ avatar: opts.avatar, stream })}`);
+  await page.goto(`${opts.url}/?${new URLSearchParams({ avatar: opts.avatar, stream, ...(opts.token ? { token: opts.token } : {}) })}`);
   await page.waitForFunction((name) => [...document.querySelector('#avatar').options].some((o) => o.value === name), opts.avatar);
   await page.selectOption('#avatar', opts.avatar);
   const t0 = Date.now();

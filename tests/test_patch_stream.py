@@ -27,6 +27,15 @@ pytestmark = [pytest.mark.slow]
 SPEECH_TEXT = "Patch mode sends only the mouth, and the browser puts it on the face."
 
 
+@pytest.fixture(scope="module", autouse=True)
+def base_loop_built(avatars_root: Path) -> None:
+    """The small avatar's base loop, built as the server builds it (a server without it answers a patch
+    request with whole frames while it builds: test_the_first_patch_request_gets_whole_frames_while...)."""
+    from lipstream.edge.serve import EdgeExports
+
+    EdgeExports(avatars_root).folder("small")
+
+
 @pytest.fixture(scope="module")
 def speech_wav(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An espeak sentence as a 16 kHz WAV file."""
@@ -295,5 +304,31 @@ def test_with_a_token_the_base_loop_is_fetched_with_it(avatars_root: Path) -> No
         assert result["problems"] == [] and result["stream"] == "patch"
         snap = result["snap"]
         assert snap["framesShown"] > 10 and snap["patch"]["baseBytes"] > 0 and not snap.get("baseFailed")
+    finally:
+        server.stop()
+
+
+def test_the_first_patch_request_gets_whole_frames_while_the_base_loop_builds(
+    avatars_root: Path, tmp_path: Path
+) -> None:
+    import shutil
+    import time
+
+    from lipstream.avatar.bundle import load_avatar
+    from lipstream.edge.serve import EdgeExports
+
+    root = tmp_path / "avatars"
+    shutil.copytree(avatars_root / "small", root / "small", ignore=shutil.ignore_patterns("edge-*"))
+    exports = EdgeExports(root)
+    assert not exports.is_built(load_avatar("small", root))
+    server = ServerProcess(root)
+    try:
+        first, _, _ = asyncio.run(_session(server.ws, {"avatar": "small", "stream": "patch"}))
+        assert first["type"] == "ready" and first["stream"] == "full" and first["patch_pending"] is True
+        deadline = time.monotonic() + 60
+        while not exports.is_built(load_avatar("small", root)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        second, _, _ = asyncio.run(_session(server.ws, {"avatar": "small", "stream": "patch"}))
+        assert second["stream"] == "patch" and "patch_pending" not in second
     finally:
         server.stop()

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 
-from lipstream.avatar.bundle import load_avatar
+from lipstream.avatar.bundle import AvatarBundle, load_avatar
 from lipstream.edge.web_export import _SKIP_PAGE, MANIFEST, PAGE_DIR, WebExportConfig, export_web
 from lipstream.errors import LipstreamError
 from lipstream.server.auth import extract_token, token_ok
+
+log = logging.getLogger(__name__)
 
 CACHE_NAME = "edge-viseme"  # under <bundle>/cache/: the export's data (the page comes from the package)
 TOKEN_COOKIE = "lipstream_edge_token"
@@ -26,6 +29,7 @@ class EdgeExports:
         self.avatars_dir = avatars_dir
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
+        self._building: set[str] = set()  # avatars whose build runs in the background
 
     def folder(self, name: str) -> Path:
         """The avatar's export folder, built now if missing (raises LipstreamError for an unknown avatar)."""
@@ -37,6 +41,28 @@ class EdgeExports:
             if not self._fresh(target, bundle.frame_count):
                 export_web(name, target, WebExportConfig(include_page=False), self.avatars_dir, replace=True)
         return target
+
+    def is_built(self, bundle: AvatarBundle) -> bool:
+        """The avatar's export data is there and current (cheap: reads its manifest)."""
+        return self._fresh(Path(bundle.path) / "cache" / CACHE_NAME, bundle.frame_count)
+
+    def build_in_background(self, name: str) -> None:
+        """Start building the avatar's export data on a daemon thread (once at a time per avatar)."""
+        with self._guard:
+            if name in self._building:
+                return
+            self._building.add(name)
+
+        def build() -> None:
+            try:
+                self.folder(name)
+            except LipstreamError as exc:
+                log.warning("web export data for %s could not be built: %s", name, exc)
+            finally:
+                with self._guard:
+                    self._building.discard(name)
+
+        threading.Thread(target=build, name=f"edge-build-{name}", daemon=True).start()
 
     @staticmethod
     def _fresh(target: Path, frame_count: int) -> bool:
@@ -54,11 +80,10 @@ def _inside(root: Path, rel: str) -> Path | None:
     return path
 
 
-def add_edge_routes(app: FastAPI, avatars_dir: Path | None, token: str | None) -> None:
+def add_edge_routes(app: FastAPI, exports: EdgeExports, token: str | None) -> None:
     """GET /edge/NAME/ (the page) and /edge/NAME/<file> (its modules from the package, data from the cache).
 
     With a server token, the page must be opened with ?token=T; it then rides in a cookie for the files."""
-    exports = EdgeExports(avatars_dir)
 
     def allowed(request: Request) -> bool:
         given = extract_token(request.headers, request.query_params) or request.cookies.get(TOKEN_COOKIE)

@@ -14,7 +14,7 @@ from fastapi.staticfiles import StaticFiles
 
 from lipstream import __version__
 from lipstream.avatar.bundle import AvatarBundle, list_avatars, load_avatar
-from lipstream.edge.serve import add_edge_routes
+from lipstream.edge.serve import EdgeExports, add_edge_routes
 from lipstream.errors import LipstreamError
 from lipstream.render.base_frames import SharedBaseFrames
 from lipstream.render.workers import WorkerPools
@@ -112,6 +112,7 @@ def create_app(
     # that does not have to be
     app = FastAPI(title="lipstream", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
     registry = SessionRegistry(config.limits.max_sessions)
+    edge_exports = EdgeExports(config.avatars_dir)  # base loops for the serverless page and patch streams
     metrics = metrics or ServerMetrics()
     metrics.bind_live_sessions(lambda: len(registry))
     voices = SharedVoices()  # one loaded voice for sessions and POST /api/tts
@@ -174,13 +175,15 @@ def create_app(
         return FileResponse(EDGE_PAGE_DIR / module, media_type="text/javascript")
 
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
-    add_edge_routes(app, config.avatars_dir, config.token)  # the serverless page at /edge/NAME/
+    add_edge_routes(app, edge_exports, config.token)  # the serverless page at /edge/NAME/
     add_tts_routes(app, voices, config.voice, config.limits.max_text_chars, authorized)  # its text fallback
 
     @app.websocket("/ws")
     async def session_socket(ws: WebSocket) -> None:
         """One live session per connection (docs/protocol.md)."""
-        await Connection(ws, config, engine, registry, factory, agent=agent, metrics=metrics).run()
+        await Connection(
+            ws, config, engine, registry, factory, agent=agent, metrics=metrics, edge_exports=edge_exports
+        ).run()
         if heap is not None:
             await asyncio.to_thread(heap.trim)
 

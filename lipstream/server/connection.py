@@ -77,9 +77,11 @@ class Connection:
         session_factory: SessionFactory,
         agent: Any = None,
         metrics: ServerMetrics | None = None,
+        edge_exports: Any = None,
     ) -> None:
         """`agent`: the server's AgentServices when it runs with --agent (sessions may ask for it);
-        `metrics`: the server's Prometheus metrics."""
+        `metrics`: the server's Prometheus metrics; `edge_exports`: the avatars' base-loop data (EdgeExports)
+        a patch-stream client downloads."""
         self.ws = ws
         self.config = config
         self.limits = config.limits
@@ -90,6 +92,8 @@ class Connection:
         self.session: Any = None
         self.agent = agent
         self.metrics = metrics
+        self.edge_exports = edge_exports
+        self._patch_pending = False  # patch mode was asked, but the avatar's base loop is still being built
         self.conversation: Any = None  # in an agent session: the microphone goes here
         self._send_lock = asyncio.Lock()
         # speak requests wait here and are spoken one after another by one task, so a flood of them
@@ -195,6 +199,10 @@ class Connection:
             bundle = await asyncio.to_thread(self._open_avatar, avatar)
         except LipstreamError as exc:
             await self._fail("unknown_avatar", str(exc), 4404)
+        if self._patch_stream and self.edge_exports is not None and not self.edge_exports.is_built(bundle):
+            # the base loop takes ~20 s to build the first time: whole frames now rather than a blank wait
+            self.edge_exports.build_in_background(bundle.name)
+            self._patch_stream, self._patch_pending = False, True
         self.record = self.registry.reserve(bundle.name)
         if self.record is None:
             await self._fail(
@@ -230,6 +238,8 @@ class Connection:
             "limits": self.limits.model_dump(exclude={"hello_timeout_seconds"}),
             "stream": "patch" if self._patch_stream else "full",
         }
+        if self._patch_pending:
+            ready["patch_pending"] = True
         if self._patch_stream:
             ready["patch"] = patch_description(self.session, bundle)
         if self.config.replica_id:  # behind a Ray Serve proxy: which replica holds this session

@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 
 CACHE_NAME = "edge-viseme"  # under <bundle>/cache/: the export's data (the page comes from the package)
 TOKEN_COOKIE = "lipstream_edge_token"
+TTS_HEADER = "X-Lipstream-TTS"  # on export.json from `lipstream serve`: where text can be spoken
 
 
 class EdgeExports:
@@ -116,6 +117,8 @@ def add_edge_routes(app: FastAPI, exports: EdgeExports, token: str | None) -> No
             )
             # no-cache + ETag: a browser revalidates and gets 304 for the data it already holds (the live
             # player's patch mode downloads the base loop once this way)
+            if rel == MANIFEST:  # the page is served by lipstream, whose /api/tts can speak text for it
+                response.headers[TTS_HEADER] = "/api/tts"
             etag = response.headers.get("etag")
             if etag and etag in (request.headers.get("if-none-match") or ""):
                 response = Response(status_code=304, headers={"ETag": etag, "Cache-Control": "no-cache"})

@@ -364,9 +364,12 @@ def _write_voice(voice: Path, data: Path) -> dict[str, Any]:
 # ---- the page ------------------------------------------------------------------------------------
 
 
-def copy_page(target: Path, source: Path = PAGE_DIR, with_voice: bool = False) -> list[str]:
-    """Copy the page and its modules (npm folders skipped; each engine's assets.json vendor files added;
-    the TTS runtime's only `with_voice`: without a voice it has nothing to run)."""
+def copy_page(
+    target: Path, source: Path = PAGE_DIR, with_voice: bool = False, engine: str = "viseme"
+) -> list[str]:
+    """Copy the page and its modules (npm folders skipped); vendor files (assets.json) only of the
+    `engine` exported (MuseTalk's ONNX runtime is 26 MB a weight-free page never loads) and of the TTS
+    when `with_voice` (without a voice it has nothing to run)."""
     if not (source / "index.html").is_file():
         raise ExportError(f"the page sources are missing at {source}; reinstall lipstream")
     copied: list[str] = []
@@ -378,7 +381,8 @@ def copy_page(target: Path, source: Path = PAGE_DIR, with_voice: bool = False) -
         shutil.copyfile(path, target / rel)
         copied.append(rel.as_posix())
     for assets in sorted(source.glob("*/assets.json")):
-        if assets.parent.name == TTS_DIR and not with_voice:
+        wanted = with_voice if assets.parent.name == TTS_DIR else assets.parent.name == engine
+        if not wanted:
             continue
         for dest, src in json.loads(assets.read_text()).items():
             src_path = assets.parent / src
@@ -473,7 +477,7 @@ def export_web(
         }  # fmt: skip
         manifest["bytes"] = sum(f["bytes"] for f in manifest["files"].values())
         if config.include_page:
-            manifest["page"] = copy_page(tmp, with_voice=config.voice is not None)
+            manifest["page"] = copy_page(tmp, with_voice=config.voice is not None, engine=config.engine)
         (tmp / MANIFEST).write_text(json.dumps(manifest, separators=(",", ":")))
         for path in tmp.rglob("*"):  # readable by any static server's user
             os.chmod(path, 0o755 if path.is_dir() else 0o644)

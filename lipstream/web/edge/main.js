@@ -33,6 +33,7 @@ async function loadManifest() {
     throw new Error(`export.json: cannot be fetched (${err.message})`);
   }
   if (!response.ok) throw new Error(`export.json: is missing (HTTP ${response.status}); this folder is not a lipstream web export`);
+  app.serverTts = response.headers.get('X-Lipstream-TTS'); // only `lipstream serve` sends it
   try {
     return await response.json();
   } catch (err) {
@@ -286,7 +287,9 @@ async function setupText(manifest) {
       return;
     }
   } else {
-    const server = await probeServerTts();
+    // only a page served by `lipstream serve` asks it (its export.json comes with a header): probing a static host
+    // would log a 404 for nothing
+    const server = app.serverTts ? await probeServerTts() : null;
     if (!server) {
       textUnavailable('Text is unavailable: this export carries no voice (re-export it with `lipstream export web NAME -o DIR --voice`) and no lipstream server answers /api/tts here.');
       return;

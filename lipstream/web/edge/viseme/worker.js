@@ -44,13 +44,20 @@ function emit(utterance, first, rows, last) {
   if (last && n === 0) postMessage({ type: 'patch', patch: { utterance, frame: -1, last: true, rgba: null } });
 }
 
+let loading = null; // the load in progress: an utterance begun before it ends waits for it (a page may
+// start playing a file or the server's speech before `ready`; without this the first pushes find no crops)
+
 onmessage = async (event) => {
   const msg = event.data;
   try {
     if (msg.type === 'load') {
-      const info = await load(msg.manifest, msg.baseUrl);
+      loading = load(msg.manifest, msg.baseUrl);
+      const info = await loading;
       postMessage({ type: 'ready', ...info });
-    } else if (msg.type === 'begin') {
+      return;
+    }
+    if (loading) await loading; // messages keep their order: each awaits the same promise, FIFO
+    if (msg.type === 'begin') {
       state.utterance = msg.utterance;
       state.loopAt0 = msg.loopFrameAt0 || 0;
       state.stream = new StreamingArticulation(state.extractor);

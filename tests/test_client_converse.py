@@ -88,10 +88,9 @@ def test_converse_records_the_answer_and_reports_the_turn(
     assert {"museum", "open", "sunday"} <= words(report["final_transcript"])
     finals = [t for t in report["transcripts"] if t["kind"] == "final"]
     assert len(finals) == 1 and all(t["turn"] == 1 for t in report["transcripts"])
-    assert [r["text"] for r in report["reply_texts"]] == [
-        "The museum opens at nine in the morning.",
-        "It closes at six, except on Mondays.",
-    ]
+    # the first sentence may be cut after its first phrase (quick start), the pieces are the whole reply
+    pieces = [r["text"] for r in report["reply_texts"]]
+    assert " ".join(pieces) == REPLY and pieces[-1] == "It closes at six, except on Mondays."
     assert report["reply"] == REPLY
     metrics = report["turn_metrics"]
     assert metrics["turn"] == 1 and metrics["interrupted"] is False

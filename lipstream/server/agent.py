@@ -55,6 +55,7 @@ class AgentServices:
     stt: Any
     llm: Any
     vad_model: Any
+    partial_stt: Any = None  # partial transcripts on their own model (None: `stt`)
 
     def conversation(self, session: Any, emit: Emit, voice: str | None = None) -> Conversation:
         """A conversation over `session`, with its own VAD state and echo canceller."""
@@ -72,7 +73,9 @@ class AgentServices:
             model=self.vad_model,
         )
         echo = _echo_canceller(self.config)
-        return Conversation(session, self.stt, self.llm, emit, cfg, vad=vad, echo=echo)
+        return Conversation(
+            session, self.stt, self.llm, emit, cfg, vad=vad, echo=echo, partial_stt=self.partial_stt
+        )
 
     async def aclose(self) -> None:
         """Close the language model's connections."""
@@ -95,8 +98,10 @@ def load_agent(config: AgentConfig) -> AgentServices:
     from lipstream.talk.vad import SileroModel
 
     started = time.perf_counter()
-    # two decodes at once (a partial and the final), one core each: on two cores neither waits
-    stt = WhisperSTT(cpu_threads=1, workers=2)
+    # the final transcript is on the answer's critical path: two threads, its own model; partials (shown
+    # while the user speaks) on a one-thread model beside it, so a final never waits for a partial
+    stt = WhisperSTT(cpu_threads=2, workers=1)
+    partial_stt = WhisperSTT(cpu_threads=1, workers=1)
     if config.llm_url:
         from lipstream.talk.llm_openai import OpenAIChatModel
 
@@ -111,6 +116,8 @@ def load_agent(config: AgentConfig) -> AgentServices:
         warm = getattr(llm, "warm_up", None)
         if warm is not None:
             warm()
-    services = AgentServices(config=config, stt=stt, llm=llm, vad_model=SileroModel())
+    services = AgentServices(
+        config=config, stt=stt, llm=llm, vad_model=SileroModel(), partial_stt=partial_stt
+    )
     log.info("agent ready in %.1f s (%s)", time.perf_counter() - started, getattr(llm, "name", "llm"))
     return services

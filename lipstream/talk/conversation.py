@@ -102,6 +102,7 @@ class _Prepared:
     task: asyncio.Task | None = None  # transcribes, then starts `feeder`; its result is the transcript
     feeder: asyncio.Task | None = None
     first_token_at: float | None = None
+    transcript_at: float | None = None  # when the transcript was ready (often before the turn is decided)
 
     def cancel(self) -> None:
         """Drop it (the user went on, or the answer was interrupted)."""
@@ -162,11 +163,15 @@ class Conversation:
         *,
         vad: VoiceActivityDetector | None = None,
         echo: Any = None,
+        partial_stt: SpeechToText | None = None,
     ) -> None:
         """`session`: a started lipstream Session; `emit`: sends an event dict to the client; `echo`: an
-        echo canceller fed with what the avatar plays (None: the microphone is used as it comes)."""
+        echo canceller fed with what the avatar plays (None: the microphone is used as it comes);
+        `partial_stt`: the recogniser for partial transcripts (default `stt`), so a final transcript, on the
+        critical path, never shares its model with them."""
         self.session = session
         self.stt = stt
+        self.partial_stt = partial_stt or stt
         self.llm = llm
         self.emit = emit
         self.config = config or ConversationConfig()
@@ -372,7 +377,7 @@ class Conversation:
         except (asyncio.CancelledError, LipstreamError) as exc:
             log.warning("turn %d: transcription failed: %r", turn, exc)
             text = ""
-        times.transcript = time.perf_counter()
+        times.transcript = prepared.transcript_at or time.perf_counter()
         if not text:
             prepared.cancel()
             audio = self._mic.slice(start, end_sample)
@@ -403,6 +408,7 @@ class Conversation:
 
         async def run() -> str:
             text = await covering if covering is not None else await self._transcribe(audio)
+            prepared.transcript_at = time.perf_counter()
             if text:
                 messages = [
                     ChatMessage("system", self.config.system_prompt), *history, ChatMessage("user", text)
@@ -435,11 +441,11 @@ class Conversation:
             return None
         return decode
 
-    async def _transcribe(self, audio: np.ndarray) -> str:
+    async def _transcribe(self, audio: np.ndarray, stt: SpeechToText | None = None) -> str:
         if audio.size < SAMPLE_RATE // 10:
             return ""
         started = time.perf_counter()
-        result = await self.session.run_speech_work(self.stt.transcribe, audio)
+        result = await self.session.run_speech_work((stt or self.stt).transcribe, audio)
         self._decode_seconds = time.perf_counter() - started
         return result.text.strip()
 
@@ -457,7 +463,7 @@ class Conversation:
         assert self._turn_start is not None
         self._partial_upto = self._mic.end
         audio = self._mic.slice(self._turn_start - int(self.config.preroll_seconds * SAMPLE_RATE))
-        decode = asyncio.create_task(self._transcribe(audio))
+        decode = asyncio.create_task(self._transcribe(audio, self.partial_stt))
         self._partial_decode = (self._partial_upto, decode)
         self._partial_task = asyncio.create_task(self._partial(self._turn, decode))
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,6 +14,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from lipstream.errors import AvatarError
+from lipstream.files import atomic_folder
 from lipstream.paths import avatars_dir
 
 FORMAT_VERSION = 1
@@ -122,22 +122,9 @@ def write_manifest(folder: Path, manifest: Manifest) -> None:
 def atomic_bundle_dir(final: Path, force: bool = False) -> Iterator[Path]:
     """Yield a temp folder beside `final`; on success it replaces `final`, on failure it is removed."""
     final = Path(final)
-    if final.exists() and not force:
-        raise AvatarError(f"avatar '{final.name}' already exists at {final}; use --force to replace it")
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.partial-"))
-    try:
+    exists = AvatarError(f"avatar '{final.name}' already exists at {final}; use --force to replace it")
+    with atomic_folder(final, force, exists) as tmp:
         yield tmp
-        if final.exists():
-            trash = final.parent / f".{final.name}.old-{os.getpid()}"
-            os.replace(final, trash)
-            os.replace(tmp, final)
-            shutil.rmtree(trash, ignore_errors=True)
-        else:
-            os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def bundle_path(name: str, root: str | os.PathLike | None = None) -> Path:

@@ -9,7 +9,6 @@ on the written files; only a passing export is renamed from its temp folder to -
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -35,6 +34,7 @@ from lipstream.engines.musetalk.features import (
 )
 from lipstream.engines.musetalk.layout import VERSIONS
 from lipstream.errors import LipstreamError, ModelError
+from lipstream.files import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -196,15 +196,6 @@ def write_graph(spec: GraphSpec, folder: Path, half: bool, opset: int) -> GraphF
     if (folder / data).is_file():
         os.chmod(folder / data, 0o644)  # onnx writes 0600; a static web server must be able to read it
     return GraphFile(spec.name, files, inputs, outputs, round(time.perf_counter() - start, 2))
-
-
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def build_manifest(

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,6 +20,7 @@ import numpy as np
 
 from lipstream.avatar.bundle import CROP_SIZE, AvatarBundle, load_avatar
 from lipstream.errors import AvatarError, LipstreamError, ModelError
+from lipstream.files import atomic_folder, sha256_file
 from lipstream.render.codebook import SimHashCodebook
 
 log = logging.getLogger(__name__)
@@ -218,7 +217,7 @@ def verify_onnx_folder(onnx_dir: Path) -> dict[str, Any]:
             raise ModelError(
                 f"ONNX file {path} has {path.stat().st_size} bytes, manifest says {meta['bytes']}"
             )
-        if "sha256" in meta and _sha256(path) != meta["sha256"]:
+        if "sha256" in meta and sha256_file(path) != meta["sha256"]:
             raise ModelError(f"ONNX file {path} does not match the sha256 in manifest.json (corrupted copy?)")
     return manifest
 
@@ -399,34 +398,12 @@ def copy_page(
 # ---- the export -----------------------------------------------------------------------------------
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 @contextmanager
 def _atomic_folder(final: Path, replace: bool) -> Iterator[Path]:
     """A temp folder beside `final`, renamed onto it on success and removed on failure."""
-    if final.exists() and not replace:
-        raise ExportError(f"{final} already exists; choose a new folder or remove it")
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.partial-"))
-    try:
+    exists = ExportError(f"{final} already exists; choose a new folder or remove it")
+    with atomic_folder(final, replace, exists, world_readable=True) as tmp:
         yield tmp
-        os.chmod(tmp, 0o755)  # mkdtemp makes 0700: a static server run as another user must read it
-        if final.exists():
-            trash = final.parent / f".{final.name}.old-{os.getpid()}"
-            os.replace(final, trash)
-            os.replace(tmp, final)
-            shutil.rmtree(trash, ignore_errors=True)
-        else:
-            os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def export_web(
@@ -472,7 +449,7 @@ def export_web(
         if config.voice is not None:
             manifest["tts"] = _write_voice(config.voice, data)
         manifest["files"] = {
-            p.relative_to(tmp).as_posix(): {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+            p.relative_to(tmp).as_posix(): {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
             for p in sorted(data.rglob("*")) if p.is_file()
         }  # fmt: skip
         manifest["bytes"] = sum(f["bytes"] for f in manifest["files"].values())

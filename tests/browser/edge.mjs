@@ -6,18 +6,15 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
+import { launchChromium, printFailure, printResult } from './chromium.mjs';
 
 const opts = JSON.parse(process.argv[2] || '{}');
 const timeoutMs = opts.timeoutMs || 120000;
 
 // --cdp: a browser the user started (e.g. their own Chrome with --remote-debugging-port=9222).
-const browser = opts.cdp ? await chromium.connectOverCDP(opts.cdp) : await chromium.launch({
-  executablePath: process.env.CHROMIUM || '/usr/lib/chromium/chromium',
-  headless: true,
-  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-    '--disable-component-update', '--disable-sync', '--autoplay-policy=no-user-gesture-required',
-    ...(opts.webgpu ? ['--enable-unsafe-webgpu'] : [])],
-});
+const browser = opts.cdp
+  ? await chromium.connectOverCDP(opts.cdp)
+  : await launchChromium(opts.webgpu ? ['--enable-unsafe-webgpu'] : []);
 const problems = [];
 
 async function openPage({ waitReady = true } = {}) {
@@ -175,11 +172,9 @@ try {
   } else {
     throw new Error(`unknown scenario ${scenario}`);
   }
-  result.problems = problems;
-  console.log(JSON.stringify(result));
+  printResult(result, problems);
 } catch (err) {
-  console.log(JSON.stringify({ failed: String(err && err.stack || err), problems }));
-  process.exitCode = 1;
+  printFailure(err, problems);
 } finally {
   if (!opts.cdp) await browser.close();
 }

@@ -1,16 +1,11 @@
 // Drives the in-browser MuseTalk engine (lipstream/web/edge/musetalk) in headless Debian Chromium and
 // prints one JSON result line. Usage: node edge_musetalk.mjs '{"url": "http://127.0.0.1:PORT", "scenario": "..."}'
 // The served folder holds musetalk/ (the engine, as the export copies it), harness.html and fixtures.
-import { chromium } from 'playwright-core';
+import { launchChromium, printFailure, printResult } from './chromium.mjs';
 
 const opts = JSON.parse(process.argv[2] || '{}');
 const webgpu = opts.webgpu !== false;
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || '/usr/lib/chromium/chromium',
-  headless: true,
-  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-    '--disable-component-update', '--disable-sync', ...(webgpu ? ['--enable-unsafe-webgpu'] : [])],
-});
+const browser = await launchChromium(webgpu ? ['--enable-unsafe-webgpu'] : [], { autoplay: false });
 const problems = [];
 
 async function openPage(context) {
@@ -121,11 +116,9 @@ try {
   } else {
     throw new Error(`unknown scenario ${opts.scenario}`);
   }
-  result.problems = problems;
-  console.log(JSON.stringify(result));
+  printResult(result, problems);
 } catch (err) {
-  console.log(JSON.stringify({ failed: String(err && err.stack || err), problems }));
-  process.exitCode = 1;
+  printFailure(err, problems);
 } finally {
   await browser.close();
 }

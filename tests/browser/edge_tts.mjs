@@ -6,16 +6,11 @@
 // playback), bad_text (the page's messages for each of `texts`), unavailable (what the page says about text).
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { chromium } from 'playwright-core';
+import { launchChromium } from './chromium.mjs';
 
 const opts = JSON.parse(process.argv[2] || '{}');
 const timeoutMs = opts.timeoutMs || 60000;
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || '/usr/lib/chromium/chromium',
-  headless: true,
-  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-    '--disable-component-update', '--disable-sync', '--autoplay-policy=no-user-gesture-required'],
-});
+const browser = await launchChromium();
 const problems = [];
 
 async function openPage() {

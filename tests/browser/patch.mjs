@@ -4,18 +4,13 @@
 // Scenarios: speak (upload a WAV; captures of composited frames), stall (the base video held on one frame while
 // speech plays), interrupt, bad_mode (hello asks a stream mode the server lacks), base_fails (the base loop 404s),
 // bench (speak a text; stats only, for benchmarks/browser_bench.py).
-import { chromium } from 'playwright-core';
+import { launchChromium, printFailure, printResult } from './chromium.mjs';
 
 const opts = JSON.parse(process.argv[2] || '{}');
 const scenario = opts.scenario || 'speak';
 const timeoutMs = opts.timeoutMs || 90000;
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || '/usr/lib/chromium/chromium',
-  headless: true,
-  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-    '--disable-component-update', '--disable-sync', '--autoplay-policy=no-user-gesture-required'],
-});
+const browser = await launchChromium();
 const problems = [];
 
 async function openPage({ stream = 'patch', context = browser, waitBase = true } = {}) {
@@ -205,11 +200,9 @@ try {
   } else {
     throw new Error(`unknown scenario ${scenario}`);
   }
-  result.problems = problems;
-  console.log(JSON.stringify(result));
+  printResult(result, problems);
 } catch (err) {
-  console.log(JSON.stringify({ failed: String(err && err.stack || err), problems }));
-  process.exitCode = 1;
+  printFailure(err, problems);
 } finally {
   await browser.close();
 }

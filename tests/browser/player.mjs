@@ -1,17 +1,12 @@
 // Drives the real player page in headless Debian Chromium and prints one JSON result line.
 // Usage: node player.mjs '{"url": "http://127.0.0.1:PORT", "scenario": "speak", "avatars": ["small"], ...}'
-import { chromium } from 'playwright-core';
+import { launchChromium, printFailure, printResult } from './chromium.mjs';
 
 const opts = JSON.parse(process.argv[2] || '{}');
 const scenario = opts.scenario || 'speak';
 const timeoutMs = opts.timeoutMs || 90000;
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || '/usr/lib/chromium/chromium',
-  headless: true,
-  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-    '--disable-component-update', '--disable-sync', '--autoplay-policy=no-user-gesture-required'],
-});
+const browser = await launchChromium();
 
 const problems = [];
 
@@ -73,11 +68,9 @@ try {
   } else {
     throw new Error(`unknown scenario ${scenario}`);
   }
-  result.problems = problems;
-  console.log(JSON.stringify(result));
+  printResult(result, problems);
 } catch (err) {
-  console.log(JSON.stringify({ failed: String(err && err.stack || err), problems }));
-  process.exitCode = 1;
+  printFailure(err, problems);
 } finally {
   await browser.close();
 }

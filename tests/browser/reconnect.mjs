@@ -1,15 +1,10 @@
 // The player page behind Ray Serve: open a session, kill the replica that holds it (SIGKILL, found through
 // /healthz), and check the page reconnects by itself to a live replica, says so, and speaks again.
 // Usage: node reconnect.mjs '{"url": "http://127.0.0.1:PORT", "avatar": "small", "screenshot": "/tmp/x.png"}'
-import { chromium } from 'playwright-core';
+import { launchChromium } from './chromium.mjs';
 
 const opts = JSON.parse(process.argv[2] || '{}');
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || '/usr/lib/chromium/chromium',
-  headless: true,
-  args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking',
-    '--disable-component-update', '--disable-sync', '--autoplay-policy=no-user-gesture-required'],
-});
+const browser = await launchChromium();
 const problems = [];
 
 /** {replica id: pid} of both replicas, from /healthz (asked while they are idle: the proxy sends a request to

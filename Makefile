@@ -16,7 +16,9 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test setup setup-pipecat test-pipecat system-deps lint bench
 
-setup: system-deps $(VENV)/.installed tests/browser/node_modules/.installed
+# the npm folders: the browser tests' driver, and the runtimes `export web` copies for MuseTalk and the voice
+setup: system-deps $(VENV)/.installed tests/browser/node_modules/.installed \
+	lipstream/web/edge/musetalk/node_modules/.installed lipstream/web/edge/tts/node_modules/.installed
 
 system-deps:
 	@missing=""; \
@@ -63,6 +65,11 @@ tests/browser/node_modules/.installed: tests/browser/package.json
 # onnxruntime-web for the in-browser MuseTalk engine (its assets.json names the files an export copies)
 lipstream/web/edge/musetalk/node_modules/.installed: lipstream/web/edge/musetalk/package.json
 	cd lipstream/web/edge/musetalk && npm install --no-audit --no-fund --silent
+	touch $@
+
+# eSpeak NG in wasm (npm phonemizer) and onnxruntime-web for the in-browser Piper voice (`export web --voice`)
+lipstream/web/edge/tts/node_modules/.installed: lipstream/web/edge/tts/package.json
+	cd lipstream/web/edge/tts && npm install --no-audit --no-fund --silent
 	touch $@
 
 demo: setup

@@ -27,7 +27,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from datetime import date
@@ -38,53 +37,30 @@ import websockets
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
 
 from bench_common import cpu_model  # noqa: E402
+from test_server_harness import ServerProcess  # noqa: E402
 
 from lipstream.server.protocol import Flags, Kind, decode_media  # noqa: E402
 
 RAY_PYTHON = REPO / ".venv-ray" / "bin" / "python"
-URL_LINE = re.compile(r"serving at (http://[\d.]+:(\d+))")
 TEXT = "Good evening. Here is the news, read by a face that was never filmed saying it."
 LONG_TEXT = " ".join([TEXT] * 4)
 JITTER_S = 0.15  # the browser player's buffer before it starts playing
 
 
-class Server:
-    """`lipstream serve [...]` under .venv-ray's Python, until stopped."""
+class Server(ServerProcess):
+    """`lipstream serve [...]` under .venv-ray's Python (the tests' ServerProcess), timed until it serves."""
 
     def __init__(self, avatars_dir: Path, *extra: str) -> None:
-        cmd = [
-            str(RAY_PYTHON),
-            "-m",
-            "lipstream",
-            "serve",
-            "--port",
-            "0",
-            "--avatars-dir",
-            str(avatars_dir),
-            *extra,
-        ]
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        self.started = time.monotonic()
-        self.proc = subprocess.Popen(
-            cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-        )
-        self.stderr: list[str] = []
-        threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True).start()
-        while True:
-            line = self.proc.stdout.readline()
-            if not line and self.proc.poll() is not None:
-                raise RuntimeError("server did not start: " + "".join(self.stderr[-20:]))
-            match = URL_LINE.search(line)
-            if match:
-                self.http = match.group(1)
-                self.ws = f"ws://127.0.0.1:{match.group(2)}/ws"
-                break
-        self.ready_seconds = round(time.monotonic() - self.started, 1)
+        started = time.monotonic()
+        # a Ray cluster takes 10-20 s to come up on 2 cores, more when loaded
+        super().__init__(avatars_dir, *extra, python=str(RAY_PYTHON), start_timeout=600.0)
+        self.ready_seconds = round(time.monotonic() - started, 1)
 
     def stop(self) -> None:
-        """SIGTERM and wait."""
+        """SIGTERM and wait: a Serve app takes its replicas and the local cluster down in order."""
         self.proc.send_signal(signal.SIGTERM)
         try:
             self.proc.wait(timeout=60)

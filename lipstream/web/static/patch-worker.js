@@ -2,10 +2,10 @@
 // and hands back crop-space RGBA (crop_size², the rectangle placed at its offset) with the source frame's mouth
 // mask in alpha — the patch format of the shared compositor (lipstream/web/edge/compositor.js).
 import { decodePackImage } from './edge/files.js';
+import { KeyFrameDecoder } from './h264-decoder.js';
 
 let decoder = null;
 let config = null; // {codec, rect: [x0, y0, x1, y1], cropSize, masks: Uint8Array, offsets, file}
-let waitingForKey = true;
 let canvas = null;
 let ctx = null;
 const sources = new Map(); // timestamp -> source frame of the patch being decoded
@@ -63,18 +63,6 @@ async function drain() {
   converting = false;
 }
 
-function makeDecoder() {
-  decoder = new VideoDecoder({
-    output: (frame) => { outputs.push(frame); drain(); },
-    error: (err) => {
-      self.postMessage({ type: 'error', message: String(err && err.message ? err.message : err), decoder: true });
-      waitingForKey = true;
-      makeDecoder();
-    },
-  });
-  decoder.configure({ codec: config.codec, optimizeForLatency: true, hardwareAcceleration: 'no-preference' });
-}
-
 self.onmessage = (event) => {
   const msg = event.data;
   if (msg.type === 'configure') {
@@ -82,19 +70,19 @@ self.onmessage = (event) => {
     const [x0, y0, x1, y1] = config.rect;
     canvas = new OffscreenCanvas(x1 - x0, y1 - y0);
     ctx = canvas.getContext('2d', { willReadFrequently: true });
-    waitingForKey = true;
-    makeDecoder();
+    decoder = new KeyFrameDecoder(
+      config.codec,
+      (frame) => { outputs.push(frame); drain(); },
+      (message) => self.postMessage({ type: 'error', message, decoder: true }),
+    );
   } else if (msg.type === 'chunk') {
-    if (!decoder || decoder.state !== 'configured') return;
-    if (waitingForKey && !msg.key) {
-      self.postMessage({ type: 'skipped', timestamp: msg.timestamp });
-      return;
-    }
-    waitingForKey = false;
-    sources.set(msg.timestamp, msg.sourceFrame);
-    decoder.decode(new EncodedVideoChunk({ type: msg.key ? 'key' : 'delta', timestamp: msg.timestamp, data: msg.data }));
+    if (!decoder) return;
+    sources.set(msg.timestamp, msg.sourceFrame); // before decode: its output may come at once
+    const done = decoder.decode(msg);
+    if (done !== 'decoded') sources.delete(msg.timestamp);
+    if (done === 'skipped') self.postMessage({ type: 'skipped', timestamp: msg.timestamp });
   } else if (msg.type === 'close') {
-    if (decoder && decoder.state !== 'closed') decoder.close();
+    if (decoder) decoder.close();
     decoder = null;
     for (const f of outputs) f.close();
     outputs.length = 0;

@@ -18,6 +18,10 @@ touches $LIPSTREAM_HOME). Every figure is measured here, with this checkout's co
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/realism_bench.py [--before 352d2d4] [--seconds 20]
 
+  --case talking   only the cases whose name contains "talking" (the atlas path; the others are skipped,
+                   not changed); results then go to realism_bench_<case>.json, the sheet to the work folder
+  --drawn-too      a third side, "after-drawn": this checkout with mouth=drawn, on the same clip
+
 Writes benchmarks/results/realism_bench.json and docs/img/mouth_contact_sheet.png.
 """
 
@@ -100,7 +104,9 @@ def worker(spec_path: Path) -> None:
     ]
     speech = Speech(z["pcm"], phonemes=phonemes if spec["use_phonemes"] else None, text=str(z["text"]))
     bundle = load_avatar(spec["avatar"])
-    engine = VisemeEngine(use_phonemes=spec["use_phonemes"])
+    # "mouth" only when asked (--drawn-too): the before checkout's engine may not take it.
+    extra = {"mouth": spec["mouth"]} if spec.get("mouth") else {}
+    engine = VisemeEngine(use_phonemes=spec["use_phonemes"], **extra)
     t0 = time.perf_counter()
     engine.prepare(bundle)
     prepare_s = time.perf_counter() - t0
@@ -359,7 +365,17 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=RESULTS / "realism_bench.json")
     ap.add_argument("--sheet", type=Path, default=REPO / "docs" / "img" / "mouth_contact_sheet.png")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (videos)")
+    ap.add_argument("--case", help="run only the cases whose name contains this (e.g. talking)")
+    ap.add_argument(
+        "--clip-from", type=Path, help="reuse the talking clip of a --keep run's work folder (same clip)"
+    )
+    ap.add_argument("--drawn-too", action="store_true", help="also this checkout with mouth=drawn")
     args = ap.parse_args()
+    cases = [c for c in CASES if args.case is None or args.case in c.name]
+    if not cases:
+        ap.error(f"no case matches --case {args.case!r}; cases: {', '.join(c.name for c in CASES)}")
+    if args.case and args.out == RESULTS / "realism_bench.json":
+        args.out = RESULTS / f"realism_bench_{args.case.replace(' ', '_')}.json"
     if args.worker:
         worker(args.worker)
         return
@@ -384,22 +400,34 @@ def main() -> None:
     t_start = time.time()
     load_start = os.getloadavg()
     # Speech: held-out text and voices (as lipsync_bench), cut to --seconds.
-    save_speech(PiperTTS(length_scale=1.1).synthesize(PIPER_TEXT), work / "piper.npz", args.seconds)
-    save_speech(EspeakTTS(ESPEAK_VOICE).synthesize(PIPER_TEXT), work / "espeak.npz", args.seconds)
-    # The talking clip: this checkout's drawn mouth on the sample, from espeak speech, prepared as an avatar.
-    talk_speech = EspeakTTS("en-us").synthesize(TALKING_TEXT)
-    save_speech(talk_speech, work / "espeak-talking.npz")
-    drawn_view = avatar_view(source, work / "drawn" / "avatars" / "sample")
-    drawn = VisemeEngine(mouth="drawn")
-    clip = work / "talking.mp4"
-    render_speech_to_mp4(load_avatar(drawn_view), drawn, talk_speech, clip, persist_codebook=False)
+    voices = {c.voice for c in cases}
+    if "piper" in voices:
+        save_speech(PiperTTS(length_scale=1.1).synthesize(PIPER_TEXT), work / "piper.npz", args.seconds)
+    if "espeak" in voices:
+        save_speech(EspeakTTS(ESPEAK_VOICE).synthesize(PIPER_TEXT), work / "espeak.npz", args.seconds)
     t0 = time.perf_counter()
-    talking = prepare_avatar(clip, "talking", avatars_root=work / "talking-src", progress=False)
+    if args.clip_from:  # the talking clip, its speech and its prepared avatar from a --keep run
+        shutil.copy(args.clip_from / "espeak-talking.npz", work / "espeak-talking.npz")
+        clip = args.clip_from / "talking.mp4"
+        talking = load_avatar(args.clip_from / "talking-src" / "talking")
+    else:
+        # The talking clip: this checkout's drawn mouth on the sample from espeak speech, prepared.
+        talk_speech = EspeakTTS("en-us").synthesize(TALKING_TEXT)
+        save_speech(talk_speech, work / "espeak-talking.npz")
+        drawn_view = avatar_view(source, work / "drawn" / "avatars" / "sample")
+        drawn = VisemeEngine(mouth="drawn")
+        clip = work / "talking.mp4"
+        render_speech_to_mp4(load_avatar(drawn_view), drawn, talk_speech, clip, persist_codebook=False)
+        talking = prepare_avatar(clip, "talking", avatars_root=work / "talking-src", progress=False)
     talking_prepare_s = time.perf_counter() - t0
     # The compositor's I420 frames are prepare-time work: built once here, shared by both sides' views.
     Compositor(talking).compose_i420(0, np.zeros((talking.manifest.crop_size,) * 2 + (3,), np.uint8))
     bundles = {"sample": source, "talking": Path(talking.path)}
     sides = {"before": before, "after": REPO}
+    mouths = {}
+    if args.drawn_too:
+        sides["after-drawn"] = REPO
+        mouths["after-drawn"] = "drawn"
     views = {
         (side, name): avatar_view(path, work / side / "avatars" / name)
         for side in sides
@@ -420,7 +448,7 @@ def main() -> None:
     }
     sheet_rows = []
     clip_aperture = None
-    for case in CASES:
+    for case in cases:
         z = np.load(work / f"{case.voice}.npz")
         per_side = {}
         for side, checkout in sides.items():
@@ -432,6 +460,7 @@ def main() -> None:
                 "avatar": str(views[(side, case.avatar)]),
                 "use_phonemes": case.use_phonemes,
                 "fidelity": case.fidelity,
+                "mouth": mouths.get(side),
             }
             per_side[side] = run_side(checkout, spec, work)
             shown = {k: v for k, v in per_side[side].items() if k != "stage_ms"}
@@ -468,6 +497,8 @@ def main() -> None:
         results["cases"][case.name] = {"picks": picks, **per_side}
     results["load_average_end"] = [round(v, 2) for v in os.getloadavg()]
     results["wall_s"] = round(time.time() - t_start, 1)
+    if args.case and args.sheet == REPO / "docs" / "img" / "mouth_contact_sheet.png":
+        args.sheet = work / "mouth_contact_sheet.png"  # a partial run leaves the docs' sheet alone
     contact_sheet(args.sheet, sheet_rows)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2, default=str) + "\n")

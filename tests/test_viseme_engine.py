@@ -184,6 +184,31 @@ def test_drawn_mouth_is_shaded_not_a_flat_fill(small_avatar) -> None:
     assert np.array_equal(patch[: nose + 1], crop[: nose + 1])
 
 
+def test_drawn_mouth_retracks_to_its_opening_and_keeps_the_lower_lip(small_avatar) -> None:
+    """The face tracker, run on the output, reads the opening asked for and a lower lip as thick as filmed."""
+    from lipstream.avatar.tracking import FaceTracker
+    from lipstream.engines.viseme.calibration import aperture_of, paste_patch
+    from lipstream.evaluation.mouth_realism import lower_lip_thickness
+
+    eng = VisemeEngine(mouth="drawn")
+    commands = np.linspace(0.0, 1.0, 9, dtype=np.float32)
+    rows = np.stack([commands, np.zeros_like(commands), np.zeros_like(commands)], axis=1)
+    patches = eng.render(small_avatar, rows, np.zeros(len(rows), dtype=int))
+    tracked, lips = [], []
+    with FaceTracker() as tracker:
+        for patch in patches:
+            tracker.reset()
+            landmarks = tracker.track(paste_patch(small_avatar, 0, patch))
+            assert landmarks is not None
+            tracked.append(aperture_of(landmarks))
+            lips.append(lower_lip_thickness(landmarks))
+    r = float(np.corrcoef(commands, tracked)[0, 1])
+    ratio = np.asarray(lips) / lips[0]
+    print(f"re-track r {r:.3f}, lower lip ratio min {ratio.min():.2f}")
+    assert r >= 0.9, (r, tracked)
+    assert ratio.min() >= 0.75, ratio
+
+
 @pytest.fixture(scope="module")
 def talking_avatar(small_avatar, tmp_path_factory):
     """A talking source clip made here (no footage of a person talking exists on these machines): the small

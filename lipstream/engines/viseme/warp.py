@@ -21,14 +21,18 @@ class WarpConfig:
     spread: float = 0.13  # corner shift at width=±1, in W
     roi_half_width: float = 2.6  # warped region half-width, in W
     chin_follow: float = 0.6  # the chin moves this share of the lower lip's drop (less stretch below it)
-    edge_px: float = 1.2  # anti-aliased ramp of the inner-lip edges, in crop pixels
+    corner_taper: float = 0.7  # parting profile (1 - u²)^taper: 0.5 is an ellipse with blunt corners
+    edge_px: float = 1.5  # anti-aliased ramp of the inner-lip edges, in crop pixels
     teeth_rgb: tuple[int, int, int] = (206, 198, 186)  # drawn only where the source shows no teeth
-    cavity_rgb: tuple[int, int, int] = (112, 46, 50)  # the lit front of the mouth walls
-    throat_rgb: tuple[int, int, int] = (30, 10, 13)  # deep inside, under the upper teeth and at the corners
-    tongue_rgb: tuple[int, int, int] = (134, 62, 66)  # lit top of the tongue; shaded darker at its sides
-    lower_teeth_rgb: tuple[int, int, int] = (204, 170, 156)  # warm: grey beside red reads teal (4:2:0)
-    lower_teeth_height: float = 0.035  # in W, at full growth; taller ones track as the lower lip
-    lower_teeth_shade: float = 0.9  # lower teeth sit in the upper lip's shadow (darker read grey-teal)
+    cavity_rgb: tuple[int, int, int] = (104, 40, 44)  # the lit front of the mouth walls
+    throat_rgb: tuple[int, int, int] = (24, 8, 10)  # deep inside, under the upper teeth and at the corners
+    tongue_rgb: tuple[int, int, int] = (160, 76, 80)  # lit top of the tongue; shaded darker at its sides
+    lower_teeth_rgb: tuple[int, int, int] = (214, 190, 176)  # warm: grey beside red reads teal (4:2:0)
+    lower_teeth_height: float = 0.045  # in W over the rim, at full growth; taller ones track as the lower lip
+    lower_teeth_pitch: float = 0.16  # one lower incisor's width, in W
+    lower_teeth_shade: float = 0.95  # lower teeth sit in the upper lip's shadow (darker read grey-teal)
+    rim_px: float = 1.6  # the lower lip's inner, wet side rolls into the opening over this many pixels
+    rim_shade: float = 0.72  # ... darker than the lip's outer face, in its own colour
 
 
 def _interp_contour(contour: np.ndarray, xs: np.ndarray) -> np.ndarray:
@@ -76,9 +80,13 @@ def render_patch(
     upper = _interp_contour(geo.upper, x_src_line)[None, :]
     lower = _interp_contour(geo.lower, x_src_line)[None, :]
     gap = lower - upper
-    # Source gap closes for a bilabial; opening parts the lips along an elliptic profile.
+    # Source gap closes for a bilabial; opening parts the lips along a profile that closes at the inner-lip
+    # corners (parting out to the outer corners opened a blunt hole in the skin beside the lips).
     close = closure * gap
-    profile = np.sqrt(np.clip(1.0 - (u / narrow) ** 2, 0.0, 1.0))
+    inner_l = min(float(geo.upper[:, 0].min()), float(geo.lower[:, 0].min()))
+    inner_r = max(float(geo.upper[:, 0].max()), float(geo.lower[:, 0].max()))
+    u_inner = (x_src_line[None, :] - 0.5 * (inner_l + inner_r)) / max(0.5 * (inner_r - inner_l), 1.0)
+    profile = np.clip(1.0 - (u_inner / narrow) ** 2, 0.0, 1.0) ** cfg.corner_taper
     jaw = np.exp(-((u / 1.3) ** 4))
     drop = cfg.jaw_drop * w_half * opening
     d_up = cfg.upper_share * drop * profile - 0.5 * close
@@ -125,9 +133,12 @@ def render_patch(
         ra, rb, ca, cb = rows[0], rows[-1] + 1, cols[0], cols[-1] + 1
         sub = (slice(ra, rb), slice(ca, cb))
         cut = slice(ca, cb)  # top, lower_dst, span, shown and u are one row over the columns
+        # the lower lip's own colour just under the opening, per column: its inner side rolls into the mouth
+        lip_rows = np.clip((lower_dst + 2.5).astype(np.int32) - r0, 0, warped.shape[0] - 1)
+        lip = np.take_along_axis(warped[:, cut], lip_rows[:, cut, None], axis=0).astype(np.float32)
         interior = _shade_interior(
-            ys[ra:rb], u[:, cut], top[:, cut], lower_dst[:, cut], span[:, cut], shown[:, cut], w_half, cfg,
-            full=float((lower_dst - top).max()), floor=float(lower_dst.max()),
+            ys[ra:rb], u[:, cut], top[:, cut], lower_dst[:, cut], span[:, cut], shown[:, cut], lip,
+            w_half, cfg, full=float((lower_dst - top).max()), floor=float(lower_dst.max()),
         )
         a = alpha[sub]
         warped[sub] = (warped[sub].astype(np.float32) * (1.0 - a) + interior * a + 0.5).astype(np.uint8)
@@ -150,13 +161,15 @@ def _shade_interior(
     bottom: np.ndarray,
     span: np.ndarray,
     shown: np.ndarray,
+    lip: np.ndarray,
     w_half: float,
     cfg: WarpConfig,
     full: float,
     floor: float,
 ) -> np.ndarray:
-    """RGB of the opened mouth: walls lit from the front, dark throat and corners, tongue, lower teeth.
-    `full`: the opening at its tallest (tongue and lower teeth grow with it); `floor`: its lowest row."""
+    """RGB of the opened mouth: walls lit from the front, dark throat and corners, tongue, the lower lip's
+    inner rim, lower teeth. `lip`: [1, cols, 3] the lower lip's colour under each column; `full`: the
+    opening at its tallest (tongue and lower teeth grow with it); `floor`: its lowest row."""
     height = bottom - top
     side = np.clip(1.0 - 0.6 * u * u, 0.25, 1.0)  # the corners are in the cheeks' shadow
     # Light enters over the lower lip: the lower part of the opening is lit, under the upper teeth it is dark.
@@ -166,25 +179,36 @@ def _shade_interior(
     throat = np.array(cfg.throat_rgb, dtype=np.float32) * depth
     front = np.array(cfg.cavity_rgb, dtype=np.float32)
     rgb = throat + (front - throat) * lit[..., None]
-    # The tongue: a low dome on the floor of the mouth, centred and soft-edged, once the opening is a few
-    # pixels tall; its top is level (it does not follow the lip's curve), so the corners show only cavity.
+    # The tongue: a low dome on the floor of the mouth, centred, once the opening is a few pixels tall; its
+    # top is level (it does not follow the lip's curve), so the corners show only cavity. A rounded surface:
+    # its top edge fades in over a few pixels, darker at its back and where it curves down at its sides.
     grow = float(np.clip((full - 5.0) / 8.0, 0.0, 1.0))
     if grow > 0.0:
         dome = np.clip(1.0 - (u / 0.7) ** 2, 0.0, 1.0)
         t_top = floor - 0.5 * full * grow * dome
-        cover = np.clip((ys - t_top) / 2.5, 0.0, 1.0) * np.clip(bottom - t_top, 0.0, 1.0)
-        sheen = 0.78 + 0.22 * np.exp(-(((ys - t_top - 1.0) / (0.15 * full + 1.0)) ** 2))
-        tongue = np.array(cfg.tongue_rgb, dtype=np.float32) * (sheen * (0.6 + 0.4 * side))[..., None]
+        soft = 0.12 * full + 1.5
+        cover = np.clip((ys - t_top) / soft, 0.0, 1.0) * np.clip(bottom - t_top, 0.0, 1.0)
+        # its back, at the top, recedes into the throat; its front, towards the lower teeth, is lit
+        sheen = 0.6 + 0.4 * np.clip((ys - t_top) / np.maximum(bottom - t_top, 1.0), 0.0, 1.0)
+        shade = sheen * (0.55 + 0.45 * np.sqrt(dome))
+        tongue = np.array(cfg.tongue_rgb, dtype=np.float32) * shade[..., None]
         rgb = rgb * (1.0 - cover[..., None]) + tongue * cover[..., None]
-        # Lower incisors peek over the lower lip, in the upper lip's shadow; only the front ones show.
+    if grow > 0.0:
+        # Lower incisors stand behind the lower lip's rim, in the upper lip's shadow; only the front ones
+        # show, lighter at their tips.
         lt_height = cfg.lower_teeth_height * w_half * grow
+        lt_top = bottom - cfg.rim_px - lt_height
         lt_cols = np.clip(1.0 - (np.abs(u) / 0.5) ** 4, 0.0, 1.0)
-        lt_cover = np.clip((ys - (bottom - lt_height)) / 1.5, 0.0, 1.0) * lt_cols
-        shade = cfg.lower_teeth_shade * (
-            0.75 + 0.25 * np.clip((ys - (bottom - lt_height)) / (lt_height + 1e-3), 0, 1)
-        )
+        # a soft dark seam between neighbouring teeth (a band of one colour reads as a grey line)
+        seam = np.abs(np.mod(u / cfg.lower_teeth_pitch + 0.5, 1.0) - 0.5)
+        lt_cols = lt_cols * (1.0 - 0.45 * np.exp(-((seam / 0.12) ** 2)))
+        lt_cover = np.clip((ys - lt_top) / 1.2, 0.0, 1.0) * lt_cols
+        shade = cfg.lower_teeth_shade * (1.0 - 0.25 * np.clip((ys - lt_top) / (lt_height + cfg.rim_px), 0, 1))
         lt_rgb = np.array(cfg.lower_teeth_rgb, dtype=np.float32) * shade[..., None]
         rgb = rgb * (1.0 - lt_cover[..., None]) + lt_rgb * lt_cover[..., None]
+    # The lower lip's inner side, in its own colour and darker, between the opening and the lip's edge.
+    rim = (np.exp(-np.maximum(bottom - ys, 0.0) / cfg.rim_px) * np.clip(height / 4.0, 0.0, 1.0))[..., None]
+    rgb = rgb * (1.0 - rim) + lip * cfg.rim_shade * rim
     # Upper teeth drawn only where the source shows none (a closed rest mouth).
     teeth_h = np.maximum(np.minimum(0.35 * span, 0.18 * w_half) - shown, 0.0)
     teeth = np.clip(top + teeth_h - ys, 0.0, 1.0) * np.clip(1.0 - (np.abs(u) / 0.75) ** 4, 0.0, 1.0)

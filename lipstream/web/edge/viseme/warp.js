@@ -86,7 +86,6 @@ export function renderPatch(base32, size, geo, feature, cfg, out32) {
     u[j] = (x - geo.centerX) / W;
     const au = Math.abs(u[j]);
     phi[j] = clip(u[j], -1, 1) * Math.exp(-(Math.max(au - 1.0, 0.0) ** 2) / 0.6);
-    profile[j] = Math.sqrt(clip(1.0 - (u[j] / narrow) ** 2, 0, 1));
     jaw[j] = Math.exp(-((u[j] / 1.3) ** 4));
   }
   const above = new Float64Array(nr), vert = new Float64Array(nr), fade = new Float64Array(nr);
@@ -105,6 +104,13 @@ export function renderPatch(base32, size, geo, feature, cfg, out32) {
   for (let j = 0; j < nc; j++) xSrcLine[j] = c0 + j - dxScale * phi[j] * vert[lipRow];
   const upper = interpContour(geo.upper, xSrcLine);
   const lower = interpContour(geo.lower, xSrcLine);
+  // The parting closes at the inner-lip corners.
+  let innerL = Infinity, innerR = -Infinity;
+  for (const p of geo.upper.concat(geo.lower)) { innerL = Math.min(innerL, p[0]); innerR = Math.max(innerR, p[0]); }
+  const innerC = 0.5 * (innerL + innerR), innerW = Math.max(0.5 * (innerR - innerL), 1.0);
+  for (let j = 0; j < nc; j++) {
+    profile[j] = clip(1.0 - ((xSrcLine[j] - innerC) / innerW / narrow) ** 2, 0, 1) ** cfg.corner_taper;
+  }
 
   const drop = cfg.jaw_drop * W * opening;
   const us = cfg.upper_share;
@@ -132,8 +138,30 @@ export function renderPatch(base32, size, geo, feature, cfg, out32) {
   const edge = cfg.edge_px;
   const rgb = [0, 0, 0];
   const col = [0, 0, 0];
+  const lip = [0, 0, 0];
+  /** The warped (pre-interior) pixel at row index i of column j into out. */
+  const warpAt = (i, j, out) => {
+    const y = r0 + i, x = c0 + j;
+    const upperDst = colUpperDst[j], lowerDst = colLowerDst[j], shown = colShown[j];
+    const span = Math.max(lowerDst - upperDst, 1e-3);
+    let mapY;
+    if (y <= upperDst) {
+      mapY = y + colDUp[j] * above[i];
+    } else if (y >= lowerDst) {
+      const t = clip((y - lowerDst) / chinSpan, 0, 1);
+      const dLow = colDLowLip[j] * (1.0 - t) + colDLowJaw[j] * t;
+      mapY = y - dLow * fade[i];
+    } else if (span <= shown) {
+      mapY = upper[j] + ((y - upperDst) * shown) / span;
+    } else {
+      mapY = upper[j] + Math.min(y - upperDst, shown);
+    }
+    const weight = src8[(y * size + x) * 4 + 3] / 255;
+    mapY = y + (mapY - y) * weight;
+    const mapX = x - dxScale * phi[j] * vert[i] * weight;
+    remapPixel(src8, size, mapX, mapY, out);
+  };
   for (let j = 0; j < nc; j++) {
-    const dUp = colDUp[j], dLowLip = colDLowLip[j], dLowJaw = colDLowJaw[j];
     const upperDst = colUpperDst[j], lowerDst = colLowerDst[j], shown = colShown[j];
     const span = Math.max(lowerDst - upperDst, 1e-3);
     const top = upperDst + shown;
@@ -145,46 +173,44 @@ export function renderPatch(base32, size, geo, feature, cfg, out32) {
     const dome = clip(1.0 - (u[j] / 0.7) ** 2, 0, 1);
     const tTop = floor - 0.5 * full * grow * dome;
     const tongueCol = clip(lowerDst - tTop, 0, 1);
+    const soft = 0.12 * full + 1.5;
+    const tSide = 0.55 + 0.45 * Math.sqrt(dome);
     const ltHeight = cfg.lower_teeth_height * W * grow;
-    const ltCols = clip(1.0 - (Math.abs(u[j]) / 0.5) ** 4, 0, 1);
+    const ltTop = lowerDst - cfg.rim_px - ltHeight;
+    const seam = Math.abs((((u[j] / cfg.lower_teeth_pitch + 0.5) % 1.0) + 1.0) % 1.0 - 0.5);
+    const ltCols = clip(1.0 - (Math.abs(u[j]) / 0.5) ** 4, 0, 1) * (1.0 - 0.45 * Math.exp(-((seam / 0.12) ** 2)));
+    const rimStrength = clip(height / 4.0, 0, 1);
     const teethH = Math.max(Math.min(0.35 * span, 0.18 * W) - shown, 0.0);
     const teethCol = clip(1.0 - (Math.abs(u[j]) / 0.75) ** 4, 0, 1);
     const x = c0 + j;
+    let lipRead = false;
     for (let i = 0; i < nr; i++) {
       const y = r0 + i;
-      let mapY;
-      if (y <= upperDst) {
-        mapY = y + dUp * above[i];
-      } else if (y >= lowerDst) {
-        const t = clip((y - lowerDst) / chinSpan, 0, 1);
-        const dLow = dLowLip * (1.0 - t) + dLowJaw * t;
-        mapY = y - dLow * fade[i];
-      } else if (span <= shown) {
-        mapY = upper[j] + ((y - upperDst) * shown) / span;
-      } else {
-        mapY = upper[j] + Math.min(y - upperDst, shown);
-      }
       const p = y * size + x;
       const m = src8[p * 4 + 3];
-      const weight = m / 255;
-      mapY = y + (mapY - y) * weight;
-      const mapX = x - dxScale * phi[j] * vert[i] * weight;
-      remapPixel(src8, size, mapX, mapY, rgb);
+      warpAt(i, j, rgb);
       const inside = clip((y - top) / edge + 0.5, 0, 1) * clip((lowerDst - y) / edge + 0.5, 0, 1);
       const alpha = inside * strength;
       if (alpha > 0) {
-        // _shade_interior: lit walls over a dark throat, the tongue, lower incisors, drawn upper teeth.
+        if (!lipRead) {
+          // the lower lip's own colour just under the opening (its inner side rolls into the mouth)
+          warpAt(clip(Math.trunc(lowerDst + 2.5) - r0, 0, nr - 1), j, lip);
+          lipRead = true;
+        }
+        // _shade_interior: lit walls over a dark throat, the tongue, lower incisors, the lip's rim, drawn upper teeth.
         const lit = Math.exp(-(lowerDst - y) / litScale) * side;
         for (let c = 0; c < 3; c++) col[c] = throat[c] * depth + (cavity[c] - throat[c] * depth) * lit;
         if (grow > 0) {
-          const cover = clip((y - tTop) / 2.5, 0, 1) * tongueCol;
-          const sheen = 0.78 + 0.22 * Math.exp(-(((y - tTop - 1.0) / (0.15 * full + 1.0)) ** 2));
-          const tShade = sheen * (0.6 + 0.4 * side);
+          const cover = clip((y - tTop) / soft, 0, 1) * tongueCol;
+          const sheen = 0.6 + 0.4 * clip((y - tTop) / Math.max(lowerDst - tTop, 1.0), 0, 1);
+          const tShade = sheen * tSide;
           for (let c = 0; c < 3; c++) col[c] = col[c] * (1.0 - cover) + tongueRgb[c] * tShade * cover;
-          const ltCover = clip((y - (lowerDst - ltHeight)) / 1.5, 0, 1) * ltCols;
-          const ltShade = cfg.lower_teeth_shade * (0.75 + 0.25 * clip((y - (lowerDst - ltHeight)) / (ltHeight + 1e-3), 0, 1));
+          const ltCover = clip((y - ltTop) / 1.2, 0, 1) * ltCols;
+          const ltShade = cfg.lower_teeth_shade * (1.0 - 0.25 * clip((y - ltTop) / (ltHeight + cfg.rim_px), 0, 1));
           for (let c = 0; c < 3; c++) col[c] = col[c] * (1.0 - ltCover) + lowerTeethRgb[c] * ltShade * ltCover;
         }
+        const rim = Math.exp(-Math.max(lowerDst - y, 0.0) / cfg.rim_px) * rimStrength;
+        for (let c = 0; c < 3; c++) col[c] = col[c] * (1.0 - rim) + lip[c] * cfg.rim_shade * rim;
         const teeth = clip(top + teethH - y, 0, 1) * teethCol;
         for (let c = 0; c < 3; c++) {
           const interior = col[c] * (1.0 - teeth) + teethRgb[c] * teeth;

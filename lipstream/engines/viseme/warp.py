@@ -16,7 +16,7 @@ from lipstream.engines.viseme.geometry import MouthGeometry
 class WarpConfig:
     """Motion ranges relative to the mouth half-width W (corner to corner / 2)."""
 
-    jaw_drop: float = 0.55  # lip parting at open=1, in W
+    jaw_drop: float = 0.72  # lip parting at open=1, in W (the lip's rim and lower teeth take some)
     upper_share: float = 0.22  # part of the parting taken by the upper lip
     spread: float = 0.13  # corner shift at width=±1, in W
     roi_half_width: float = 2.6  # warped region half-width, in W
@@ -26,13 +26,13 @@ class WarpConfig:
     teeth_rgb: tuple[int, int, int] = (206, 198, 186)  # drawn only where the source shows no teeth
     cavity_rgb: tuple[int, int, int] = (104, 40, 44)  # the lit front of the mouth walls
     throat_rgb: tuple[int, int, int] = (24, 8, 10)  # deep inside, under the upper teeth and at the corners
-    tongue_rgb: tuple[int, int, int] = (160, 76, 80)  # lit top of the tongue; shaded darker at its sides
-    lower_teeth_rgb: tuple[int, int, int] = (214, 190, 176)  # warm: grey beside red reads teal (4:2:0)
-    lower_teeth_height: float = 0.045  # in W over the rim, at full growth; taller ones track as the lower lip
+    tongue_rgb: tuple[int, int, int] = (134, 62, 66)  # lit top of the tongue; shaded darker at its sides
+    lower_teeth_rgb: tuple[int, int, int] = (222, 206, 192)  # warm: grey beside red reads teal (4:2:0)
+    lower_teeth_height: float = 0.06  # in W over the rim, at full growth; taller ones track as the lower lip
     lower_teeth_pitch: float = 0.16  # one lower incisor's width, in W
-    lower_teeth_shade: float = 0.95  # lower teeth sit in the upper lip's shadow (darker read grey-teal)
-    rim_px: float = 1.6  # the lower lip's inner, wet side rolls into the opening over this many pixels
-    rim_shade: float = 0.72  # ... darker than the lip's outer face, in its own colour
+    lower_teeth_shade: float = 1.0  # lower teeth sit in the upper lip's shadow (darker read grey-teal)
+    rim_px: float = 1.2  # the lower lip's inner, wet side rolls into the opening over this many pixels
+    rim_shade: float = 0.5  # ... darker than the lip's outer face, in its own colour
 
 
 def _interp_contour(contour: np.ndarray, xs: np.ndarray) -> np.ndarray:
@@ -95,8 +95,10 @@ def render_patch(
     upper_dst = upper - d_up
     lower_dst = lower + d_low_lip
 
-    # Upper region: sample from below (lip moves up), fading to zero at the nose base.
-    map_y_up = ys + d_up * above
+    # Upper region: sample from below (lip moves up), fading to zero at the nose base; the full shift is
+    # reached at the new lip edge itself, so the map has no step there (a step drew a jagged line).
+    above_lip = np.clip((ys - geo.nose_y) / np.maximum(upper_dst - geo.nose_y, 1.0), 0.0, 1.0) ** 1.5
+    map_y_up = ys + d_up * above_lip
     # Lower region: lower lip follows the lip profile, chin follows the jaw; fades below the chin.
     t = np.clip((ys - lower_dst) / max(geo.chin_y - geo.lip_y, 1.0), 0.0, 1.0)
     d_low = d_low_lip * (1.0 - t) + d_low_jaw * t
@@ -199,10 +201,12 @@ def _shade_interior(
         lt_height = cfg.lower_teeth_height * w_half * grow
         lt_top = bottom - cfg.rim_px - lt_height
         lt_cols = np.clip(1.0 - (np.abs(u) / 0.5) ** 4, 0.0, 1.0)
-        # a soft dark seam between neighbouring teeth (a band of one colour reads as a grey line)
-        seam = np.abs(np.mod(u / cfg.lower_teeth_pitch + 0.5, 1.0) - 0.5)
-        lt_cols = lt_cols * (1.0 - 0.45 * np.exp(-((seam / 0.12) ** 2)))
-        lt_cover = np.clip((ys - lt_top) / 1.2, 0.0, 1.0) * lt_cols
+        # One tooth per pitch, the central pair meeting at the midline: rounded tips (a tooth's top drops
+        # towards its sides) and a soft dark seam between neighbours; a band of one colour reads as a line.
+        d = np.abs(np.mod(u / cfg.lower_teeth_pitch, 1.0) - 0.5)  # 0 at a tooth's middle, 0.5 at a seam
+        tip = lt_top + 0.4 * lt_height * (2.0 * d) ** 4
+        lt_cols = lt_cols * (1.0 - 0.3 * np.exp(-(((0.5 - d) / 0.07) ** 2)))
+        lt_cover = np.clip((ys - tip) / 1.2, 0.0, 1.0) * lt_cols
         shade = cfg.lower_teeth_shade * (1.0 - 0.25 * np.clip((ys - lt_top) / (lt_height + cfg.rim_px), 0, 1))
         lt_rgb = np.array(cfg.lower_teeth_rgb, dtype=np.float32) * shade[..., None]
         rgb = rgb * (1.0 - lt_cover[..., None]) + lt_rgb * lt_cover[..., None]

@@ -146,7 +146,8 @@ export function renderPatch(base32, size, geo, feature, cfg, out32) {
     const span = Math.max(lowerDst - upperDst, 1e-3);
     let mapY;
     if (y <= upperDst) {
-      mapY = y + colDUp[j] * above[i];
+      // the full shift is reached at the new lip edge itself (no step in the map there)
+      mapY = y + colDUp[j] * clip((y - geo.noseY) / Math.max(upperDst - geo.noseY, 1.0), 0, 1) ** 1.5;
     } else if (y >= lowerDst) {
       const t = clip((y - lowerDst) / chinSpan, 0, 1);
       const dLow = colDLowLip[j] * (1.0 - t) + colDLowJaw[j] * t;
@@ -177,8 +178,10 @@ export function renderPatch(base32, size, geo, feature, cfg, out32) {
     const tSide = 0.55 + 0.45 * Math.sqrt(dome);
     const ltHeight = cfg.lower_teeth_height * W * grow;
     const ltTop = lowerDst - cfg.rim_px - ltHeight;
-    const seam = Math.abs((((u[j] / cfg.lower_teeth_pitch + 0.5) % 1.0) + 1.0) % 1.0 - 0.5);
-    const ltCols = clip(1.0 - (Math.abs(u[j]) / 0.5) ** 4, 0, 1) * (1.0 - 0.45 * Math.exp(-((seam / 0.12) ** 2)));
+    // one tooth per pitch, the central pair meeting at the midline: rounded tips, soft seams
+    const d = Math.abs((((u[j] / cfg.lower_teeth_pitch) % 1.0) + 1.0) % 1.0 - 0.5);
+    const tip = ltTop + 0.4 * ltHeight * (2.0 * d) ** 4;
+    const ltCols = clip(1.0 - (Math.abs(u[j]) / 0.5) ** 4, 0, 1) * (1.0 - 0.3 * Math.exp(-(((0.5 - d) / 0.07) ** 2)));
     const rimStrength = clip(height / 4.0, 0, 1);
     const teethH = Math.max(Math.min(0.35 * span, 0.18 * W) - shown, 0.0);
     const teethCol = clip(1.0 - (Math.abs(u[j]) / 0.75) ** 4, 0, 1);
@@ -205,7 +208,7 @@ export function renderPatch(base32, size, geo, feature, cfg, out32) {
           const sheen = 0.6 + 0.4 * clip((y - tTop) / Math.max(lowerDst - tTop, 1.0), 0, 1);
           const tShade = sheen * tSide;
           for (let c = 0; c < 3; c++) col[c] = col[c] * (1.0 - cover) + tongueRgb[c] * tShade * cover;
-          const ltCover = clip((y - ltTop) / 1.2, 0, 1) * ltCols;
+          const ltCover = clip((y - tip) / 1.2, 0, 1) * ltCols;
           const ltShade = cfg.lower_teeth_shade * (1.0 - 0.25 * clip((y - ltTop) / (ltHeight + cfg.rim_px), 0, 1));
           for (let c = 0; c < 3; c++) col[c] = col[c] * (1.0 - ltCover) + lowerTeethRgb[c] * ltShade * ltCover;
         }

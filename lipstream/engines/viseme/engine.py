@@ -23,14 +23,16 @@ from lipstream.engines.viseme.atlas import (
     AtlasConfig,
     AtlasQuality,
     MouthAtlas,
+    UnitChoice,
     build_atlas,
+    choose_units,
     join_costs,
     judge,
     load_atlas,
-    place_unit,
+    place_patch,
     save_atlas,
-    select_units,
     target_costs,
+    unit_patch,
 )
 from lipstream.engines.viseme.calibration import OpeningCurve, measure_opening_curve
 from lipstream.engines.viseme.extractor import ArticulationExtractor, StreamingArticulation
@@ -101,7 +103,8 @@ class VisemeEngine:
         self.use_phonemes = use_phonemes
         self.mouth = mouth
         self.atlas_config = atlas or AtlasConfig()
-        self._last_unit: dict[Path, int] = {}
+        # The atlas mouth shown last per avatar (and its cross-fade), so the next batch joins and fades on.
+        self._last_unit: dict[Path, UnitChoice] = {}
         self.extractor = ArticulationExtractor(
             load_model(model_path), SilenceDetector(threshold_dbfs=silence_dbfs)
         )
@@ -276,7 +279,7 @@ class VisemeEngine:
                 if atlas is None:  # not prepared: build it in memory (never written here)
                     atlas = self._build_atlas(bundle, crops, geometry)
             quality = judge(atlas, self.atlas_config) if atlas is not None else None
-            join = join_costs(atlas, self.atlas_config) if quality is not None and quality.usable else None
+            join = join_costs(atlas) if quality is not None and quality.usable else None
             self._caches[key] = _AvatarCache(crops, geometry, opening, atlas, quality, join)
         return self._caches[key]
 
@@ -304,20 +307,22 @@ class VisemeEngine:
     def _render_atlas(
         self, bundle: AvatarBundle, cache: _AvatarCache, features: np.ndarray, frame_ids: np.ndarray
     ) -> np.ndarray:
-        """Filmed mouths by unit selection over this batch, joined to the last unit of the previous one."""
+        """Filmed mouths chosen frame by frame, cross-faded at jumps, joined to the previous batch's last."""
         assert cache.atlas is not None and cache.join is not None
         key = Path(bundle.path)
         cost = target_costs(cache.atlas, features, self.atlas_config)
-        units = select_units(cost, cache.join, self._last_unit.get(key))
-        if len(units):
-            self._last_unit[key] = int(units[-1])
+        speaking = features.any(axis=1)
+        choices = choose_units(
+            cache.atlas, cost, cache.join, speaking, self._last_unit.get(key), self.atlas_config
+        )
+        if choices:
+            self._last_unit[key] = choices[-1]
         out = np.empty((len(frame_ids), CROP_SIZE, CROP_SIZE, 3), dtype=np.uint8)
-        for i, (unit, fid) in enumerate(zip(units, frame_ids, strict=True)):
+        for i, (choice, fid) in enumerate(zip(choices, frame_ids, strict=True)):
             fid = int(fid)
             crop = np.asarray(cache.crops[fid])
-            if not features[i].any():
-                out[i] = crop  # rest: the base frame's own mouth, as the drawn path does
-                continue
+            # Silent rows too: a filmed closed mouth (the base frame's may be mid-word in talking footage).
             stable = bundle.crop_landmarks(fid)[list(STABLE)]
-            out[i] = place_unit(cache.atlas, int(unit), crop, stable, np.asarray(bundle.masks[fid]))
+            patch = unit_patch(cache.atlas, choice)
+            out[i] = place_patch(cache.atlas, patch, crop, stable, np.asarray(bundle.masks[fid]))
         return out

@@ -212,7 +212,7 @@ def targets(atlas: MouthAtlas, features: np.ndarray) -> np.ndarray:
     """Target (aperture, width) per feature row, within the range this presenter was filmed in."""
     lo, hi = atlas.aperture_range
     w_lo, w_mid, w_hi = atlas.width_range
-    f = np.asarray(features, np.float32).reshape(-1, 3)
+    f = np.atleast_2d(np.asarray(features, np.float32))  # any feature width: columns by name
     opening = np.clip(f[:, OPEN], 0, 1) * (1.0 - np.clip(f[:, CLOSURE], 0, 1))
     width = np.clip(f[:, WIDTH], -1, 1)
     # Rank mapping: an opening command c picks the aperture at quantile c of the filmed ones, so the

@@ -280,3 +280,41 @@ def test_serve_hosts_the_export_at_edge_name(avatars_root: Path, speech_wav, tmp
         server.stop()
     assert [e["type"] for e in result["events"]][-1] == "playback_finished" and not result["errors"]
     assert (root / "small" / "cache" / "edge-viseme" / "export.json").is_file()  # built once, kept
+
+
+def test_js_warp_matches_python_on_rounding_and_f_v(small_avatar, tmp_path: Path) -> None:
+    """The cues the page's audio-only engine never produces (f/v, strong rounding) still warp as in Python."""
+    import dataclasses
+    import json
+    import subprocess
+
+    from lipstream.engines.viseme.engine import VisemeEngine
+    from lipstream.engines.viseme.geometry import MouthGeometry
+    from lipstream.engines.viseme.warp import render_patch
+
+    engine = VisemeEngine(mouth="drawn")
+    cache = engine._cache(small_avatar)
+    fid = 2
+    crop = np.asarray(cache.crops[fid])
+    mask = np.asarray(small_avatar.masks[fid])
+    rgba = np.concatenate([crop, mask[..., None]], axis=2).astype(np.uint8)
+    (tmp_path / "crop.rgba").write_bytes(rgba.tobytes())
+    rows = [[0.08, 0.15, 0.0, 1.0], [0.5, 0.0, 0.0, 0.6], [0.6, -0.9, 0.0, 0.0], [0.3, -0.5, 0.4, 0.0]]
+    opts = {
+        "crop": str(tmp_path / "crop.rgba"), "size": crop.shape[0], "geometry": cache.geometry[fid].tolist(),
+        "rows": rows, "cfg": dataclasses.asdict(engine.warp), "out": str(tmp_path / "out.rgba"),
+    }
+    done = subprocess.run(
+        ["node", str(Path(__file__).parent / "browser" / "warp_parity.mjs"), json.dumps(opts)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    js = np.fromfile(tmp_path / "out.rgba", np.uint8).reshape(len(rows), *crop.shape[:2], 4)
+    geo = MouthGeometry.unpack(cache.geometry[fid])
+    inside = mask > 0
+    for k, row in enumerate(rows):
+        py = render_patch(crop, mask, geo, np.array(row, np.float32), engine.warp)
+        assert _psnr(py[inside], crop[inside]) < 40.0, row  # the row really moved the mouth
+        psnr = _psnr(js[k, ..., :3][inside], py[inside])
+        print(f"{row}: JS vs Python {psnr:.1f} dB")
+        assert psnr >= 45.0, (row, psnr)

@@ -8,7 +8,7 @@ import pytest
 from lipstream.audio.timeline import SAMPLE_RATE, SAMPLES_PER_FRAME
 from lipstream.engines.base import Engine, PhonemeTiming, Speech
 from lipstream.engines.registry import create_engine
-from lipstream.engines.viseme.articulation import CLOSURE, OPEN, WIDTH, frames_from_phonemes
+from lipstream.engines.viseme.articulation import CLOSURE, LABIODENTAL, OPEN, WIDTH, frames_from_phonemes
 from lipstream.engines.viseme.engine import VisemeEngine, source_crop
 from lipstream.errors import ModelError
 
@@ -34,7 +34,7 @@ def _timing(seq: list[tuple[str, float, float]]) -> list[PhonemeTiming]:
 def test_registry_builds_an_engine_with_options() -> None:
     eng = create_engine("viseme", use_phonemes=False, silence_dbfs=-50.0)
     assert isinstance(eng, Engine)
-    assert eng.feature_kind == "viseme" and eng.patch_size == 256 and eng.feature_dim == 3
+    assert eng.feature_kind == "viseme" and eng.patch_size == 256 and eng.feature_dim == 4
     assert eng.lookahead_frames * SAMPLES_PER_FRAME <= 0.2 * SAMPLE_RATE
 
 
@@ -66,11 +66,34 @@ def test_timings_give_closure_on_bilabials_and_rest_in_pauses() -> None:
     assert f[21, CLOSURE] == 1.0  # "p"
     assert f[26, WIDTH] < -0.5  # "uː" is rounded
     assert np.all(np.abs(f[36:]) < 0.05)
+    assert not f[:, LABIODENTAL].any()
+
+
+def test_timings_tuck_the_lower_lip_on_f_and_v() -> None:
+    # "_ f ɑ v _": the lower lip meets the upper teeth on f and v, not on the vowel between them
+    timing = _timing([("_", 0, 0.4), ("f", 0.4, 0.52), ("ɑː", 0.52, 0.8), ("v", 0.8, 0.92)])
+    f = frames_from_phonemes(timing, 30)
+    assert f[11, LABIODENTAL] == 1.0 and f[21, LABIODENTAL] == 1.0  # centres of f and v
+    assert f[16, LABIODENTAL] < 0.2 and f[16, OPEN] > 0.6
+    assert np.all(f[:8, LABIODENTAL] < 0.01)
+
+
+def test_f_v_tucks_the_lower_lip_over_the_upper_teeth(engine: VisemeEngine, small_avatar) -> None:
+    """The lower lip rises (mouth-mask area below the lips changes), nothing above the nose base moves, and
+    a row without the fourth column renders as one with a zero f/v cue."""
+    crop = np.asarray(engine._cache(small_avatar).crops[3])
+    rows = np.array([[0.08, 0.15, 0.0, 0.0], [0.08, 0.15, 0.0, 1.0]], np.float32)
+    plain, tucked = engine.render(small_avatar, rows, np.array([3, 3]))
+    three = engine.render(small_avatar, rows[:1, :3], np.array([3]))[0]
+    assert np.array_equal(three, plain)
+    assert np.abs(tucked.astype(int) - plain.astype(int)).max() > 40
+    nose = int(np.floor(small_avatar.nose_base[3]))
+    assert np.array_equal(tucked[: nose + 1], crop[: nose + 1])
 
 
 def test_silence_gives_exactly_zero_features(engine: VisemeEngine) -> None:
     zeros = Speech(np.zeros(SAMPLE_RATE * 2, dtype=np.float32))
-    assert engine.features(zeros).shape == (50, 3)
+    assert engine.features(zeros).shape == (50, 4)
     assert not engine.features(zeros).any()
     hiss = np.random.default_rng(0).normal(0, 10 ** (-70 / 20), SAMPLE_RATE * 2).astype(np.float32)
     assert not engine.features(Speech(hiss)).any()
@@ -83,12 +106,14 @@ def test_audio_only_features_follow_the_phonemes(engine: VisemeEngine, espeak_sp
     audio_only = VisemeEngine(use_phonemes=False).features(espeak_speech)
     labels = frames_from_phonemes(espeak_speech.phonemes, espeak_speech.frame_count)
     with_timings = engine.features(espeak_speech)
-    assert audio_only.shape == labels.shape == with_timings.shape == (espeak_speech.frame_count, 3)
+    assert audio_only.shape == labels.shape == with_timings.shape == (espeak_speech.frame_count, 4)
     # Both paths scale the opening by the same loudness, so they agree on it more than on the table shape.
     assert np.corrcoef(audio_only[:, OPEN], with_timings[:, OPEN])[0, 1] > 0.8
     assert np.corrcoef(audio_only[:, WIDTH], labels[:, WIDTH])[0, 1] > 0.5
     assert np.corrcoef(with_timings[:, WIDTH], labels[:, WIDTH])[0, 1] > 0.9
     assert np.corrcoef(with_timings[:, OPEN], labels[:, OPEN])[0, 1] > 0.7
+    # The f/v cue comes from timings only: the acoustic model has no output for it.
+    assert not audio_only[:, LABIODENTAL].any()
 
 
 def test_stream_matches_whole_utterance_within_lookahead(espeak_speech: Speech) -> None:

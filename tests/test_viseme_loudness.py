@@ -48,7 +48,7 @@ def test_louder_vowels_open_wider_and_closures_stay_shut() -> None:
 
 def test_ease_tapers_frames_next_to_silence() -> None:
     cfg = LoudnessConfig(ease_frames=2)
-    feats = np.tile(np.array([[0.6, 0.5, 0.0]], np.float32), (8, 1))
+    feats = np.tile(np.array([[0.6, 0.5, 0.0, 0.0]], np.float32), (8, 1))
     silent = np.zeros(8 + 4, bool)
     silent[2 + 6 :] = True  # rows 6, 7 and beyond are silent
     out = ease_to_rest(feats, silent, cfg)

@@ -11,19 +11,22 @@ from scipy.special import erf  # at import, not in the first utterance (importin
 from lipstream.audio.timeline import SAMPLE_RATE, SAMPLES_PER_FRAME
 from lipstream.engines.base import PhonemeTiming
 
-# Feature columns of the viseme engine (one row per 40 ms frame).
-OPEN, WIDTH, CLOSURE = 0, 1, 2
-FEATURE_NAMES = ("open", "width", "closure")
+# Feature columns of the viseme engine (one row per 40 ms frame). LABIODENTAL (f/v: the lower lip tucked
+# under the upper teeth) comes from phoneme timings only: the acoustic model has no output for it.
+OPEN, WIDTH, CLOSURE, LABIODENTAL = 0, 1, 2, 3
+FEATURE_NAMES = ("open", "width", "closure", "labiodental")
 FEATURE_DIM = len(FEATURE_NAMES)
 
 
 @dataclass(frozen=True)
 class Articulation:
-    """Mouth pose target: open 0..1 (jaw/lips), width -1 rounded .. +1 spread, closure 0..1 (lips pressed)."""
+    """Mouth pose target: open 0..1 (jaw/lips), width -1 rounded .. +1 spread, closure 0..1 (lips pressed),
+    labiodental 0..1 (lower lip against the upper teeth)."""
 
     open: float
     width: float
     closure: float = 0.0
+    labiodental: float = 0.0
 
 
 REST = Articulation(0.0, 0.0, 0.0)
@@ -33,13 +36,13 @@ REST = Articulation(0.0, 0.0, 0.0)
 _TABLE: dict[str, Articulation] = {}
 
 
-def _put(symbols: str, open_: float, width: float, closure: float = 0.0) -> None:
+def _put(symbols: str, open_: float, width: float, closure: float = 0.0, labiodental: float = 0.0) -> None:
     for sym in symbols.split():
-        _TABLE[sym] = Articulation(open_, width, closure)
+        _TABLE[sym] = Articulation(open_, width, closure, labiodental)
 
 
 _put("p b m", 0.0, 0.0, 1.0)
-_put("f v", 0.08, 0.15)
+_put("f v", 0.08, 0.15, 0.0, 1.0)
 _put("θ ð", 0.15, 0.1)
 _put("s z", 0.1, 0.35)
 _put("ʃ ʒ tʃ dʒ", 0.15, -0.45)
@@ -135,14 +138,17 @@ def frames_from_phonemes(
     weight_sum = np.zeros(n_frames)
     targets = np.zeros((n_frames, FEATURE_DIM))
     in_bilabial = np.zeros(n_frames, dtype=bool)
+    in_labiodental = np.zeros(n_frames, dtype=bool)
     for seg in segs:
         pose = seg.pose or REST
         # Overlap of the segment with a Gaussian window around each frame centre (closed form via erf).
         w = _gauss_overlap(centers, seg.start, seg.end, sigma)
-        targets += w[:, None] * np.array([pose.open, pose.width, pose.closure])
+        targets += w[:, None] * np.array([pose.open, pose.width, pose.closure, pose.labiodental])
         weight_sum += w
         if pose.closure >= 1.0:
             in_bilabial |= (centers >= seg.start) & (centers < seg.end)
+        if pose.labiodental >= 1.0:
+            in_labiodental |= (centers >= seg.start) & (centers < seg.end)
     covered = weight_sum > 1e-6
     feats[covered] = (targets[covered] / weight_sum[covered, None]).astype(np.float32)
     # Frames outside every segment (after the last phoneme) stay at rest; partly covered frames fade.
@@ -150,6 +156,7 @@ def frames_from_phonemes(
     feats *= fade[:, None].astype(np.float32)
     # A bilabial must actually close the lips, not just average towards closed.
     feats[in_bilabial, CLOSURE] = 1.0
+    feats[in_labiodental & ~in_bilabial, LABIODENTAL] = 1.0
     feats[:, OPEN] *= 1.0 - feats[:, CLOSURE]
     return feats
 

@@ -285,11 +285,20 @@ class VisemeEngine:
 
     # ---- rendering
     def render(self, bundle: AvatarBundle, features: np.ndarray, frame_ids: np.ndarray) -> np.ndarray:
-        """Mouth patches [B, 256, 256, 3] uint8 RGB in crop space, one per (feature row, frame id)."""
-        features = np.asarray(features, dtype=np.float32).reshape(-1, FEATURE_DIM)
+        """Mouth patches [B, 256, 256, 3] uint8 RGB in crop space, one per (feature row, frame id).
+
+        Rows are FEATURE_NAMES; rows of the first three only (open, width, closure) mean no f/v cue."""
         frame_ids = np.asarray(frame_ids).reshape(-1)
-        if len(features) != len(frame_ids):
-            raise ValueError(f"{len(features)} feature rows for {len(frame_ids)} frame ids")
+        features = np.asarray(features, dtype=np.float32)
+        n = len(frame_ids)
+        if features.size not in (n * FEATURE_DIM, n * (FEATURE_DIM - 1)):
+            raise ValueError(
+                f"viseme features need {FEATURE_DIM} columns ({', '.join(FEATURE_NAMES)}), one row per frame "
+                f"id; got {features.size} values for {n} frame ids"
+            )
+        features = features.reshape(n, -1) if n else features.reshape(0, FEATURE_DIM)
+        if features.shape[1] == FEATURE_DIM - 1:
+            features = np.pad(features, ((0, 0), (0, 1)))
         cache = self._cache(bundle)
         if cache.use_atlas:
             return self._render_atlas(bundle, cache, features, frame_ids)

@@ -51,7 +51,7 @@ class ArticulationExtractor:
         return max(self.model.before + 2, self.silence.min_silent_frames - 1, self.loud.back_frames)
 
     def from_speech(self, speech: Speech, use_phonemes: bool = True) -> np.ndarray:
-        """Whole-utterance articulation [speech.frame_count, 3]."""
+        """Whole-utterance articulation [speech.frame_count, FEATURE_DIM]."""
         n = speech.frame_count
         if use_phonemes and speech.phonemes:
             feats = frames_from_phonemes(speech.phonemes, n)
@@ -71,7 +71,8 @@ class ArticulationExtractor:
         acoustic = self.front_end.frames(pcm, a0 - offset_frames, a1 - a0)
         raw = m.predict(acoustic)  # rows for k0-1 .. k1
         smooth = _SMOOTH[0] * raw[:-2] + _SMOOTH[1] * raw[1:-1] + _SMOOTH[2] * raw[2:]  # rows for k0 .. k1-1
-        smooth = smooth.astype(np.float32)
+        # the model gives open, width, closure; the f/v cue (LABIODENTAL) is known from phoneme timings only
+        smooth = np.pad(smooth.astype(np.float32), ((0, 0), (0, FEATURE_DIM - smooth.shape[1])))
         return self._finish(pcm, smooth, k0, k1, frames_known, offset_frames)
 
     def _finish(
@@ -115,7 +116,7 @@ class StreamingArticulation:
         self._done = 0  # frames already returned
 
     def push(self, pcm: np.ndarray) -> np.ndarray:
-        """Add 16 kHz float32 PCM; return features [k, 3] for frames that became final."""
+        """Add 16 kHz float32 PCM; return features [k, FEATURE_DIM] for frames that became final."""
         pcm = np.asarray(pcm, dtype=np.float32).reshape(-1)
         self._chunks.append(pcm)
         self._total_samples += pcm.size

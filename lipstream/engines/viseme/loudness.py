@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lipstream.audio.levels import DEFAULT_SILENCE_DBFS
-from lipstream.engines.viseme.articulation import CLOSURE, OPEN, WIDTH
+from lipstream.engines.viseme.articulation import CLOSURE, LABIODENTAL, OPEN, WIDTH
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ def scale_opening(feats: np.ndarray, loud: np.ndarray, cfg: LoudnessConfig) -> n
 
 
 def ease_to_rest(feats: np.ndarray, silent: np.ndarray, cfg: LoudnessConfig) -> np.ndarray:
-    """Zero silent rows and taper the opening and spread over the frames next to them.
+    """Zero silent rows and taper the opening, spread and f/v tuck over the frames next to them.
 
     Lips need ~80 ms to close; snapping from wide open to rest in one 40 ms frame also leaves a ghost of
     the open mouth in the next H.264 picture. `silent` may extend past the rows on both sides by
@@ -92,5 +92,6 @@ def ease_to_rest(feats: np.ndarray, silent: np.ndarray, cfg: LoudnessConfig) -> 
         cap = np.where(near, np.minimum(cap, d / (e + 1.0)), cap)
     out[:, OPEN] *= cap
     out[:, WIDTH] *= cap
+    out[:, LABIODENTAL] *= cap
     out[mask[e : e + n]] = 0.0
     return out

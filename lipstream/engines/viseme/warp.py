@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from lipstream.engines.viseme.articulation import CLOSURE, OPEN, WIDTH
+from lipstream.engines.viseme.articulation import CLOSURE, LABIODENTAL, OPEN, WIDTH
 from lipstream.engines.viseme.geometry import MouthGeometry
 
 
@@ -22,6 +22,10 @@ class WarpConfig:
     roi_half_width: float = 2.6  # warped region half-width, in W
     chin_follow: float = 0.6  # the chin moves this share of the lower lip's drop (less stretch below it)
     corner_taper: float = 0.7  # parting profile (1 - u²)^taper: 0.5 is an ellipse with blunt corners
+    round_narrow: float = 0.35  # rounding (width -1) narrows the opening by this share ...
+    round_taper: float = 0.1  # ... and makes it this much rounder (a lower taper; more gives vertical sides)
+    labiodental_tuck: float = 0.6  # f/v: the lower lip rises over this share of the source's gap ...
+    labiodental_lift: float = 0.04  # ... and the upper lip lifts this much (in W), baring the upper teeth
     edge_px: float = 1.5  # anti-aliased ramp of the inner-lip edges, in crop pixels
     teeth_rgb: tuple[int, int, int] = (206, 198, 186)  # drawn only where the source shows no teeth
     cavity_rgb: tuple[int, int, int] = (104, 40, 44)  # the lit front of the mouth walls
@@ -52,7 +56,8 @@ def render_patch(
     opening = float(feature[OPEN]) * (1.0 - float(np.clip(feature[CLOSURE], 0.0, 1.0)))
     width = float(feature[WIDTH])
     closure = float(np.clip(feature[CLOSURE], 0.0, 1.0))
-    if opening <= 1e-4 and abs(width) <= 1e-4 and closure <= 1e-4:
+    labio = float(np.clip(feature[LABIODENTAL], 0.0, 1.0)) if len(feature) > LABIODENTAL else 0.0
+    if opening <= 1e-4 and abs(width) <= 1e-4 and closure <= 1e-4 and labio <= 1e-4:
         return crop.copy()
     size = crop.shape[0]
     w_half = geo.half_width
@@ -73,8 +78,10 @@ def render_patch(
     vert = np.where(ys < geo.lip_y, above, below)
     phi = np.clip(u, -1.0, 1.0) * np.exp(-(np.maximum(np.abs(u) - 1.0, 0.0) ** 2) / 0.6)
     dx = cfg.spread * w_half * width * phi * vert
-    # Rounding narrows the opening too.
-    narrow = 1.0 - 0.25 * max(-width, 0.0)
+    # Rounding narrows the opening too, and makes it rounder.
+    rounding = max(-width, 0.0)
+    narrow = 1.0 - cfg.round_narrow * rounding
+    taper = cfg.corner_taper * (1.0 - cfg.round_taper * rounding)
 
     x_src_line = (xs - dx[min(max(int(geo.lip_y) - r0, 0), dx.shape[0] - 1)][None, :])[0]
     upper = _interp_contour(geo.upper, x_src_line)[None, :]
@@ -86,11 +93,13 @@ def render_patch(
     inner_l = min(float(geo.upper[:, 0].min()), float(geo.lower[:, 0].min()))
     inner_r = max(float(geo.upper[:, 0].max()), float(geo.lower[:, 0].max()))
     u_inner = (x_src_line[None, :] - 0.5 * (inner_l + inner_r)) / max(0.5 * (inner_r - inner_l), 1.0)
-    profile = np.clip(1.0 - (u_inner / narrow) ** 2, 0.0, 1.0) ** cfg.corner_taper
+    profile = np.clip(1.0 - (u_inner / narrow) ** 2, 0.0, 1.0) ** taper
     jaw = np.exp(-((u / 1.3) ** 4))
     drop = cfg.jaw_drop * w_half * opening
-    d_up = cfg.upper_share * drop * profile - 0.5 * close
-    d_low_lip = (1.0 - cfg.upper_share) * drop * profile - 0.5 * close
+    # f/v: the lower lip rises in front of the upper teeth (it covers them, it does not squeeze them).
+    tuck = labio * cfg.labiodental_tuck * gap
+    d_up = (cfg.upper_share * drop + labio * cfg.labiodental_lift * w_half) * profile - 0.5 * close
+    d_low_lip = (1.0 - cfg.upper_share) * drop * profile - 0.5 * close - tuck
     d_low_jaw = (1.0 - cfg.upper_share) * drop * jaw * cfg.chin_follow
     upper_dst = upper - d_up
     lower_dst = lower + d_low_lip
@@ -109,20 +118,38 @@ def render_patch(
     # lip at its own size, as upper teeth do; squeezed when the lips part less than in the source.
     span = np.maximum(lower_dst - upper_dst, 1e-3)
     shown = gap - close
-    squeezed = upper + (ys - upper_dst) * shown / span
+    span_untucked = span + tuck
+    squeezed = upper + (ys - upper_dst) * shown / span_untucked
     riding = upper + np.minimum(ys - upper_dst, shown)
-    map_y_mid = np.where(span <= shown, squeezed, riding)
-    map_y = np.where(ys <= upper_dst, map_y_up, np.where(ys >= lower_dst, map_y_low, map_y_mid))
+    map_y_mid = np.where(span_untucked <= shown, squeezed, riding)
+    # The lower lip's edge is anti-aliased: rows within half a pixel of it mix the lip with what lies above
+    # it (a tucked lip cuts across the teeth, and a hard cut there showed stair steps).
+    lip_cover = np.clip(ys - lower_dst + 0.5, 0.0, 1.0)
+    map_y_above = np.where(ys <= upper_dst, map_y_up, map_y_mid)
+    map_y = np.where(lip_cover > 0.0, np.where(ys <= upper_dst, map_y_up, map_y_low), map_y_above)
     weight = np.asarray(mask[r0:, c0:c1], dtype=np.float32) / 255.0
-    map_y = ys + (map_y - ys) * weight
-    map_x = xs - dx * weight
+    map_x = np.ascontiguousarray(xs - dx * weight, dtype=np.float32)
     warped = cv2.remap(
         crop,
-        np.ascontiguousarray(map_x, dtype=np.float32),
-        np.ascontiguousarray(map_y, dtype=np.float32),
+        map_x,
+        np.ascontiguousarray(ys + (map_y - ys) * weight, dtype=np.float32),
         cv2.INTER_LINEAR,
         borderMode=cv2.BORDER_REPLICATE,
     )
+    band = (lip_cover > 0.0) & (lip_cover < 1.0)
+    band_rows = np.flatnonzero(band.any(axis=1))
+    if band_rows.size:
+        ra, rb = band_rows[0], band_rows[-1] + 1
+        above_px = cv2.remap(
+            crop,
+            map_x[ra:rb],
+            np.ascontiguousarray((ys + (map_y_above - ys) * weight)[ra:rb], dtype=np.float32),
+            cv2.INTER_LINEAR,
+            borderMode=cv2.BORDER_REPLICATE,
+        )
+        c = lip_cover[ra:rb, :, None]
+        mixed = (warped[ra:rb].astype(np.float32) * c + above_px.astype(np.float32) * (1.0 - c) + 0.5)
+        warped[ra:rb] = np.where(band[ra:rb, :, None], mixed.astype(np.uint8), warped[ra:rb])
 
     # Mouth interior below the source's own gap, shaded rather than filled (docs/engines.md "drawn mouth").
     top = upper_dst + shown

@@ -68,7 +68,8 @@ export function renderPatch(base32, size, geo, feature, cfg, out32) {
   const closure = clip(feature[2], 0, 1);
   const opening = feature[0] * (1.0 - closure);
   const width = feature[1];
-  if (opening <= 1e-4 && Math.abs(width) <= 1e-4 && closure <= 1e-4) return false;
+  const labio = feature.length > 3 ? clip(feature[3], 0, 1) : 0.0; // f/v: from phoneme timings only
+  if (opening <= 1e-4 && Math.abs(width) <= 1e-4 && closure <= 1e-4 && labio <= 1e-4) return false;
   const src8 = new Uint8Array(base32.buffer, base32.byteOffset, base32.byteLength);
   const W = geo.halfWidth;
   const r0 = Math.floor(geo.noseY) + 1;
@@ -80,7 +81,9 @@ export function renderPatch(base32, size, geo, feature, cfg, out32) {
 
   // Per column: u, phi, profile, jaw; per row: above, below, vert, fade.
   const u = new Float64Array(nc), phi = new Float64Array(nc), profile = new Float64Array(nc), jaw = new Float64Array(nc);
-  const narrow = 1.0 - 0.25 * Math.max(-width, 0.0);
+  const rounding = Math.max(-width, 0.0);
+  const narrow = 1.0 - cfg.round_narrow * rounding;
+  const taper = cfg.corner_taper * (1.0 - cfg.round_taper * rounding);
   for (let j = 0; j < nc; j++) {
     const x = c0 + j;
     u[j] = (x - geo.centerX) / W;
@@ -109,7 +112,7 @@ export function renderPatch(base32, size, geo, feature, cfg, out32) {
   for (const p of geo.upper.concat(geo.lower)) { innerL = Math.min(innerL, p[0]); innerR = Math.max(innerR, p[0]); }
   const innerC = 0.5 * (innerL + innerR), innerW = Math.max(0.5 * (innerR - innerL), 1.0);
   for (let j = 0; j < nc; j++) {
-    profile[j] = clip(1.0 - ((xSrcLine[j] - innerC) / innerW / narrow) ** 2, 0, 1) ** cfg.corner_taper;
+    profile[j] = clip(1.0 - ((xSrcLine[j] - innerC) / innerW / narrow) ** 2, 0, 1) ** taper;
   }
 
   const drop = cfg.jaw_drop * W * opening;
@@ -119,12 +122,15 @@ export function renderPatch(base32, size, geo, feature, cfg, out32) {
   // (_shade_interior's `full` and `floor`).
   const colUpperDst = new Float64Array(nc), colLowerDst = new Float64Array(nc), colShown = new Float64Array(nc);
   const colDUp = new Float64Array(nc), colDLowLip = new Float64Array(nc), colDLowJaw = new Float64Array(nc);
+  const colTuck = new Float64Array(nc);
   let full = -Infinity, floor = -Infinity;
   for (let j = 0; j < nc; j++) {
     const gap = lower[j] - upper[j];
     const close = closure * gap;
-    colDUp[j] = us * drop * profile[j] - 0.5 * close;
-    colDLowLip[j] = (1.0 - us) * drop * profile[j] - 0.5 * close;
+    // f/v: the lower lip rises in front of the upper teeth (covers them, does not squeeze them)
+    colTuck[j] = labio * cfg.labiodental_tuck * gap;
+    colDUp[j] = (us * drop + labio * cfg.labiodental_lift * W) * profile[j] - 0.5 * close;
+    colDLowLip[j] = (1.0 - us) * drop * profile[j] - 0.5 * close - colTuck[j];
     colDLowJaw[j] = (1.0 - us) * drop * jaw[j] * cfg.chin_follow;
     colUpperDst[j] = upper[j] - colDUp[j];
     colLowerDst[j] = lower[j] + colDLowLip[j];
@@ -139,28 +145,35 @@ export function renderPatch(base32, size, geo, feature, cfg, out32) {
   const rgb = [0, 0, 0];
   const col = [0, 0, 0];
   const lip = [0, 0, 0];
-  /** The warped (pre-interior) pixel at row index i of column j into out. */
-  const warpAt = (i, j, out) => {
-    const y = r0 + i, x = c0 + j;
+  const abovePx = [0, 0, 0];
+  /** Source row for the pixel at row y of column j: the lip side (below its edge) or what lies above. */
+  const sourceRow = (i, j, lipSide) => {
+    const y = r0 + i;
     const upperDst = colUpperDst[j], lowerDst = colLowerDst[j], shown = colShown[j];
-    const span = Math.max(lowerDst - upperDst, 1e-3);
-    let mapY;
     if (y <= upperDst) {
       // the full shift is reached at the new lip edge itself (no step in the map there)
-      mapY = y + colDUp[j] * clip((y - geo.noseY) / Math.max(upperDst - geo.noseY, 1.0), 0, 1) ** 1.5;
-    } else if (y >= lowerDst) {
+      return y + colDUp[j] * clip((y - geo.noseY) / Math.max(upperDst - geo.noseY, 1.0), 0, 1) ** 1.5;
+    }
+    if (lipSide) {
       const t = clip((y - lowerDst) / chinSpan, 0, 1);
       const dLow = colDLowLip[j] * (1.0 - t) + colDLowJaw[j] * t;
-      mapY = y - dLow * fade[i];
-    } else if (span <= shown) {
-      mapY = upper[j] + ((y - upperDst) * shown) / span;
-    } else {
-      mapY = upper[j] + Math.min(y - upperDst, shown);
+      return y - dLow * fade[i];
     }
+    const spanUntucked = Math.max(lowerDst - upperDst, 1e-3) + colTuck[j];
+    if (spanUntucked <= shown) return upper[j] + ((y - upperDst) * shown) / spanUntucked;
+    return upper[j] + Math.min(y - upperDst, shown);
+  };
+  /** The warped (pre-interior) pixel at row index i of column j into out; the lower lip's edge anti-aliased. */
+  const warpAt = (i, j, out) => {
+    const y = r0 + i, x = c0 + j;
     const weight = src8[(y * size + x) * 4 + 3] / 255;
-    mapY = y + (mapY - y) * weight;
     const mapX = x - dxScale * phi[j] * vert[i] * weight;
-    remapPixel(src8, size, mapX, mapY, out);
+    const cover = clip(y - colLowerDst[j] + 0.5, 0, 1);
+    remapPixel(src8, size, mapX, y + (sourceRow(i, j, cover > 0) - y) * weight, out);
+    if (cover > 0 && cover < 1) {
+      remapPixel(src8, size, mapX, y + (sourceRow(i, j, false) - y) * weight, abovePx);
+      for (let c = 0; c < 3; c++) out[c] = Math.trunc(out[c] * cover + abovePx[c] * (1.0 - cover) + 0.5);
+    }
   };
   for (let j = 0; j < nc; j++) {
     const upperDst = colUpperDst[j], lowerDst = colLowerDst[j], shown = colShown[j];

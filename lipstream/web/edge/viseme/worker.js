@@ -31,13 +31,14 @@ function emit(utterance, first, rows, last) {
     const k = first + i;
     const t0 = performance.now();
     const open = warpOpening(state.params.opening, rows[i * 3]);
-    const feature = [open, rows[i * 3 + 1], rows[i * 3 + 2]];
+    // open, width, closure from the acoustic model; the f/v cue (4th column) comes only from phoneme timings
+    const feature = [open, rows[i * 3 + 1], rows[i * 3 + 2], 0];
     const sourceFrame = loop[(state.loopAt0 + k) % loop.length];
     const out = new Uint32Array(size * size);
     const moved = renderPatch(state.bases[sourceFrame], size, state.geometry[sourceFrame], feature, state.params.warp, out);
     const render = performance.now() - t0;
     const isLast = last && i === n - 1;
-    const patch = { utterance, frame: k, sourceFrame, last: isLast, feature: [rows[i * 3], rows[i * 3 + 1], rows[i * 3 + 2]],
+    const patch = { utterance, frame: k, sourceFrame, last: isLast, feature: [rows[i * 3], rows[i * 3 + 1], rows[i * 3 + 2], 0],
       rgba: moved ? out.buffer : null, timing: { render } };
     postMessage({ type: 'patch', patch }, moved ? [out.buffer] : []);
   }

@@ -8,6 +8,8 @@ touches $LIPSTREAM_HOME). Every figure is measured here, with this checkout's co
   speed      engine ms per frame (features + render, every frame) and render realtime factor
   lip-sync   `measure_lipsync` (the code behind `lipstream eval lipsync`): envelope r, silent frames closed;
              p/b/m closed: frames inside a TTS p/b/m phoneme whose tracked aperture is under the closed line
+             f/v: median tracked aperture of frames inside a TTS f/v phoneme over the median of the
+             avatar's own frames (its rest mouth; the lower lip against the upper teeth reads below 1)
   flat fill  luminance spread of the darker half of the tracked inner-lip region, frames most open (top 10 %)
   re-track   tracked inner-lip opening vs the engine's intended opening (r); lower-lip thickness tracked on
              the output / the source frame's, per opening bin (min over bins)
@@ -256,6 +258,13 @@ def pick_frames(classes: dict[str, np.ndarray], opening: np.ndarray) -> dict[str
     return picks
 
 
+def _source_rest_aperture(bundle) -> float:
+    """Median tracked inner-lip aperture of the avatar's own frames (its rest mouth), in eye widths."""
+    from lipstream.engines.viseme.calibration import aperture_of
+
+    return float(np.median([aperture_of(np.asarray(bundle.landmarks[i])) for i in range(bundle.frame_count)]))
+
+
 def measure_video(mp4: Path, features: np.ndarray, ids: np.ndarray, bundle, z, keep: set[int]) -> dict:
     """Lip-sync, flat fill, re-tracking and p/b/m figures of one output video; mouth crops of `keep`."""
     from lipstream.engines.viseme.articulation import CLOSURE, OPEN
@@ -291,12 +300,19 @@ def measure_video(mp4: Path, features: np.ndarray, ids: np.ndarray, bundle, z, k
             sel &= intended > 0
         if sel.sum() >= 5:
             bins[f"{lo:.1f}-{lo + 0.2:.1f}"] = round(float(np.median(ratios[sel])), 3)
-    pbm = frame_classes(z, n)["p/b/m"] & found
+    classes = frame_classes(z, n)
+    pbm = classes["p/b/m"] & found
+    # f/v: the lower lip against the upper teeth reads as a smaller inner-lip gap than the rest mouth's
+    fv = classes["f/v"] & found
     return {
         "lipsync": report.as_dict(),
         "pbm_frames": int(pbm.sum()),
         "pbm_closed_share": round(float(np.mean(aperture[pbm] <= report.closed_threshold)), 3)
         if pbm.any()
+        else None,
+        "fv_frames": int(fv.sum()),
+        "fv_aperture_vs_source_rest": round(float(np.median(aperture[fv]) / _source_rest_aperture(bundle)), 3)
+        if fv.any()
         else None,
         "flat_fill_darker_half_std": round(float(np.median(spreads)), 2) if spreads else None,
         "flat_fill_whole_std": round(float(np.median(whole)), 2) if whole else None,

@@ -19,7 +19,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from lipstream.engines.viseme.articulation import CLOSURE, OPEN, WIDTH
+from lipstream.engines.viseme.articulation import CLOSURE, LABIODENTAL, OPEN, WIDTH
 from lipstream.engines.viseme.calibration import aperture_of
 
 ATLAS_FILE = "atlas.npz"
@@ -51,6 +51,7 @@ class AtlasConfig:
     # where to cross-fade. Footage with more varied looks (lighting, teeth, head pose) may want ~0.01.
     join_weight: float = 0.0
     width_weight: float = 0.35
+    teeth_weight: float = 0.5  # f/v: a filmed mouth showing no upper teeth costs this much more
     fade_above: float = 0.5  # join distance above which a change of mouth is a jump that gets cross-faded
     fade_max_open: float = 0.15  # ... unless the opening changes by more than this share of the range
     fade_frames: int = 2  # blended frames after a jump (weights 1/3, 2/3 of the new mouth); 0 = hard cut
@@ -231,7 +232,13 @@ def target_costs(atlas: MouthAtlas, features: np.ndarray, config: AtlasConfig) -
     t = targets(atlas, features)
     da = (atlas.descriptors[None, :, APERTURE] - t[:, None, 0]) / max(hi - lo, 1e-3)
     dw = (atlas.descriptors[None, :, MOUTH_WIDTH] - t[:, None, 1]) / max(w_hi - w_lo, 1e-3)
-    return da**2 + config.width_weight * dw**2
+    cost = da**2 + config.width_weight * dw**2
+    f = np.atleast_2d(np.asarray(features, np.float32))
+    if f.shape[1] > LABIODENTAL:
+        # f/v (from phoneme timings): the lower lip against the upper teeth, so a mouth that shows them
+        labio = np.clip(f[:, LABIODENTAL], 0.0, 1.0)
+        cost = cost + config.teeth_weight * labio[:, None] * (1.0 - atlas.descriptors[None, :, TEETH]) ** 2
+    return cost
 
 
 def join_costs(atlas: MouthAtlas) -> np.ndarray:

@@ -26,6 +26,8 @@ class WarpConfig:
     round_taper: float = 0.1  # ... and makes it this much rounder (a lower taper; more gives vertical sides)
     labiodental_tuck: float = 0.6  # f/v: the lower lip rises over this share of the source's gap ...
     labiodental_lift: float = 0.04  # ... and the upper lip lifts this much (in W), baring the upper teeth
+    teeth_ride_max: float = 0.32  # in W: the most of the source's lip gap that rides with the upper lip (its
+    # upper teeth); below that, an open source mouth's own interior is drawn over (it showed two mouths)
     edge_px: float = 1.5  # anti-aliased ramp of the inner-lip edges, in crop pixels
     teeth_rgb: tuple[int, int, int] = (206, 198, 186)  # drawn only where the source shows no teeth
     cavity_rgb: tuple[int, int, int] = (104, 40, 44)  # the lit front of the mouth walls
@@ -117,7 +119,7 @@ def render_patch(
     # Between the new lip edges: the source's own gap (teeth of a parted rest mouth) rides with the upper
     # lip at its own size, as upper teeth do; squeezed when the lips part less than in the source.
     span = np.maximum(lower_dst - upper_dst, 1e-3)
-    shown = gap - close
+    shown = np.minimum(gap - close, cfg.teeth_ride_max * w_half)
     span_untucked = span + tuck
     squeezed = upper + (ys - upper_dst) * shown / span_untucked
     riding = upper + np.minimum(ys - upper_dst, shown)

@@ -134,7 +134,7 @@ export function renderPatch(base32, size, geo, feature, cfg, out32) {
     colDLowJaw[j] = (1.0 - us) * drop * jaw[j] * cfg.chin_follow;
     colUpperDst[j] = upper[j] - colDUp[j];
     colLowerDst[j] = lower[j] + colDLowLip[j];
-    colShown[j] = gap - close;
+    colShown[j] = Math.min(gap - close, cfg.teeth_ride_max * W); // an open source mouth's interior is drawn over
     full = Math.max(full, colLowerDst[j] - (colUpperDst[j] + colShown[j]));
     floor = Math.max(floor, colLowerDst[j]);
   }

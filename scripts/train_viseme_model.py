@@ -26,7 +26,7 @@ from rich.progress import track
 
 from lipstream.engines.base import Speech
 from lipstream.engines.viseme.acoustic import AcousticConfig, AcousticFrontEnd
-from lipstream.engines.viseme.articulation import CLOSURE, OPEN, WIDTH, frames_from_phonemes
+from lipstream.engines.viseme.articulation import CLOSURE, LABIODENTAL, OPEN, WIDTH, frames_from_phonemes
 from lipstream.engines.viseme.model import DEFAULT_MODEL_PATH, ArticulationModel
 from lipstream.talk.espeak_tts import EspeakTTS
 from lipstream.talk.piper_tts import PiperTTS
@@ -110,8 +110,8 @@ def build(
     return Corpus(np.concatenate(xs), np.concatenate(ys), np.concatenate(us))
 
 
-def fit(train: Corpus, epochs: int, hidden: int, seed: int) -> ArticulationModel:
-    """Train a 2-hidden-layer tanh MLP with Adam on MSE (open, width) + BCE (closure)."""
+def fit(train: Corpus, epochs: int, hidden: int, seed: int, labiodental: bool = False) -> ArticulationModel:
+    """Train a 2-hidden-layer tanh MLP with Adam on MSE (open, width) + BCE (closure[, f/v])."""
     torch.manual_seed(seed)
     mean = train.x.mean(axis=0)
     std = train.x.std(axis=0) + 1e-3
@@ -122,7 +122,7 @@ def fit(train: Corpus, epochs: int, hidden: int, seed: int) -> ArticulationModel
         torch.nn.Tanh(),
         torch.nn.Linear(hidden, hidden),
         torch.nn.Tanh(),
-        torch.nn.Linear(hidden, 3),
+        torch.nn.Linear(hidden, 4 if labiodental else 3),
     )
     opt = torch.optim.Adam(net.parameters(), lr=2e-3, weight_decay=1e-5)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, epochs)
@@ -138,6 +138,10 @@ def fit(train: Corpus, epochs: int, hidden: int, seed: int) -> ArticulationModel
                 + torch.nn.functional.mse_loss(torch.tanh(z[:, WIDTH]), t[:, WIDTH])
                 + torch.nn.functional.binary_cross_entropy_with_logits(z[:, CLOSURE], t[:, CLOSURE]) * 0.5
             )
+            if labiodental:
+                loss = loss + torch.nn.functional.binary_cross_entropy_with_logits(
+                    z[:, LABIODENTAL], t[:, LABIODENTAL]
+                ) * 0.5
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -163,11 +167,17 @@ def evaluate(model: ArticulationModel, corpus: Corpus) -> dict:
     rows = corpus.x.reshape(n, ctx, d)
     pred = np.concatenate([model.predict(rows[i]) for i in range(n)])
     y = corpus.y
-    closed_true = y[:, CLOSURE] > 0.5
-    closed_pred = pred[:, CLOSURE] > 0.5
-    tp = float(np.sum(closed_true & closed_pred))
-    precision = tp / max(float(closed_pred.sum()), 1.0)
-    recall = tp / max(float(closed_true.sum()), 1.0)
+    precision, recall, f1 = _detection(y[:, CLOSURE] > 0.5, pred[:, CLOSURE] > 0.5)
+    extra = {}
+    if pred.shape[1] > LABIODENTAL:
+        fv_true = y[:, LABIODENTAL] > 0.5
+        p_fv, r_fv, f_fv = _detection(fv_true, pred[:, LABIODENTAL] > 0.5)
+        extra = {
+            "labiodental_frames": int(fv_true.sum()),
+            "labiodental_precision": p_fv,
+            "labiodental_recall": r_fv,
+            "labiodental_f1": f_fv,
+        }
     return {
         "frames": int(n),
         "open_pearson": float(np.corrcoef(pred[:, OPEN], y[:, OPEN])[0, 1]),
@@ -175,8 +185,17 @@ def evaluate(model: ArticulationModel, corpus: Corpus) -> dict:
         "width_pearson": float(np.corrcoef(pred[:, WIDTH], y[:, WIDTH])[0, 1]),
         "closure_precision": precision,
         "closure_recall": recall,
-        "closure_f1": 2 * precision * recall / max(precision + recall, 1e-9),
+        "closure_f1": f1,
+        **extra,
     }
+
+
+def _detection(truth: np.ndarray, predicted: np.ndarray) -> tuple[float, float, float]:
+    """Precision, recall and F1 of a per-frame detector."""
+    tp = float(np.sum(truth & predicted))
+    precision = tp / max(float(predicted.sum()), 1.0)
+    recall = tp / max(float(truth.sum()), 1.0)
+    return precision, recall, 2 * precision * recall / max(precision + recall, 1e-9)
 
 
 def main() -> None:
@@ -189,6 +208,9 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--quick", action="store_true", help="tiny run to check the script works")
+    ap.add_argument(
+        "--labiodental", action="store_true", help="a fourth output: the f/v cue"
+    )
     ap.add_argument("-o", "--output", type=Path, default=DEFAULT_MODEL_PATH)
     ap.add_argument("--report", type=Path, default=Path("benchmarks/results/viseme_model_train.json"))
     args = ap.parse_args()
@@ -215,13 +237,14 @@ def main() -> None:
     )
     held_out_piper = [PiperTTS(length_scale=PIPER_TEST_SCALE)]
     test_piper = build(held_out_piper, test_texts, front, args.seed + 2, False, "piper (held-out rate)")
-    model = fit(train, args.epochs, args.hidden, args.seed)
+    model = fit(train, args.epochs, args.hidden, args.seed, args.labiodental)
     summary = {
         "train_frames": int(len(train.y)),
         "train_voices": [*TRAIN_VOICES, *(f"piper@{s}" for s in PIPER_TRAIN_SCALES)],
         "test_voices": [ESPEAK_TEST_VOICE, f"piper@{PIPER_TEST_SCALE}"],
         "epochs": args.epochs,
         "hidden": args.hidden,
+        "outputs": model.outputs,
         "espeak_heldout_voice_and_text": evaluate(model, test_espeak),
         "piper_heldout_rate_and_text": evaluate(model, test_piper),
         "seconds": round(time.perf_counter() - t0, 1),

@@ -71,7 +71,8 @@ class ArticulationExtractor:
         acoustic = self.front_end.frames(pcm, a0 - offset_frames, a1 - a0)
         raw = m.predict(acoustic)  # rows for k0-1 .. k1
         smooth = _SMOOTH[0] * raw[:-2] + _SMOOTH[1] * raw[1:-1] + _SMOOTH[2] * raw[2:]  # rows for k0 .. k1-1
-        # the model gives open, width, closure; the f/v cue (LABIODENTAL) is known from phoneme timings only
+        # the shipped model gives open, width, closure: the f/v cue (LABIODENTAL) then comes from phoneme
+        # timings only (scripts/train_viseme_model.py --labiodental trains a model with that output too)
         smooth = np.pad(smooth.astype(np.float32), ((0, 0), (0, FEATURE_DIM - smooth.shape[1])))
         return self._finish(pcm, smooth, k0, k1, frames_known, offset_frames)
 

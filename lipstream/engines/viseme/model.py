@@ -26,15 +26,21 @@ class ArticulationModel:
     acoustic: AcousticConfig
 
     @property
+    def outputs(self) -> int:
+        """3 (open, width, closure) or 4 (and f/v)."""
+        return int(self.biases[-1].shape[0])
+
+    @property
     def context(self) -> int:
         """Frames in one input window."""
         return self.before + 1 + self.after
 
     def predict(self, acoustic: np.ndarray) -> np.ndarray:
-        """Articulation [n, 3] for acoustic rows [n + before + after, d] (rows already include context)."""
+        """Articulation [n, outputs] for acoustic rows [n + before + after, d] (rows already include context):
+        open, width, closure, and f/v (labiodental) when the model was trained with that head."""
         n = acoustic.shape[0] - self.before - self.after
         if n <= 0:
-            return np.zeros((0, 3), dtype=np.float32)
+            return np.zeros((0, self.outputs), dtype=np.float32)
         # Sliding windows as a strided view; stacking rows k-before..k+after into one input vector.
         win = np.lib.stride_tricks.sliding_window_view(acoustic, self.context, axis=0)  # [n, d, ctx]
         x = win.transpose(0, 2, 1).reshape(n, -1)
@@ -45,7 +51,7 @@ class ArticulationModel:
         out = np.empty_like(z)
         out[:, 0] = 1.0 / (1.0 + np.exp(-z[:, 0]))
         out[:, 1] = np.tanh(z[:, 1])
-        out[:, 2] = 1.0 / (1.0 + np.exp(-z[:, 2]))
+        out[:, 2:] = 1.0 / (1.0 + np.exp(-z[:, 2:]))
         return out.astype(np.float32)
 
     def save(self, path: Path, **metadata: object) -> None:

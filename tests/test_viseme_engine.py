@@ -234,6 +234,42 @@ def test_drawn_mouth_retracks_to_its_opening_and_keeps_the_lower_lip(small_avata
     assert ratio.min() >= 0.75, ratio
 
 
+def test_a_closed_mouth_presenter_gets_drawn_upper_teeth(small_avatar, tmp_path) -> None:
+    """A photo whose lips are closed shows no teeth to reuse: opened, it gets drawn upper incisors (bright,
+    with darker seams between them, not one flat band); on f/v they reach down to the lifted lower lip."""
+    import dataclasses
+
+    import cv2
+
+    from lipstream.avatar.prepare import prepare_avatar
+    from lipstream.engines.viseme.calibration import paste_patch
+    from lipstream.engines.viseme.geometry import MouthGeometry
+    from lipstream.engines.viseme.warp import render_patch
+
+    eng = VisemeEngine(mouth="drawn")
+    closed = eng.render(small_avatar, np.array([[0.0, 0.0, 1.0, 0.0]], np.float32), np.array([0]))[0]
+    photo = tmp_path / "closed.png"
+    cv2.imwrite(str(photo), cv2.cvtColor(paste_patch(small_avatar, 0, closed), cv2.COLOR_RGB2BGR))
+    bundle = prepare_avatar(photo, "closed", avatars_root=tmp_path / "avatars", progress=False)
+    cache = eng._cache(bundle)
+    geo = MouthGeometry.unpack(cache.geometry[0])
+    assert geo.lower[5, 1] - geo.upper[5, 1] < 0.1 * geo.half_width  # the lips really are closed
+    crop, mask = np.asarray(cache.crops[0]), np.asarray(bundle.masks[0])
+    for row, bright in (([0.6, 0.0, 0.0, 0.0], 150), ([0.08, 0.15, 0.0, 1.0], 120)):
+        feature = np.array(row, np.float32)
+        lit = render_patch(crop, mask, geo, feature, eng.warp)
+        # where the teeth are: what changes when they are drawn black
+        dark = render_patch(crop, mask, geo, feature, dataclasses.replace(eng.warp, teeth_rgb=(0, 0, 0)))
+        teeth = np.abs(lit.astype(int) - dark.astype(int)).sum(axis=-1) > 150
+        assert teeth.sum() > 15, (row, teeth.sum())
+        luma = _luma(lit)
+        assert np.median(luma[teeth]) > bright, (row, np.median(luma[teeth]))
+        widest = int(np.argmax(teeth.sum(axis=1)))  # the row crossing most teeth: seams between them
+        along = luma[widest][teeth[widest]]
+        print(row, "teeth px", int(teeth.sum()), "median", float(np.median(luma[teeth])), "range", float(along.max() - along.min()))
+        assert along.max() - along.min() > 20, (row, along)
+
+
 @pytest.fixture(scope="module")
 def talking_avatar(small_avatar, tmp_path_factory):
     """A talking source clip made here (no footage of a person talking exists on these machines): the small

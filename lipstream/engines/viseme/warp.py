@@ -29,7 +29,8 @@ class WarpConfig:
     teeth_ride_max: float = 0.32  # in W: the most of the source's lip gap that rides with the upper lip (its
     # upper teeth); below that, an open source mouth's own interior is drawn over (it showed two mouths)
     edge_px: float = 1.5  # anti-aliased ramp of the inner-lip edges, in crop pixels
-    teeth_rgb: tuple[int, int, int] = (206, 198, 186)  # drawn only where the source shows no teeth
+    teeth_rgb: tuple[int, int, int] = (224, 214, 198)  # drawn only where the source shows no teeth
+    upper_teeth_pitch: float = 0.2  # one drawn upper incisor's width, in W
     cavity_rgb: tuple[int, int, int] = (104, 40, 44)  # the lit front of the mouth walls
     throat_rgb: tuple[int, int, int] = (24, 8, 10)  # deep inside, under the upper teeth and at the corners
     tongue_rgb: tuple[int, int, int] = (134, 62, 66)  # lit top of the tongue; shaded darker at its sides
@@ -169,7 +170,7 @@ def render_patch(
         lip = np.take_along_axis(warped[:, cut], lip_rows[:, cut, None], axis=0).astype(np.float32)
         interior = _shade_interior(
             ys[ra:rb], u[:, cut], top[:, cut], lower_dst[:, cut], span[:, cut], shown[:, cut], lip,
-            w_half, cfg, full=float((lower_dst - top).max()), floor=float(lower_dst.max()),
+            w_half, cfg, full=float((lower_dst - top).max()), floor=float(lower_dst.max()), labio=labio,
         )
         a = alpha[sub]
         warped[sub] = (warped[sub].astype(np.float32) * (1.0 - a) + interior * a + 0.5).astype(np.uint8)
@@ -197,10 +198,12 @@ def _shade_interior(
     cfg: WarpConfig,
     full: float,
     floor: float,
+    labio: float = 0.0,
 ) -> np.ndarray:
     """RGB of the opened mouth: walls lit from the front, dark throat and corners, tongue, the lower lip's
     inner rim, lower teeth. `lip`: [1, cols, 3] the lower lip's colour under each column; `full`: the
-    opening at its tallest (tongue and lower teeth grow with it); `floor`: its lowest row."""
+    opening at its tallest (tongue and lower teeth grow with it); `floor`: its lowest row; `labio`: the f/v
+    cue (the lower lip then hides the lower teeth)."""
     height = bottom - top
     side = np.clip(1.0 - 0.6 * u * u, 0.25, 1.0)  # the corners are in the cheeks' shadow
     # Light enters over the lower lip: the lower part of the opening is lit, under the upper teeth it is dark.
@@ -227,12 +230,12 @@ def _shade_interior(
     if grow > 0.0:
         # Lower incisors stand behind the lower lip's rim, in the upper lip's shadow; only the front ones
         # show, lighter at their tips.
-        lt_height = cfg.lower_teeth_height * w_half * grow
+        lt_height = cfg.lower_teeth_height * w_half * grow * (1.0 - labio)
         lt_top = bottom - cfg.rim_px - lt_height
         lt_cols = np.clip(1.0 - (np.abs(u) / 0.5) ** 4, 0.0, 1.0)
         # One tooth per pitch, the central pair meeting at the midline: rounded tips (a tooth's top drops
         # towards its sides) and a soft dark seam between neighbours; a band of one colour reads as a line.
-        d = np.abs(np.mod(u / cfg.lower_teeth_pitch, 1.0) - 0.5)  # 0 at a tooth's middle, 0.5 at a seam
+        d = _tooth_phase(u, cfg.lower_teeth_pitch)
         tip = lt_top + 0.4 * lt_height * (2.0 * d) ** 4
         lt_cols = lt_cols * (1.0 - 0.3 * np.exp(-(((0.5 - d) / 0.07) ** 2)))
         lt_cover = np.clip((ys - tip) / 1.2, 0.0, 1.0) * lt_cols
@@ -242,8 +245,22 @@ def _shade_interior(
     # The lower lip's inner side, in its own colour and darker, between the opening and the lip's edge.
     rim = (np.exp(-np.maximum(bottom - ys, 0.0) / cfg.rim_px) * np.clip(height / 4.0, 0.0, 1.0))[..., None]
     rgb = rgb * (1.0 - rim) + lip * cfg.rim_shade * rim
-    # Upper teeth drawn only where the source shows none (a closed rest mouth).
-    teeth_h = np.maximum(np.minimum(0.35 * span, 0.18 * w_half) - shown, 0.0)
-    teeth = np.clip(top + teeth_h - ys, 0.0, 1.0) * np.clip(1.0 - (np.abs(u) / 0.75) ** 4, 0.0, 1.0)
+    # Upper teeth drawn only where the source shows none (a closed rest mouth): one per pitch with rounded
+    # biting corners and soft seams, in the upper lip's shadow at the top and darker towards the corners.
+    # on f/v they reach down to the lower lip, which rests against them
+    teeth_h = np.maximum(np.maximum(np.minimum(0.35 * span, 0.18 * w_half), labio * span) - shown, 0.0)
+    d = _tooth_phase(u, cfg.upper_teeth_pitch)
+    edge = top + teeth_h * (1.0 - 0.3 * (2.0 * d) ** 4)
+    teeth = np.clip(edge - ys, 0.0, 1.0) * np.clip(1.0 - (np.abs(u) / 0.75) ** 4, 0.0, 1.0)
+    shade = (
+        (0.7 + 0.3 * side)
+        * (1.0 - 0.3 * np.exp(-(((0.5 - d) / 0.07) ** 2)))
+        * (0.82 + 0.18 * np.clip((ys - top) / np.maximum(teeth_h, 1.0), 0.0, 1.0))
+    )
     teeth = teeth[..., None]
-    return rgb * (1.0 - teeth) + np.array(cfg.teeth_rgb, dtype=np.float32) * teeth
+    return rgb * (1.0 - teeth) + np.array(cfg.teeth_rgb, dtype=np.float32) * shade[..., None] * teeth
+
+
+def _tooth_phase(u: np.ndarray, pitch: float) -> np.ndarray:
+    """0 in the middle of a tooth, 0.5 at the seam between two (the central pair meets at the midline)."""
+    return np.abs(np.mod(u / pitch, 1.0) - 0.5)

@@ -42,6 +42,9 @@ export function interpContour(contour, xs) {
 
 const clip = (v, lo, hi) => (v < lo ? lo : v > hi ? hi : v);
 
+/** _tooth_phase: 0 in the middle of a tooth, 0.5 at the seam between two (central pair at the midline). */
+const toothPhase = (u, pitch) => Math.abs((((u / pitch) % 1.0) + 1.0) % 1.0 - 0.5);
+
 /** cv2.remap INTER_LINEAR + BORDER_REPLICATE of one pixel, in OpenCV's fixed point (1/32 px, 15-bit weights). */
 function remapPixel(src8, size, mx, my, rgb) {
   const X = Math.round(mx * 32);
@@ -189,15 +192,19 @@ export function renderPatch(base32, size, geo, feature, cfg, out32) {
     const tongueCol = clip(lowerDst - tTop, 0, 1);
     const soft = 0.12 * full + 1.5;
     const tSide = 0.55 + 0.45 * Math.sqrt(dome);
-    const ltHeight = cfg.lower_teeth_height * W * grow;
+    const ltHeight = cfg.lower_teeth_height * W * grow * (1.0 - labio); // f/v: the lower lip hides them
     const ltTop = lowerDst - cfg.rim_px - ltHeight;
     // one tooth per pitch, the central pair meeting at the midline: rounded tips, soft seams
-    const d = Math.abs((((u[j] / cfg.lower_teeth_pitch) % 1.0) + 1.0) % 1.0 - 0.5);
+    const d = toothPhase(u[j], cfg.lower_teeth_pitch);
     const tip = ltTop + 0.4 * ltHeight * (2.0 * d) ** 4;
     const ltCols = clip(1.0 - (Math.abs(u[j]) / 0.5) ** 4, 0, 1) * (1.0 - 0.3 * Math.exp(-(((0.5 - d) / 0.07) ** 2)));
     const rimStrength = clip(height / 4.0, 0, 1);
-    const teethH = Math.max(Math.min(0.35 * span, 0.18 * W) - shown, 0.0);
+    const teethH = Math.max(Math.max(Math.min(0.35 * span, 0.18 * W), labio * span) - shown, 0.0);
     const teethCol = clip(1.0 - (Math.abs(u[j]) / 0.75) ** 4, 0, 1);
+    // drawn upper teeth: rounded biting corners, soft seams, darker towards the corners
+    const dUpper = toothPhase(u[j], cfg.upper_teeth_pitch);
+    const teethEdge = top + teethH * (1.0 - 0.3 * (2.0 * dUpper) ** 4);
+    const teethShade = (0.7 + 0.3 * side) * (1.0 - 0.3 * Math.exp(-(((0.5 - dUpper) / 0.07) ** 2)));
     const x = c0 + j;
     let lipRead = false;
     for (let i = 0; i < nr; i++) {
@@ -227,9 +234,10 @@ export function renderPatch(base32, size, geo, feature, cfg, out32) {
         }
         const rim = Math.exp(-Math.max(lowerDst - y, 0.0) / cfg.rim_px) * rimStrength;
         for (let c = 0; c < 3; c++) col[c] = col[c] * (1.0 - rim) + lip[c] * cfg.rim_shade * rim;
-        const teeth = clip(top + teethH - y, 0, 1) * teethCol;
+        const teeth = clip(teethEdge - y, 0, 1) * teethCol;
+        const tShadeY = teethShade * (0.82 + 0.18 * clip((y - top) / Math.max(teethH, 1.0), 0, 1));
         for (let c = 0; c < 3; c++) {
-          const interior = col[c] * (1.0 - teeth) + teethRgb[c] * teeth;
+          const interior = col[c] * (1.0 - teeth) + teethRgb[c] * tShadeY * teeth;
           rgb[c] = Math.trunc(rgb[c] * (1.0 - alpha) + interior * alpha + 0.5);
         }
       }

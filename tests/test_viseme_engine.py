@@ -266,7 +266,7 @@ def test_a_closed_mouth_presenter_gets_drawn_upper_teeth(small_avatar, tmp_path)
         assert np.median(luma[teeth]) > bright, (row, np.median(luma[teeth]))
         widest = int(np.argmax(teeth.sum(axis=1)))  # the row crossing most teeth: seams between them
         along = luma[widest][teeth[widest]]
-        print(row, "teeth px", int(teeth.sum()), "median", float(np.median(luma[teeth])), "range", float(along.max() - along.min()))
+        print(row, "teeth px", int(teeth.sum()), "median", np.median(luma[teeth]), "range", np.ptp(along))
         assert along.max() - along.min() > 20, (row, along)
 
 
@@ -384,6 +384,11 @@ def test_atlas_cross_fades_a_jump_in_look_but_not_a_stay_or_a_new_opening(talkin
     target[0, a], target[1, far] = 0.0, 0.0
     cut = choose_units(atlas, target, join, np.ones(2, bool), None, cfg)
     assert [(c.unit, c.fade_from, c.alpha) for c in cut] == [(a, -1, 1.0), (far, -1, 1.0)]
+    # A jump while a fade is on screen is cut: chained fades kept two mouths on screen for many frames.
+    target = np.full((3, k), 10.0, np.float32)
+    target[0, a], target[1, b], target[2, a] = 0.0, 0.0, 0.0
+    chain = choose_units(atlas, target, join, np.ones(3, bool), None, cfg)
+    assert [(c.unit, c.fade_from) for c in chain] == [(a, -1), (b, a), (a, -1)]
 
 
 def test_atlas_frames_do_not_depend_on_the_batch_split(talking_avatar) -> None:

@@ -297,7 +297,8 @@ def choose_units(
             if 0 < prev.fade_step < config.fade_frames:  # a fade goes on
                 fade_from, step = prev.fade_from, prev.fade_step + 1
         elif (
-            join[prev.unit, unit] > config.fade_above
+            prev.fade_step == 0  # a jump during a fade is cut: chained fades kept two mouths on screen
+            and join[prev.unit, unit] > config.fade_above
             and abs(aperture[unit] - aperture[prev.unit]) <= max_step
         ):
             if config.fade_frames > 0:  # a jump in look: fade in from the mouth shown (or being faded in)

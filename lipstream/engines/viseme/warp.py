@@ -37,7 +37,7 @@ class WarpConfig:
     lower_teeth_rgb: tuple[int, int, int] = (222, 206, 192)  # warm: grey beside red reads teal (4:2:0)
     lower_teeth_height: float = 0.06  # in W over the rim, at full growth; taller ones track as the lower lip
     lower_teeth_pitch: float = 0.16  # one lower incisor's width, in W
-    lower_teeth_shade: float = 1.0  # lower teeth sit in the upper lip's shadow (darker read grey-teal)
+    lower_teeth_shade: float = 1.0  # their brightness at the tips (darker ones read grey-teal beside red)
     rim_px: float = 1.2  # the lower lip's inner, wet side rolls into the opening over this many pixels
     rim_shade: float = 0.5  # ... darker than the lip's outer face, in its own colour
 
@@ -227,7 +227,6 @@ def _shade_interior(
         shade = sheen * (0.55 + 0.45 * np.sqrt(dome))
         tongue = np.array(cfg.tongue_rgb, dtype=np.float32) * shade[..., None]
         rgb = rgb * (1.0 - cover[..., None]) + tongue * cover[..., None]
-    if grow > 0.0:
         # Lower incisors stand behind the lower lip's rim, in the upper lip's shadow; only the front ones
         # show, lighter at their tips.
         lt_height = cfg.lower_teeth_height * w_half * grow * (1.0 - labio)
@@ -247,7 +246,7 @@ def _shade_interior(
     rgb = rgb * (1.0 - rim) + lip * cfg.rim_shade * rim
     # Upper teeth drawn only where the source shows none (a closed rest mouth): one per pitch with rounded
     # biting corners and soft seams, in the upper lip's shadow at the top and darker towards the corners.
-    # on f/v they reach down to the lower lip, which rests against them
+    # On f/v they reach down to the lower lip, which rests against them.
     teeth_h = np.maximum(np.maximum(np.minimum(0.35 * span, 0.18 * w_half), labio * span) - shown, 0.0)
     d = _tooth_phase(u, cfg.upper_teeth_pitch)
     edge = top + teeth_h * (1.0 - 0.3 * (2.0 * d) ** 4)

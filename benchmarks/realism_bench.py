@@ -260,9 +260,9 @@ def pick_frames(classes: dict[str, np.ndarray], opening: np.ndarray) -> dict[str
 
 def _source_rest_aperture(bundle) -> float:
     """Median tracked inner-lip aperture of the avatar's own frames (its rest mouth), in eye widths."""
-    from lipstream.engines.viseme.calibration import aperture_of
+    from lipstream.avatar.face_measures import lip_aperture
 
-    return float(np.median([aperture_of(np.asarray(bundle.landmarks[i])) for i in range(bundle.frame_count)]))
+    return float(np.median([lip_aperture(np.asarray(landmarks)) for landmarks in bundle.landmarks]))
 
 
 def measure_video(mp4: Path, features: np.ndarray, ids: np.ndarray, bundle, z, keep: set[int]) -> dict:

@@ -7,14 +7,9 @@ import json
 import numpy as np
 import pytest
 
+from lipstream.avatar.face_measures import INNER_LIP_PAIRS, lip_aperture
 from lipstream.cli import main
-from lipstream.evaluation.lipsync import (
-    INNER_LIP_PAIRS,
-    ClosedRule,
-    aperture_from_landmarks,
-    closed_threshold,
-    lagged_correlations,
-)
+from lipstream.evaluation.lipsync import ClosedRule, closed_threshold, lagged_correlations
 
 
 def test_lag_search_finds_a_known_delay() -> None:
@@ -32,12 +27,12 @@ def test_aperture_is_scale_free_and_grows_with_the_lip_gap() -> None:
     face[33], face[263] = (50.0, 80.0), (150.0, 80.0)  # eye corners 100 px apart
     for upper, lower in INNER_LIP_PAIRS:
         face[upper], face[lower] = (100.0, 150.0), (100.0, 160.0)  # 10 px inner-lip gap
-    assert aperture_from_landmarks(face) == pytest.approx(0.1)
-    assert aperture_from_landmarks(face * 3.0 + 40.0) == pytest.approx(0.1)  # size and position free
+    assert lip_aperture(face) == pytest.approx(0.1)
+    assert lip_aperture(face * 3.0 + 40.0) == pytest.approx(0.1)  # size and position free
     wider = face.copy()
     for _, lower in INNER_LIP_PAIRS:
         wider[lower, 1] += 10.0
-    assert aperture_from_landmarks(wider) == pytest.approx(0.2)
+    assert lip_aperture(wider) == pytest.approx(0.2)
 
 
 def test_closed_baseline_ignores_brief_closures() -> None:

@@ -211,8 +211,9 @@ def test_drawn_mouth_is_shaded_not_a_flat_fill(small_avatar) -> None:
 
 def test_drawn_mouth_retracks_to_its_opening_and_keeps_the_lower_lip(small_avatar) -> None:
     """The face tracker, run on the output, reads the opening asked for and a lower lip as thick as filmed."""
+    from lipstream.avatar.face_measures import lip_aperture
     from lipstream.avatar.tracking import FaceTracker
-    from lipstream.engines.viseme.calibration import aperture_of, paste_patch
+    from lipstream.engines.viseme.calibration import paste_patch
     from lipstream.evaluation.mouth_realism import lower_lip_thickness
 
     eng = VisemeEngine(mouth="drawn")
@@ -225,7 +226,7 @@ def test_drawn_mouth_retracks_to_its_opening_and_keeps_the_lower_lip(small_avata
             tracker.reset()
             landmarks = tracker.track(paste_patch(small_avatar, 0, patch))
             assert landmarks is not None
-            tracked.append(aperture_of(landmarks))
+            tracked.append(lip_aperture(landmarks))
             lips.append(lower_lip_thickness(landmarks))
     r = float(np.corrcoef(commands, tracked)[0, 1])
     ratio = np.asarray(lips) / lips[0]
@@ -291,8 +292,8 @@ def talking_avatar(small_avatar, tmp_path_factory):
 
 
 def test_atlas_chooses_the_mouths_that_were_filmed(talking_avatar) -> None:
+    from lipstream.avatar.face_measures import lip_aperture
     from lipstream.engines.viseme.atlas import APERTURE, choose_units, target_costs
-    from lipstream.engines.viseme.calibration import aperture_of
 
     bundle, features = talking_avatar
     eng = VisemeEngine()
@@ -302,7 +303,7 @@ def test_atlas_chooses_the_mouths_that_were_filmed(talking_avatar) -> None:
     cache = eng._cache(bundle)
     assert cache.use_atlas and "atlas" in eng.mouth_source(bundle)
     n = min(len(features), bundle.frame_count)
-    filmed = np.array([aperture_of(bundle.crop_landmarks(i)) for i in range(n)])
+    filmed = np.array([lip_aperture(bundle.crop_landmarks(i)) for i in range(n)])
     cost = target_costs(cache.atlas, features[:n], eng.atlas_config)
     choices = choose_units(cache.atlas, cost, cache.join, features[:n].any(axis=1), None, eng.atlas_config)
     units = np.array([c.unit for c in choices])

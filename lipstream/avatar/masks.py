@@ -7,9 +7,10 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
+from lipstream.avatar.face_measures import MOUTH_CORNERS
+
 # FaceMesh indices (478-point topology).
 NOSTRIL_BASE = (2, 94, 19, 97, 326, 98, 327, 64, 294, 240, 460, 99, 328, 60, 290, 75, 305, 79, 309, 20, 250)
-MOUTH_CORNERS = (61, 291)
 LIPS = (
     61, 146, 91, 181, 84, 17, 314, 405, 321, 375, 291, 409, 270, 269, 267, 0, 37, 39, 40, 185,
 )

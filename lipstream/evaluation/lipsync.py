@@ -10,14 +10,12 @@ import numpy as np
 
 from lipstream.audio.decode import load_audio
 from lipstream.audio.levels import SilenceDetector, frame_rms
+from lipstream.avatar.face_measures import lip_aperture
 from lipstream.avatar.progress import frame_progress
 from lipstream.avatar.tracking import FaceTracker
 from lipstream.avatar.video_source import iter_frames, probe_video
 from lipstream.errors import FaceNotFoundError, MediaError
 
-# MediaPipe face-mesh pairs across the inner lips (upper, lower), and the outer eye corners for scale.
-INNER_LIP_PAIRS = ((82, 87), (13, 14), (312, 317))
-EYE_CORNERS = (33, 263)
 MAX_LAG = 5  # frames searched either side (±200 ms)
 ENVELOPE_FLOOR_DBFS = -60.0  # envelope clipped here: quieter than this is all "silence" to the eye
 MIN_FRAMES = 10
@@ -62,13 +60,6 @@ class LipsyncReport:
         return asdict(self)
 
 
-def aperture_from_landmarks(landmarks: np.ndarray) -> float:
-    """Inner-lip opening of one face, in eye-corner distances (scale-free)."""
-    gaps = [np.linalg.norm(landmarks[a] - landmarks[b]) for a, b in INNER_LIP_PAIRS]
-    scale = float(np.linalg.norm(landmarks[EYE_CORNERS[0]] - landmarks[EYE_CORNERS[1]]))
-    return float(np.mean(gaps) / max(scale, 1e-6))
-
-
 def video_apertures(video: Path, progress: bool = True, tracker: FaceTracker | None = None) -> np.ndarray:
     """Aperture per 25 fps frame of `video`; NaN where no face was found."""
     info = probe_video(video)
@@ -80,7 +71,7 @@ def video_apertures(video: Path, progress: bool = True, tracker: FaceTracker | N
             for index, frame in iter_frames(info):
                 landmarks = tracker.track(frame)
                 if landmarks is not None:
-                    out[index] = aperture_from_landmarks(landmarks)
+                    out[index] = lip_aperture(landmarks)
                 advance()
     finally:
         if own:

@@ -8,19 +8,11 @@ from dataclasses import dataclass, field
 import cv2
 import numpy as np
 
+from lipstream.avatar.face_measures import INNER_LIP_RING, MOUTH_CORNERS, eye_width
 from lipstream.avatar.tracking import FaceTracker
 
-# MediaPipe face-mesh ring of the inner lip edge (corner, upper inner edge, corner, lower inner edge).
-INNER_LIP_RING = (78, 191, 80, 81, 82, 13, 312, 311, 310, 415, 308, 324, 318, 402, 317, 14, 87, 178, 88, 95)
 LOWER_LIP_INNER, LOWER_LIP_OUTER = 14, 17
-MOUTH_CORNERS = (61, 291)
-EYE_CORNERS = (33, 263)
 _LUMA = np.array([0.299, 0.587, 0.114], dtype=np.float32)
-
-
-def eye_width(landmarks: np.ndarray) -> float:
-    """Outer eye-corner distance: the scale every mouth measure here is divided by."""
-    return max(float(np.linalg.norm(landmarks[EYE_CORNERS[0]] - landmarks[EYE_CORNERS[1]])), 1e-6)
 
 
 def lower_lip_thickness(landmarks: np.ndarray) -> float:

@@ -19,17 +19,14 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from lipstream.avatar.face_measures import INNER_LIP_RING, MOUTH_CORNERS, eye_width, lip_aperture
 from lipstream.engines.viseme.articulation import CLOSURE, LABIODENTAL, OPEN, WIDTH
-from lipstream.engines.viseme.calibration import aperture_of
 
 ATLAS_FILE = "atlas.npz"
 ATLAS_VERSION = 1
 # Stable face-mesh points for the similarity fit: outer/inner eye corners, nose bridge, tip and base.
 STABLE = (33, 263, 133, 362, 168, 6, 197, 195, 5, 4, 1, 2)
-_EYES = (33, 263)
-_CORNERS = (61, 291)
 _UPPER_OUTER, _UPPER_INNER, _LOWER_INNER, _LOWER_OUTER = 0, 13, 14, 17
-_INNER_LIP = (78, 191, 80, 81, 82, 13, 312, 311, 310, 415, 308, 324, 318, 402, 317, 14, 87, 178, 88, 95)
 # Descriptor columns (all in eye-corner distances, so they compare across frames and head sizes).
 APERTURE, MOUTH_WIDTH, UPPER_LIP, LOWER_LIP, TEETH = range(5)
 DESCRIPTOR_NAMES = ("aperture", "width", "upper_lip", "lower_lip", "teeth")
@@ -100,19 +97,19 @@ class AtlasQuality:
 
 def describe(landmarks: np.ndarray, crop: np.ndarray) -> np.ndarray:
     """Shape descriptor of one frame's mouth from its crop-space landmarks (and the crop, for teeth)."""
-    eye = float(np.linalg.norm(landmarks[_EYES[0]] - landmarks[_EYES[1]])) or 1.0
+    eye = eye_width(landmarks)
     d = np.zeros(len(DESCRIPTOR_NAMES), dtype=np.float32)
-    d[APERTURE] = aperture_of(landmarks)
-    d[MOUTH_WIDTH] = np.linalg.norm(landmarks[_CORNERS[0]] - landmarks[_CORNERS[1]]) / eye
+    d[APERTURE] = lip_aperture(landmarks)
+    d[MOUTH_WIDTH] = np.linalg.norm(landmarks[MOUTH_CORNERS[0]] - landmarks[MOUTH_CORNERS[1]]) / eye
     d[UPPER_LIP] = np.linalg.norm(landmarks[_UPPER_OUTER] - landmarks[_UPPER_INNER]) / eye
     d[LOWER_LIP] = np.linalg.norm(landmarks[_LOWER_INNER] - landmarks[_LOWER_OUTER]) / eye
     # Teeth: share of the inner-lip area brighter than the skin beside the mouth.
-    poly = np.rint(landmarks[list(_INNER_LIP)]).astype(np.int32)
+    poly = np.rint(landmarks[list(INNER_LIP_RING)]).astype(np.int32)
     inner = np.zeros(crop.shape[:2], np.uint8)
     cv2.fillPoly(inner, [poly], 1)
     grey = cv2.cvtColor(crop, cv2.COLOR_RGB2GRAY)
     if inner.sum() >= 4:
-        cx, cy = landmarks[_CORNERS[1]].astype(int)
+        cx, cy = landmarks[MOUTH_CORNERS[1]].astype(int)
         skin = grey[max(cy - 3, 0) : cy + 4, min(cx + 4, grey.shape[1] - 1) : cx + 12]
         level = float(skin.mean()) if skin.size else 160.0
         d[TEETH] = float((grey[inner > 0] > level).mean())
@@ -162,7 +159,7 @@ def build_atlas(
             ok[i] = False
             continue
         # The mouth must lie inside the crop (a face cut by the frame edge stays out of the atlas).
-        lips = crop_landmarks[i][list(_INNER_LIP) + [_LOWER_OUTER, *_CORNERS]]
+        lips = crop_landmarks[i][list(INNER_LIP_RING) + [_LOWER_OUTER, *MOUTH_CORNERS]]
         if lips.min() < 1 or lips.max() > size - 2:
             ok[i] = False
             continue

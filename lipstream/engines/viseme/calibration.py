@@ -16,12 +16,9 @@ import cv2
 import numpy as np
 
 from lipstream.avatar.bundle import AvatarBundle
+from lipstream.avatar.face_measures import lip_aperture
 
 LEVELS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.45, 0.6, 0.8, 1.0)
-# MediaPipe face-mesh pairs across the inner lips (upper, lower), and the outer eye corners for scale;
-# the same measure as `lipstream eval lipsync`, so the calibration targets what is evaluated.
-_INNER_LIP_PAIRS = ((82, 87), (13, 14), (312, 317))
-_EYE_CORNERS = (33, 263)
 
 
 @dataclass(frozen=True)
@@ -58,13 +55,6 @@ class OpeningCurve:
         return np.interp(target, mono, self.levels).astype(np.float32)
 
 
-def aperture_of(landmarks: np.ndarray) -> float:
-    """Inner-lip opening in eye-corner distances."""
-    gaps = [np.linalg.norm(landmarks[a] - landmarks[b]) for a, b in _INNER_LIP_PAIRS]
-    scale = float(np.linalg.norm(landmarks[_EYE_CORNERS[0]] - landmarks[_EYE_CORNERS[1]]))
-    return float(np.mean(gaps) / max(scale, 1e-6))
-
-
 def paste_patch(bundle: AvatarBundle, frame_index: int, patch: np.ndarray) -> np.ndarray:
     """The frame with a crop-space patch blended into its face box through the mouth mask."""
     frame = np.array(bundle.frames[frame_index], copy=True)
@@ -95,7 +85,8 @@ def measure_opening_curve(
                 tracker.reset()
                 landmarks = tracker.track(paste_patch(bundle, int(fid), render_open(level, int(fid))))
                 if landmarks is not None:
-                    values.append(aperture_of(landmarks))
+                    # the same measure as `lipstream eval lipsync`: the calibration targets what is evaluated
+                    values.append(lip_aperture(landmarks))
             if not values:
                 return OpeningCurve.identity()
             measured[i] = float(np.median(values))

@@ -6,10 +6,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lipstream.avatar.face_measures import MOUTH_CORNERS
+
 # MediaPipe face-mesh indices, left corner to right corner.
 UPPER_INNER = (78, 191, 80, 81, 82, 13, 312, 311, 310, 415, 308)
 LOWER_INNER = (78, 95, 88, 178, 87, 14, 317, 402, 318, 324, 308)
-OUTER_CORNERS = (61, 291)
 UPPER_OUTER_MID = 0
 LOWER_OUTER_MID = 17
 CHIN = 152
@@ -64,7 +65,7 @@ def measure(crop_landmarks: np.ndarray, nose_row: float) -> MouthGeometry:
     lower = crop_landmarks[list(LOWER_INNER)].astype(np.float32)
     # The lower contour may cross above the upper one by a pixel on a closed mouth; never negative gap.
     lower[:, 1] = np.maximum(lower[:, 1], upper[:, 1])
-    left, right = crop_landmarks[OUTER_CORNERS[0]], crop_landmarks[OUTER_CORNERS[1]]
+    left, right = crop_landmarks[MOUTH_CORNERS[0]], crop_landmarks[MOUTH_CORNERS[1]]
     half_width = float(max(np.hypot(*(right - left)) / 2.0, 4.0))
     lip_y = float((upper[:, 1].mean() + lower[:, 1].mean()) / 2.0)
     return MouthGeometry(

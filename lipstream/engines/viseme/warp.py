@@ -236,7 +236,7 @@ def _shade_interior(
         # towards its sides) and a soft dark seam between neighbours; a band of one colour reads as a line.
         d = _tooth_phase(u, cfg.lower_teeth_pitch)
         tip = lt_top + 0.4 * lt_height * (2.0 * d) ** 4
-        lt_cols = lt_cols * (1.0 - 0.3 * np.exp(-(((0.5 - d) / 0.07) ** 2)))
+        lt_cols = lt_cols * _seam_shade(d)
         lt_cover = np.clip((ys - tip) / 1.2, 0.0, 1.0) * lt_cols
         shade = cfg.lower_teeth_shade * (1.0 - 0.25 * np.clip((ys - lt_top) / (lt_height + cfg.rim_px), 0, 1))
         lt_rgb = np.array(cfg.lower_teeth_rgb, dtype=np.float32) * shade[..., None]
@@ -253,7 +253,7 @@ def _shade_interior(
     teeth = np.clip(edge - ys, 0.0, 1.0) * np.clip(1.0 - (np.abs(u) / 0.75) ** 4, 0.0, 1.0)
     shade = (
         (0.7 + 0.3 * side)
-        * (1.0 - 0.3 * np.exp(-(((0.5 - d) / 0.07) ** 2)))
+        * _seam_shade(d)
         * (0.82 + 0.18 * np.clip((ys - top) / np.maximum(teeth_h, 1.0), 0.0, 1.0))
     )
     teeth = teeth[..., None]
@@ -263,3 +263,8 @@ def _shade_interior(
 def _tooth_phase(u: np.ndarray, pitch: float) -> np.ndarray:
     """0 in the middle of a tooth, 0.5 at the seam between two (the central pair meets at the midline)."""
     return np.abs(np.mod(u / pitch, 1.0) - 0.5)
+
+
+def _seam_shade(phase: np.ndarray) -> np.ndarray:
+    """Brightness across a tooth row: 1 on a tooth, a soft dark seam between two (phase from _tooth_phase)."""
+    return 1.0 - 0.3 * np.exp(-(((0.5 - phase) / 0.07) ** 2))

@@ -45,6 +45,9 @@ const clip = (v, lo, hi) => (v < lo ? lo : v > hi ? hi : v);
 /** _tooth_phase: 0 in the middle of a tooth, 0.5 at the seam between two (central pair at the midline). */
 const toothPhase = (u, pitch) => Math.abs((((u / pitch) % 1.0) + 1.0) % 1.0 - 0.5);
 
+/** _seam_shade: brightness across a tooth row, 1 on a tooth and a soft dark seam between two. */
+const seamShade = (phase) => 1.0 - 0.3 * Math.exp(-(((0.5 - phase) / 0.07) ** 2));
+
 /** cv2.remap INTER_LINEAR + BORDER_REPLICATE of one pixel, in OpenCV's fixed point (1/32 px, 15-bit weights). */
 function remapPixel(src8, size, mx, my, rgb) {
   const X = Math.round(mx * 32);
@@ -197,14 +200,14 @@ export function renderPatch(base32, size, geo, feature, cfg, out32) {
     // one tooth per pitch, the central pair meeting at the midline: rounded tips, soft seams
     const d = toothPhase(u[j], cfg.lower_teeth_pitch);
     const tip = ltTop + 0.4 * ltHeight * (2.0 * d) ** 4;
-    const ltCols = clip(1.0 - (Math.abs(u[j]) / 0.5) ** 4, 0, 1) * (1.0 - 0.3 * Math.exp(-(((0.5 - d) / 0.07) ** 2)));
+    const ltCols = clip(1.0 - (Math.abs(u[j]) / 0.5) ** 4, 0, 1) * seamShade(d);
     const rimStrength = clip(height / 4.0, 0, 1);
     const teethH = Math.max(Math.max(Math.min(0.35 * span, 0.18 * W), labio * span) - shown, 0.0);
     const teethCol = clip(1.0 - (Math.abs(u[j]) / 0.75) ** 4, 0, 1);
     // drawn upper teeth: rounded biting corners, soft seams, darker towards the corners
     const dUpper = toothPhase(u[j], cfg.upper_teeth_pitch);
     const teethEdge = top + teethH * (1.0 - 0.3 * (2.0 * dUpper) ** 4);
-    const teethShade = (0.7 + 0.3 * side) * (1.0 - 0.3 * Math.exp(-(((0.5 - dUpper) / 0.07) ** 2)));
+    const teethShade = (0.7 + 0.3 * side) * seamShade(dUpper);
     const x = c0 + j;
     let lipRead = false;
     for (let i = 0; i < nr; i++) {

@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 from bench_common import cpu_model  # noqa: E402
-from test_server_harness import ServerProcess  # noqa: E402
+from test_server_harness import ServerProcess, close_code_when_dropped  # noqa: E402
 
 from lipstream.server.protocol import Flags, Kind, decode_media  # noqa: E402
 
@@ -220,12 +220,7 @@ async def failover(server: Server, avatar: str, width: int) -> dict:
     await ws.recv()
     killed = time.perf_counter()
     os.kill(pid, signal.SIGKILL)
-    code = None
-    try:
-        while True:
-            await asyncio.wait_for(ws.recv(), 30)
-    except websockets.ConnectionClosed as exc:
-        code = exc.rcvd.code if exc.rcvd is not None else 1006
+    code = await close_code_when_dropped(ws, 30)
     closed_ms = (time.perf_counter() - killed) * 1000.0
     ws2, ready2 = await hello(server.ws, avatar, width)
     try:

@@ -133,12 +133,7 @@ def test_a_killed_replica_ends_its_session_and_new_sessions_still_work(ray_serve
         await victim_ws.recv()  # frames flow
         killed_at = time.monotonic()
         os.kill(pids[victim], signal.SIGKILL)
-        code = None
-        try:
-            while True:
-                await asyncio.wait_for(victim_ws.recv(), 30)
-        except websockets.ConnectionClosed as closed:
-            code = closed.rcvd.code if closed.rcvd is not None else 1006
+        code = await harness.close_code_when_dropped(victim_ws, 30)
         ended_after = time.monotonic() - killed_at
         # new sessions work at once (the other replica), then again once Serve has replaced the dead one
         fresh = await open_on(ray_server.ws, 2)
@@ -194,11 +189,7 @@ def test_zz_stops_cleanly(ray_server: ServerProcess) -> None:
         ws, ready = await open_session(ray_server.ws, "small")
         assert ready["type"] == "ready"
         ray_server.proc.send_signal(signal.SIGTERM)
-        try:
-            while True:
-                await asyncio.wait_for(ws.recv(), 60)
-        except websockets.ConnectionClosed as closed:
-            return closed.rcvd.code if closed.rcvd is not None else 1006
+        return await harness.close_code_when_dropped(ws, 60)
 
     # the proxy goes down with the application, so a live session sees its connection drop (1006); 1001
     # (a replica removed while the proxy stays) is what a scale-down sends: either way the player reconnects

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -14,9 +15,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import websockets
 
 REPO = Path(__file__).resolve().parent.parent
 URL_LINE = re.compile(r"serving at (http://[\d.]+:(\d+))")
+
+
+async def close_code_when_dropped(ws, timeout: float = 30.0) -> int:
+    """Read whatever the server sends until it drops the socket; its close code (1006: none came).
+    Raises TimeoutError when the socket stays silent and open for `timeout` seconds."""
+    try:
+        while True:
+            await asyncio.wait_for(ws.recv(), timeout)
+    except websockets.ConnectionClosed as closed:
+        return closed.rcvd.code if closed.rcvd is not None else 1006
 
 
 def copy_avatar(src: Path, root: Path, name: str) -> Path:

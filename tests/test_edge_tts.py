@@ -143,12 +143,7 @@ def test_missing_voice_file_is_named_on_the_page(voiced_export: Path, tmp_path: 
     broken = tmp_path / "broken"
     shutil.copytree(voiced_export, broken)
     (broken / "data" / "tts" / "voice.onnx").unlink()
-    server = StaticServer(broken)
-    try:
-        result = run_browser_script("edge_tts.mjs", {"url": server.url, "scenario": "unavailable"}, 90)
-    finally:
-        server.stop()
-    state = result["state"]
+    state = _text_controls_of(broken)
     assert "data/tts/voice.onnx: is missing (HTTP 404)" in state["error"] and state["textDisabled"]
 
 
@@ -158,15 +153,19 @@ def test_static_page_without_voice_says_why(small_avatar, tmp_path: Path) -> Non
         main(["export", "web", "small", "-o", str(out), "--avatars-dir", str(Path(small_avatar.path).parent)])
         == 0
     )
-    server = StaticServer(out)
-    try:
-        result = run_browser_script("edge_tts.mjs", {"url": server.url, "scenario": "unavailable"}, 90)
-    finally:
-        server.stop()
-    state = result["state"]
+    state = _text_controls_of(out)
     assert (
         state["textDisabled"] and "carries no voice" in state["textnote"] and "/api/tts" in state["textnote"]
     )
+
+
+def _text_controls_of(export: Path) -> dict:
+    """The page's text controls (error, note, disabled) when `export`, served statically, cannot speak."""
+    server = StaticServer(export)
+    try:
+        return run_browser_script("edge_tts.mjs", {"url": server.url, "scenario": "unavailable"}, 90)["state"]
+    finally:
+        server.stop()
 
 
 def _post(url: str, body: bytes, token: str | None = "t", ctype: str = "application/json"):

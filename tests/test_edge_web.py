@@ -8,7 +8,6 @@ import re
 import shutil
 import subprocess
 import sys
-import wave
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import numpy as np
 import pytest
 from test_server_harness import ServerProcess, run_browser_script
 
+from lipstream.audio.encode import wav_bytes
 from lipstream.cli import main
 
 SPEECH_TEXT = "Maybe the weather will be warmer on Thursday, said Bob."
@@ -45,13 +45,8 @@ class StaticServer:
 
 def write_wav(path: Path, pcm: np.ndarray) -> np.ndarray:
     """16 kHz mono 16-bit WAV; returns the float PCM exactly as a decoder reads it back (int16 / 32768)."""
-    ints = (np.clip(pcm, -1.0, 1.0) * 32767).astype("<i2")
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(16000)
-        w.writeframes(ints.tobytes())
-    return ints.astype(np.float32) / 32768.0
+    path.write_bytes(wav_bytes(pcm))
+    return (np.clip(pcm, -1.0, 1.0) * 32767).astype("<i2").astype(np.float32) / 32768.0
 
 
 @pytest.fixture(scope="module")

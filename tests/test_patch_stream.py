@@ -7,7 +7,6 @@ import asyncio
 import base64
 import json
 import struct
-import wave
 from pathlib import Path
 
 import av
@@ -17,6 +16,7 @@ import test_server_harness as harness
 import websockets
 from test_server_harness import ServerProcess, run_browser_script
 
+from lipstream.audio.encode import wav_bytes
 from lipstream.server.protocol import Flags, Kind, decode_media
 
 avatars_root = harness.avatars_root  # shared fixtures
@@ -43,11 +43,7 @@ def speech_wav(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     speech = create_tts("espeak").synthesize(SPEECH_TEXT)
     path = tmp_path_factory.mktemp("patch_audio") / "speech.wav"
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(16000)
-        w.writeframes((np.clip(speech.pcm, -1, 1) * 32767).astype("<i2").tobytes())
+    path.write_bytes(wav_bytes(speech.pcm))
     return path
 
 

@@ -3,31 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import io
-import wave
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from lipstream.audio.encode import wav_bytes
+from lipstream.audio.timeline import SAMPLE_RATE
 from lipstream.errors import LipstreamError
 from lipstream.talk.text import check_text
 
 MAX_BODY_BYTES = 64 * 1024  # a JSON body with max_text_chars of text fits many times over
-SAMPLE_RATE = 16000
-
-
-def wav_bytes(pcm: np.ndarray, rate: int = SAMPLE_RATE) -> bytes:
-    """Mono float PCM in [-1, 1] as a 16-bit WAV file."""
-    out = io.BytesIO()
-    with wave.open(out, "wb") as wav:
-        wav.setnchannels(1)
-        wav.setsampwidth(2)
-        wav.setframerate(rate)
-        wav.writeframes((np.clip(pcm, -1.0, 1.0) * 32767.0).astype("<i2").tobytes())
-    return out.getvalue()
 
 
 def _error(status: int, code: str, message: str) -> JSONResponse:

@@ -8,8 +8,6 @@ from lipstream.avatar.bundle import CROP_SIZE, AvatarBundle
 
 MACROBLOCK = 16  # H.264 codes 16×16 blocks: a rectangle on their grid wastes no padded pixels
 
-__all__ = ["CROP_SIZE", "patch_rect"]
-
 
 def patch_rect(bundle: AvatarBundle) -> tuple[int, int, int, int]:
     """x0, y0, x1, y1 in crop space (CROP_SIZE²) covering the mouth mask of every source frame, widened to

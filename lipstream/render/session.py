@@ -33,14 +33,14 @@ from pydantic import BaseModel, Field
 from lipstream.audio.decode import StreamResampler, to_float32, to_int16
 from lipstream.audio.levels import SilenceDetector, frame_rms
 from lipstream.audio.timeline import FPS, SAMPLE_RATE, SAMPLES_PER_FRAME
-from lipstream.avatar.bundle import AvatarBundle
+from lipstream.avatar.bundle import CROP_SIZE, AvatarBundle
 from lipstream.engines.base import Engine, FeatureStream, Speech
 from lipstream.errors import LipstreamError, QueueFullError
 from lipstream.render.accel import AccelConfig, PatchScheduler, load_codebook, resolve_accel
 from lipstream.render.base_frames import SharedBaseFrames, stream_size
 from lipstream.render.compositor import Compositor
 from lipstream.render.frames import AvatarFrame
-from lipstream.render.patch_stream import CROP_SIZE, patch_rect
+from lipstream.render.patch_stream import patch_rect
 from lipstream.render.timing import RenderObserver, StageTimer
 from lipstream.render.workers import WorkerPools
 

@@ -15,7 +15,7 @@ from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from lipstream.audio.decode import decode_upload
 from lipstream.audio.timeline import SAMPLE_RATE
-from lipstream.avatar.bundle import AvatarBundle, list_avatars, load_avatar
+from lipstream.avatar.bundle import CROP_SIZE, AvatarBundle, list_avatars, load_avatar
 from lipstream.errors import LipstreamError, QueueFullError
 from lipstream.server.auth import extract_token, token_ok
 from lipstream.server.config import ServerConfig
@@ -56,7 +56,7 @@ def patch_description(session: Any, bundle: AvatarBundle) -> dict[str, Any]:
     base = f"/edge/{bundle.name}/"
     return {
         "codec": session.codec_string, "width": x1 - x0, "height": y1 - y0, "rect": [x0, y0, x1, y1],
-        "crop_size": 256, "loop_frames": len(bundle.idle_loop),
+        "crop_size": CROP_SIZE, "loop_frames": len(bundle.idle_loop),
         "base_url": base, "manifest": f"{base}export.json",
     }  # fmt: skip
 

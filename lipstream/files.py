@@ -1,4 +1,4 @@
-"""Writing folders and reading files safely: a folder appears whole or not at all, file digests."""
+"""Writing files and folders safely: each appears whole or not at all; file digests."""
 
 from __future__ import annotations
 
@@ -9,6 +9,22 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
+
+
+@contextmanager
+def atomic_file(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
+    """An open temp file beside `path`; on success it replaces `path`, on failure it is removed, so a
+    reader never sees half a file."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode) as handle:
+            yield handle
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 @contextmanager

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -14,7 +13,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from lipstream.errors import AvatarError
-from lipstream.files import atomic_folder
+from lipstream.files import atomic_file, atomic_folder
 from lipstream.paths import avatars_dir
 
 FORMAT_VERSION = 1
@@ -111,11 +110,9 @@ class AvatarBundle:
 
 def write_manifest(folder: Path, manifest: Manifest) -> None:
     """Write manifest.json atomically (temp file, then rename)."""
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".manifest.", suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
+    with atomic_file(folder / MANIFEST, "w") as fh:
         json.dump(manifest.model_dump(), fh, indent=2)
         fh.write("\n")
-    os.replace(tmp, folder / MANIFEST)
 
 
 @contextmanager

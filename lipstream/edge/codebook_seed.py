@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from lipstream.files import atomic_file
 from lipstream.render.codebook import SimHashCodebook
 
 
@@ -35,9 +36,8 @@ def write_codebook_seed(book: SimHashCodebook, path: str | os.PathLike, relative
             np.ascontiguousarray(patches, np.uint8).tobytes(),
         ]
     )
-    tmp = target.with_name(f".{target.name}.part")
-    tmp.write_bytes(blob)
-    os.replace(tmp, target)
+    with atomic_file(target) as fh:
+        fh.write(blob)
     return {
         "file": target.relative_to(relative_to).as_posix(),
         "dim": book.dim,

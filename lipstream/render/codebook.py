@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from lipstream.errors import AvatarError
+from lipstream.files import atomic_file
 
 FORMAT_VERSION = 1
 
@@ -133,9 +134,8 @@ class SimHashCodebook:
     def save(self, path: str | os.PathLike) -> Path:
         """Write the codebook to an .npz (atomically: temporary file, then rename)."""
         target = Path(path)
-        tmp = target.with_name(f".{target.name}.part")
         patches = self.patches[: self.size] if self.patches is not None else np.zeros((0, 1, 1, 3), np.uint8)
-        with open(tmp, "wb") as handle:
+        with atomic_file(target) as handle:
             np.savez(
                 handle,
                 version=np.int64(FORMAT_VERSION),
@@ -153,7 +153,6 @@ class SimHashCodebook:
                 last_used=self.last_used[: self.size],
                 counters=np.array([self.hits, self.misses, self.evictions, self._tick], np.int64),
             )
-        os.replace(tmp, target)
         return target
 
     @classmethod

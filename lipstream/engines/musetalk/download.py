@@ -21,6 +21,7 @@ from lipstream.engines.musetalk.layout import (
     WHISPER_REPO,
 )
 from lipstream.errors import ModelError
+from lipstream.files import atomic_file
 
 
 @dataclass(frozen=True)
@@ -97,9 +98,8 @@ def download(items: list[DownloadItem], models_dir: Path, say: Callable[[str], N
         sha = meta.etag if meta.etag and len(meta.etag) == 64 else None  # LFS etags are the sha256
         record["files"][rel] = {"size": size, "sha256": sha, "repo": item.repo_id}
         root.mkdir(parents=True, exist_ok=True)
-        tmp = record_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(record, indent=2) + "\n")
-        os.replace(tmp, record_path)
+        with atomic_file(record_path, "w") as fh:
+            fh.write(json.dumps(record, indent=2) + "\n")
     total = sum(f["size"] for f in record["files"].values())
     say(f"done: {len(items)} files, {human_size(total)} in {root}")
     return record

@@ -10,9 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,6 +18,7 @@ import torch
 from lipstream.avatar.bundle import AvatarBundle
 from lipstream.engines.musetalk.generator import PATCH_SIZE
 from lipstream.errors import AvatarError
+from lipstream.files import atomic_file
 
 log = logging.getLogger(__name__)
 
@@ -139,14 +137,8 @@ def prepare_latents(
     latents = np.concatenate(chunks)
     folder = bundle.engine_dir(ENGINE)
     folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".latents.", suffix=".npy")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.save(fh, latents)
-        os.replace(tmp, folder / LATENTS_FILE)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(folder / LATENTS_FILE) as fh:
+        np.save(fh, latents)
     bundle.update_engine_entry(
         ENGINE,
         {

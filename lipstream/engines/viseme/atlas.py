@@ -11,8 +11,6 @@ The choice is causal, frame by frame, so how the frames are split into batches n
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +19,7 @@ import numpy as np
 
 from lipstream.avatar.face_measures import INNER_LIP_RING, MOUTH_CORNERS, eye_width, lip_aperture
 from lipstream.engines.viseme.articulation import CLOSURE, LABIODENTAL, OPEN, WIDTH
+from lipstream.files import atomic_file
 
 ATLAS_FILE = "atlas.npz"
 ATLAS_VERSION = 1
@@ -379,8 +378,7 @@ def place_patch(
 
 def save_atlas(path: Path, atlas: MouthAtlas) -> int:
     """Write the atlas atomically (compressed); returns its size in bytes."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "wb") as fh:
+    with atomic_file(path) as fh:
         np.savez_compressed(
             fh,
             version=ATLAS_VERSION,
@@ -392,7 +390,6 @@ def save_atlas(path: Path, atlas: MouthAtlas) -> int:
             origin=atlas.origin,
             counts=np.array([atlas.frames_used, atlas.frames_total]),
         )
-    os.replace(tmp, path)
     return path.stat().st_size
 
 

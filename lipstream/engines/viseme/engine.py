@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +39,7 @@ from lipstream.engines.viseme.geometry import GEOMETRY_DIM, MouthGeometry, measu
 from lipstream.engines.viseme.model import load_model
 from lipstream.engines.viseme.warp import WarpConfig, render_patch
 from lipstream.errors import AvatarError
+from lipstream.files import atomic_file
 
 CROPS_FILE = "crops.npy"  # N×256×256×3 uint8: each frame's box resized to crop space
 GEOMETRY_FILE = "geometry.npy"  # N×GEOMETRY_DIM float32: packed MouthGeometry rows
@@ -149,10 +149,8 @@ class VisemeEngine:
         for stale in folder.glob("codebook*.npz"):
             stale.unlink()
         for name, array in ((CROPS_FILE, crops), (GEOMETRY_FILE, geometry), (OPENING_FILE, opening.pack())):
-            fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
-            with os.fdopen(fd, "wb") as fh:
+            with atomic_file(folder / name) as fh:
                 np.save(fh, array)
-            os.replace(tmp, folder / name)
         bundle.update_engine_entry(
             self.name,
             {

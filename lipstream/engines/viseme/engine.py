@@ -248,7 +248,8 @@ class VisemeEngine:
         """Aperture the tracker reads at each warp opening, on a few of this avatar's frames."""
 
         def render_open(level: float, fid: int) -> np.ndarray:
-            row = np.array([level, 0.0, 0.0], dtype=np.float32)
+            row = np.zeros(FEATURE_DIM, dtype=np.float32)
+            row[OPEN] = level
             geo = MouthGeometry.unpack(geometry[fid])
             return render_patch(np.asarray(crops[fid]), np.asarray(bundle.masks[fid]), geo, row, self.warp)
 

@@ -51,7 +51,7 @@ def _interp_contour(contour: np.ndarray, xs: np.ndarray) -> np.ndarray:
 def render_patch(
     crop: np.ndarray, mask: np.ndarray, geo: MouthGeometry, feature: np.ndarray, cfg: WarpConfig
 ) -> np.ndarray:
-    """One 256² RGB patch for one articulation row; an all-zero row returns the crop unchanged.
+    """One 256² RGB patch for one articulation row (all FEATURE_NAMES); a zero row returns the crop unchanged.
 
     Displacements are scaled by the frame's mouth mask, so the warp fades out exactly where the
     compositor's blend does and no seam appears at the mask edge.
@@ -59,7 +59,7 @@ def render_patch(
     opening = float(feature[OPEN]) * (1.0 - float(np.clip(feature[CLOSURE], 0.0, 1.0)))
     width = float(feature[WIDTH])
     closure = float(np.clip(feature[CLOSURE], 0.0, 1.0))
-    labio = float(np.clip(feature[LABIODENTAL], 0.0, 1.0)) if len(feature) > LABIODENTAL else 0.0
+    labio = float(np.clip(feature[LABIODENTAL], 0.0, 1.0))
     if opening <= 1e-4 and abs(width) <= 1e-4 and closure <= 1e-4 and labio <= 1e-4:
         return crop.copy()
     size = crop.shape[0]

@@ -66,7 +66,7 @@ function remapPixel(src8, size, mx, my, rgb) {
 
 /**
  * render_patch: write the patch for one articulation row into out32 (Uint32Array size²).
- * base32: the frame's packed crop + mask; geo: unpackGeometry(row); feature: [open, width, closure];
+ * base32: the frame's packed crop + mask; geo: unpackGeometry(row); feature: [open, width, closure, labiodental];
  * cfg: WarpConfig as in engine.json. Returns false when the row is at rest (out32 is then the base).
  */
 export function renderPatch(base32, size, geo, feature, cfg, out32) {
@@ -74,7 +74,7 @@ export function renderPatch(base32, size, geo, feature, cfg, out32) {
   const closure = clip(feature[2], 0, 1);
   const opening = feature[0] * (1.0 - closure);
   const width = feature[1];
-  const labio = feature.length > 3 ? clip(feature[3], 0, 1) : 0.0; // f/v: from phoneme timings only
+  const labio = clip(feature[3], 0, 1); // f/v: from phoneme timings only
   if (opening <= 1e-4 && Math.abs(width) <= 1e-4 && closure <= 1e-4 && labio <= 1e-4) return false;
   const src8 = new Uint8Array(base32.buffer, base32.byteOffset, base32.byteLength);
   const W = geo.halfWidth;

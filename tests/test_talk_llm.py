@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -161,12 +163,15 @@ def test_cancellation_stops_the_stream_at_the_server() -> None:
 
 @pytest.fixture(scope="session")
 def embedded():
-    """The embedded SmolLM2 model, loaded once for the whole test session."""
+    """The embedded SmolLM2 model in its supervised process, started once for the whole test session.
+
+    A crash of llama.cpp ends that process and fails these tests with the model's error, not the run."""
     from lipstream.talk.llm_embedded import EmbeddedChatModel
 
     model = EmbeddedChatModel(threads=1)
     model.warm_up()
-    return model
+    yield model
+    asyncio.run(model.aclose())
 
 
 def test_embedded_model_answers_in_english(embedded) -> None:
@@ -203,3 +208,44 @@ def test_embedded_model_cancellation_stops_generation(embedded) -> None:
         assert len(got) < 50
 
     asyncio.run(main())
+
+
+def test_embedded_model_runs_in_a_keyed_local_process(embedded) -> None:
+    import httpx
+
+    endpoint = embedded.process.wait_ready(30)
+    assert endpoint is not None and endpoint.pid != os.getpid() and endpoint.url.startswith("http://127.0.0.1:")
+    assert httpx.get(endpoint.url + "/health", timeout=5).status_code == 401  # no key: refused
+    wrong = {"Authorization": "Bearer " + "x" * 43}
+    assert httpx.get(endpoint.url + "/health", headers=wrong, timeout=5).status_code == 401
+    right = {"Authorization": f"Bearer {endpoint.key}"}
+    health = httpx.get(endpoint.url + "/health", headers=right, timeout=5).json()
+    assert health["pid"] == endpoint.pid
+    bad = httpx.post(endpoint.url + "/v1/chat/completions", headers=right, json={"messages": []}, timeout=5)
+    assert bad.status_code == 400 and "bad request" in bad.json()["error"]["message"]
+
+
+def test_embedded_model_crash_mid_answer_is_an_llm_error_and_the_next_turn_is_answered(embedded) -> None:
+    """SIGSEGV in the model process while it answers: the turn fails with a message naming the crash, the
+    caller's process lives on, and a new model process answers the next turn within seconds."""
+    restarts_before = embedded.status().restarts
+    long_question = QUESTION[:1] + [ChatMessage("user", "Tell me a very long story about a dragon.")]
+
+    async def crash_then_ask() -> tuple[list[str], float]:
+        got: list[str] = []
+        with pytest.raises(LLMError) as failed:
+            async for delta in embedded.stream(long_question, max_tokens=400):
+                got.append(delta)
+                if len(got) == 3:
+                    os.kill(embedded.status().pid, signal.SIGSEGV)
+        assert "died mid-answer (killed by SIGSEGV)" in str(failed.value)
+        crashed = time.perf_counter()
+        reply = await _collect(embedded, QUESTION, max_tokens=8)
+        assert reply
+        return got, time.perf_counter() - crashed
+
+    got, recovery_seconds = asyncio.run(crash_then_ask())
+    assert 3 <= len(got) < 50
+    assert recovery_seconds < 10  # restart (0.25 s backoff) + load + warm-up; the goal is 5 s (benchmark)
+    status = embedded.status()
+    assert status.restarts == restarts_before + 1 and status.last_exit == "killed by SIGSEGV"

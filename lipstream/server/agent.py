@@ -77,8 +77,13 @@ class AgentServices:
             session, self.stt, self.llm, emit, cfg, vad=vad, echo=echo, partial_stt=self.partial_stt
         )
 
+    def model_status(self) -> dict[str, Any] | None:
+        """The embedded language model process's state and restarts (None for an HTTP endpoint)."""
+        status = getattr(self.llm, "status", None)
+        return status().as_dict() if callable(status) else None
+
     async def aclose(self) -> None:
-        """Close the language model's connections."""
+        """Close the language model's connections (and stop the embedded model's process)."""
         close = getattr(self.llm, "aclose", None)
         if close is not None:
             await close()
@@ -112,10 +117,11 @@ def load_agent(config: AgentConfig) -> AgentServices:
     else:
         from lipstream.talk.llm_embedded import EmbeddedChatModel
 
-        llm = EmbeddedChatModel()
-        warm = getattr(llm, "warm_up", None)
-        if warm is not None:
-            warm()
+        llm = EmbeddedChatModel()  # its own process, started now, loading while Whisper loads here
+        try:
+            llm.warm_up()
+        except LipstreamError as exc:  # the server still serves; each turn says the model is unavailable
+            log.error("%s; conversations will answer that the language model is unavailable", exc)
     services = AgentServices(
         config=config, stt=stt, llm=llm, vad_model=SileroModel(), partial_stt=partial_stt
     )

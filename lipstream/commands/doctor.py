@@ -1,0 +1,140 @@
+"""`lipstream doctor`: runs the checks (lipstream.commands.doctor_checks), each native one in a child
+process, and prints one line each with a fix."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from lipstream.commands.doctor_checks import Check, default_checks
+from lipstream.native_logs import quiet_native_logs
+from lipstream.talk.model_process import describe_exit
+
+CHECK_TIMEOUT_SECONDS = 180.0
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One line of the report."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str
+    required: bool
+    seconds: float
+
+    def line(self) -> str:
+        """`✓ name: detail` or `✗ name: detail → fix`."""
+        if self.ok:
+            return f"✓ {self.name}: {self.detail}"
+        optional = "" if self.required else " (optional)"
+        return f"✗ {self.name}{optional}: {self.detail} → {self.fix}"
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:400] or type(exc).__name__
+
+
+def run_in_process(check: Check) -> tuple[bool, str]:
+    """Run a check here; (ok, detail)."""
+    try:
+        return True, check.run()
+    except Exception as exc:  # the check's failure is the report's content
+        return False, _one_line(exc)
+
+
+def run_isolated(check: Check, timeout: float = CHECK_TIMEOUT_SECONDS) -> tuple[bool, str]:
+    """Run a check in a child process: a crash or a hang there is a failed line, not a dead doctor."""
+    target = f"{check.run.__module__}:{check.run.__qualname__}"
+    # the child imports what we import, from where we import it
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    argv = [sys.executable, "-m", "lipstream.commands.doctor", target]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return False, f"no answer within {timeout:.0f} s"
+    lines = done.stdout.strip().splitlines()
+    if done.returncode == 0 and lines:
+        try:
+            result = json.loads(lines[-1])
+            return bool(result["ok"]), str(result["detail"])
+        except (ValueError, KeyError, TypeError):
+            pass
+    return False, f"crashed ({describe_exit(done.returncode, done.stderr.splitlines())})"
+
+
+def run_checks(checks: Sequence[Check], on_result=None) -> list[CheckResult]:
+    """Run every check in order; `on_result(result)` as each one finishes."""
+    results = []
+    for check in checks:
+        started = time.perf_counter()
+        ok, detail = run_isolated(check) if check.isolated else run_in_process(check)
+        result = CheckResult(check.name, ok, detail, check.fix, check.required, time.perf_counter() - started)
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+    return results
+
+
+def report_exit_code(results: Sequence[CheckResult]) -> int:
+    """0 when every required check passed, 1 otherwise."""
+    return 0 if all(r.ok for r in results if r.required) else 1
+
+
+def doctor(as_json: bool = False, checks: Sequence[Check] | None = None) -> int:
+    """Run the checks, print one line each (or JSON), return the exit code."""
+    checks = default_checks() if checks is None else checks
+
+    def show(result: CheckResult) -> None:
+        if not as_json:
+            print(result.line(), flush=True)
+
+    results = run_checks(checks, show)
+    code = report_exit_code(results)
+    if as_json:
+        print(json.dumps({"ok": code == 0, "checks": [asdict(r) for r in results]}, indent=2))
+    elif code:
+        print("lipstream doctor: a component the default paths need does not work (✗ above)", flush=True)
+    else:
+        print("lipstream doctor: everything the default paths need works", flush=True)
+    return code
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add `doctor`."""
+    doctor = subparsers.add_parser(
+        "doctor", help="check every component the default paths need, one line each, with a fix"
+    )
+    doctor.add_argument("--json", action="store_true", help="print the results as JSON")
+    doctor.set_defaults(func=run_doctor)
+
+
+def run_doctor(args: argparse.Namespace) -> int:
+    """Run the checks; exit 0 when everything required works, 1 otherwise."""
+    return doctor(as_json=args.json)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m lipstream.commands.doctor MODULE:FUNCTION`: run one check here, print one JSON line."""
+    target = (argv if argv is not None else sys.argv[1:])[0]
+    module, _, name = target.partition(":")
+    run = getattr(importlib.import_module(module), name)
+    with quiet_native_logs():
+        try:
+            ok, detail = True, run()
+        except Exception as exc:  # the check's failure is the report's content
+            ok, detail = False, _one_line(exc)
+    print(json.dumps({"ok": ok, "detail": detail}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

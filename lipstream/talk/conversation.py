@@ -103,6 +103,8 @@ class _Prepared:
     feeder: asyncio.Task | None = None
     first_token_at: float | None = None
     transcript_at: float | None = None  # when the transcript was ready (often before the turn is decided)
+    error: LLMError | None = None  # the model failed while writing this answer
+    error_reported: bool = False  # ... and the client was told (an `error` event)
 
     def cancel(self) -> None:
         """Drop it (the user went on, or the answer was interrupted)."""
@@ -391,6 +393,7 @@ class Conversation:
         self.history.append(ChatMessage("user", text))
         self._answer = prepared
         self._reply_task = asyncio.create_task(self._reply(turn, prepared), name=f"reply-{turn}")
+        await self._report_llm_error(prepared)  # it failed while the turn was not yet decided
 
     def _prepare(self, sample: int) -> None:
         """At a pause the turn may be over: start preparing its answer now (kept if the pause is the end)."""
@@ -429,6 +432,17 @@ class Conversation:
             prepared.deltas.put_nowait(_END)
         except LLMError as exc:
             prepared.deltas.put_nowait(exc)
+            prepared.error = exc
+            if self._answer is prepared:  # the client hears of it now, not after what was written is played
+                await self._report_llm_error(prepared)
+
+    async def _report_llm_error(self, prepared: _Prepared) -> None:
+        """Send the model's failure on this answer as an `error` event, once."""
+        if prepared.error is None or prepared.error_reported:
+            return
+        prepared.error_reported = True
+        log.warning("language model failed: %s", prepared.error)
+        await self.emit({"type": "error", "code": "llm", "message": str(prepared.error), "fatal": False})
 
     def _partial_covering(self, end_sample: int) -> asyncio.Task | None:
         """A partial decode of this turn whose audio already holds all of it (it was started in the silence
@@ -507,8 +521,8 @@ class Conversation:
             if times.llm_first_token is None and prepared.first_token_at is not None:
                 times.llm_first_token = prepared.first_token_at
             if isinstance(item, LLMError):
-                log.warning("language model failed: %s", item)
-                await self.emit({"type": "error", "code": "llm", "message": str(item), "fatal": False})
+                prepared.error = item
+                await self._report_llm_error(prepared)
                 if not said_any and self.config.apology:
                     yield self.config.apology  # not kept in the history: the model did not say it
                 return

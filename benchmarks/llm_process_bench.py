@@ -157,6 +157,7 @@ def start_server(avatars_dir: Path, pythonpath: str | None = None) -> tuple[subp
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
+    avatars_dir = avatars_dir.resolve()  # the older checkout runs in its own folder
     proc = subprocess.Popen([sys.executable, "-m", "lipstream", "serve", "--port", "0", "--avatars-dir",
                              str(avatars_dir), "--agent"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             text=True, env=env, cwd=pythonpath or REPO)  # fmt: skip

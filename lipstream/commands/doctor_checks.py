@@ -181,21 +181,25 @@ def check_language_model() -> str:
     from lipstream.talk.llm import ChatMessage
     from lipstream.talk.llm_embedded import EmbeddedChatModel
 
-    async def ask() -> tuple[str, float, float, int]:
+    async def ask() -> tuple[str, float, list[float]]:
         model = EmbeddedChatModel(restart=None)
         try:
             start_seconds = await asyncio.to_thread(model.warm_up)
-            started = time.perf_counter()
-            deltas = [d async for d in model.stream([ChatMessage("user", "Say hello in five words.")], 24)]
-            return "".join(deltas), start_seconds, time.perf_counter() - started, len(deltas)
+            text, times = "", [time.perf_counter()]
+            async for delta in model.stream([ChatMessage("user", "Say hello in five words.")], 32):
+                text += delta
+                times.append(time.perf_counter())
+            return text, start_seconds, times
         finally:
             await model.aclose()
 
-    text, start_seconds, seconds, tokens = asyncio.run(ask())
-    if not text.strip():
-        raise RuntimeError("the model answered nothing")
-    return (f"{EmbeddedChatModel.name} answered {text.strip()[:40]!r}: {tokens / seconds:.0f} tokens/s, "
-            f"started in {start_seconds:.1f} s")  # fmt: skip
+    text, start_seconds, times = asyncio.run(ask())
+    if not text.strip() or len(times) < 3:
+        raise RuntimeError(f"the model answered nothing useful ({text!r})")
+    rate = (len(times) - 2) / (times[-1] - times[1])  # tokens after the first, per second
+    first_ms = (times[1] - times[0]) * 1000
+    return (f"{EmbeddedChatModel.name} answered {text.strip()[:40]!r}: first token {first_ms:.0f} ms, "
+            f"{rate:.0f} tokens/s; process started in {start_seconds:.1f} s")  # fmt: skip
 
 
 def check_face_mesh() -> str:

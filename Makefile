@@ -13,7 +13,7 @@ export LIPSTREAM_HOME ?= $(CURDIR)/out/home
 DEMO_OUT := $(CURDIR)/out/demo
 APT_PACKAGES := espeak-ng ffmpeg chromium
 # llama.cpp, the embedded language model's runtime, is compiled from llama-cpp-python's source package. Never
-# for the build machine's CPU (issue 19: llama.cpp's default GGML_NATIVE=ON build crashed with SIGSEGV on an
+# for the build machine's CPU (issue 19: llama.cpp's default build, tuned to the build machine's own CPU, crashed with SIGSEGV on an
 # AVX-512/AMX Xeon): a fixed x86-64-v3 baseline (AVX2, FMA, F16C, BMI2), nothing newer, so one build runs on
 # every x86-64 CPU from AVX2 up and a venv moved between such CPUs keeps working (docs/operations.md). The wheel
 # is built once (never from pip's cache, which may hold a native build of the same version) into a folder of
@@ -47,7 +47,7 @@ system-deps:
 
 # the portable llama.cpp wheel (see LLAMA_CMAKE_ARGS); ≈ 4–10 min of compile on 2 cores, once
 $(LLAMA_WHEELS)/.built:
-	@echo "building llama-cpp-python $(LLAMA_CPP_VERSION) for any x86-64-v3 CPU (not -march=native); a few minutes, once"
+	@echo "building llama-cpp-python $(LLAMA_CPP_VERSION) for any x86-64-v3 CPU (not tuned to this one); a few minutes, once"
 	rm -rf $(LLAMA_WHEELS) && mkdir -p $(LLAMA_WHEELS)
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" FORCE_CMAKE=1 $(PY) -m pip wheel -q --no-cache-dir --no-deps \
 	  --no-binary llama-cpp-python -w $(LLAMA_WHEELS) llama-cpp-python==$(LLAMA_CPP_VERSION)

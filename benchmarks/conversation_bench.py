@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_common import cpu_model, open_or_build_avatar
+from bench_common import child_pids, cpu_model, open_or_build_avatar, rss_mib, start_server
 
 from lipstream.server.client import ClientError
 from lipstream.server.converse import ConverseReport, run_converse
@@ -102,19 +102,11 @@ def start_fake_llm() -> tuple[subprocess.Popen, str]:
     raise RuntimeError("the fake LLM server did not start")
 
 
-def start_server(avatars_dir: Path, extra: list[str]) -> tuple[subprocess.Popen, str, float]:
+def start_agent_server(avatars_dir: Path, extra: list[str]) -> tuple[subprocess.Popen, str, float]:
     """`lipstream serve --agent ...` on a free port; the process, its ws URL and seconds until it listened."""
-    started = time.perf_counter()
-    cmd = [sys.executable, "-m", "lipstream", "serve", "--port", "0", "--avatars-dir", str(avatars_dir),
-           "--agent", "--max-reply-tokens", str(MAX_REPLY_TOKENS), *extra]  # fmt: skip
-    log = tempfile.TemporaryFile("w+")
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=log, text=True)
-    for line in proc.stdout:  # type: ignore[union-attr]
-        match = re.search(r"http://([\d.]+:\d+)", line)
-        if match:
-            return proc, f"ws://{match.group(1)}/ws", time.perf_counter() - started
-    log.seek(0)
-    raise RuntimeError("server did not start:\n" + log.read()[-3000:])
+    args = ["--avatars-dir", str(avatars_dir), "--agent", "--max-reply-tokens", str(MAX_REPLY_TOKENS), *extra]
+    proc, http, seconds = start_server(args, cwd=REPO)
+    return proc, http.replace("http://", "ws://", 1) + "/ws", seconds
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -164,16 +156,6 @@ class RssSampler:
     def close(self) -> None:
         """Stop sampling."""
         self._stop.set()
-
-
-def children_rss_mib(pid: int) -> float:
-    """Resident memory of a process's direct children (the model process of `serve --agent`), MiB."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        for child in (task / "children").read_text().split():
-            status = Path(f"/proc/{child}/status").read_text()
-            total += int(re.search(r"VmRSS:\s+(\d+)", status).group(1))
-    return round(total / 1024, 1)
 
 
 # ----- questions ------------------------------------------------------------------------------------------
@@ -288,14 +270,14 @@ def run_mode(mode: str, args: argparse.Namespace, questions: list[dict[str, Any]
         llm_proc, llm_url = start_fake_llm()
         extra = ["--llm-url", llm_url]
     load_start = os.getloadavg()
-    server, url, startup = start_server(args.avatars_dir, extra)
+    server, url, startup = start_agent_server(args.avatars_dir, extra)
     rss = RssSampler(server.pid)
     try:
         time.sleep(2.0)  # settle after loading
         rss.reset()
         time.sleep(1.0)
         idle = rss.peak_mib()
-        idle_children = children_rss_mib(server.pid)  # the embedded model's own process (issue 19)
+        idle_children = round(sum(rss_mib(c) for c in child_pids(server.pid)), 1)  # the model process
         hwm_start = rss.hwm_mib()
         rss.reset()
         rows = []

@@ -7,7 +7,7 @@
 1. **tokens/s**: SmolLM2-135M on llama.cpp, the same prompt and greedy-ish sampling, in alternating rounds:
    the portable build (this venv) in-process, the same through the model process over HTTP (what the
    conversation uses), and, with --native-python, an interpreter whose llama-cpp-python was built with
-   llama.cpp's default GGML_NATIVE=ON on this machine.
+   llama.cpp's default settings, tuned to this machine's CPU (for comparison only, in a throwaway venv).
 2. **crash -> next answer**: SIGSEGV to the model process while it answers, then time until the next
    question's first token (restart backoff + load + warm-up + first token), `--crashes` times.
 3. **live**: with --avatars-dir, a real `lipstream serve --agent` and a session streaming speech beside it;
@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_common import cpu_model
+from bench_common import child_pids, cpu_model, rss_mib, start_server
 
 from lipstream.talk.llm import ChatMessage
 from lipstream.talk.llm_llama import bundled_gguf_path
@@ -43,7 +42,6 @@ RESULTS = REPO / "benchmarks" / "results"
 PROMPT = "Tell me a long story about a lighthouse keeper and a storm."
 MAX_TOKENS = 128
 PLAYER_BUFFER_SECONDS = 0.15  # the page's jitter buffer
-URL_LINE = re.compile(r"serving at (http://[\d.]+:(\d+))")
 
 IN_PROCESS = """
 import json, sys, threading, time
@@ -153,47 +151,21 @@ def measure_recovery(args: argparse.Namespace) -> dict[str, Any]:
 # ----- live: a real server, a streaming session beside the crashes ----------------------------------------
 
 
-def start_server(avatars_dir: Path, pythonpath: str | None = None) -> tuple[subprocess.Popen, str]:
-    """`lipstream serve --agent --port 0`; the process and its base URL."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    if pythonpath:
-        env["PYTHONPATH"] = pythonpath
-    avatars_dir = avatars_dir.resolve()  # the older checkout runs in its own folder
-    proc = subprocess.Popen([sys.executable, "-m", "lipstream", "serve", "--port", "0", "--avatars-dir",
-                             str(avatars_dir), "--agent"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            text=True, env=env, cwd=pythonpath or REPO)  # fmt: skip
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()  # type: ignore[union-attr]
-        match = URL_LINE.search(line or "")
-        if match:
-            return proc, match.group(1)
-        if not line and proc.poll() is not None:
-            break
-    raise RuntimeError("the server did not start")
-
-
-def rss_mib(pid: int) -> float:
-    """VmRSS of one process, MiB."""
-    status = Path(f"/proc/{pid}/status").read_text()
-    return int(re.search(r"VmRSS:\s+(\d+)", status).group(1)) / 1024
-
-
-def children(pid: int) -> list[int]:
-    """Direct child pids."""
-    out: list[int] = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        out += [int(c) for c in (task / "children").read_text().split()]
-    return out
+def start_agent_server(avatars_dir: Path, tree: str | None = None) -> tuple[subprocess.Popen, str]:
+    """`lipstream serve --agent` on these avatars, from this checkout or an older `tree`; process, its URL."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **({"PYTHONPATH": tree} if tree else {})}
+    proc, url, _seconds = start_server(["--avatars-dir", str(avatars_dir.resolve()), "--agent"],
+                                       cwd=Path(tree) if tree else REPO, env=env)  # fmt: skip
+    return proc, url
 
 
 def idle_memory(avatars_dir: Path, pythonpath: str | None = None) -> dict[str, float]:
     """The agent server's idle memory: its own RSS and its children's (the model process)."""
-    proc, _url = start_server(avatars_dir, pythonpath)
+    proc, _url = start_agent_server(avatars_dir, pythonpath)
     try:
         time.sleep(3.0)
         own = rss_mib(proc.pid)
-        kids = sum(rss_mib(c) for c in children(proc.pid))
+        kids = sum(rss_mib(c) for c in child_pids(proc.pid))
         return {"server_mib": round(own, 1), "model_process_mib": round(kids, 1),
                 "total_mib": round(own + kids, 1)}  # fmt: skip
     finally:
@@ -324,7 +296,7 @@ def main() -> int:
         result["speed"] = measure_speed(args)
         result["recovery"] = measure_recovery(args)
     if args.avatars_dir is not None:
-        proc, url = start_server(args.avatars_dir)
+        proc, url = start_agent_server(args.avatars_dir)
         try:
             result["live"] = asyncio.run(live_crashes(url, args.avatar, args.crashes))
         finally:

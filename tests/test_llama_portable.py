@@ -1,5 +1,5 @@
 """Issue 19: the installed llama.cpp runs on every x86-64 CPU the project's machines have (AVX2 up to
-AVX-512/AMX): built for the x86-64-v3 baseline, never for the build machine (-march=native)."""
+AVX-512/AMX): built for the x86-64-v3 baseline, never tuned to the build machine's own CPU."""
 
 from __future__ import annotations
 

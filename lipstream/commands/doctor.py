@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from lipstream.commands.doctor_checks import Check, default_checks
@@ -39,16 +39,12 @@ class CheckResult:
         return f"✗ {self.name}{optional}: {self.detail} → {self.fix}"
 
 
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:400] or type(exc).__name__
-
-
-def run_in_process(check: Check) -> tuple[bool, str]:
-    """Run a check here; (ok, detail)."""
+def run_in_process(run: Callable[[], str]) -> tuple[bool, str]:
+    """Run a check's function here; (ok, detail)."""
     try:
-        return True, check.run()
+        return True, run()
     except Exception as exc:  # the check's failure is the report's content
-        return False, _one_line(exc)
+        return False, " ".join(str(exc).split())[:400] or type(exc).__name__
 
 
 def run_isolated(check: Check, timeout: float = CHECK_TIMEOUT_SECONDS) -> tuple[bool, str]:
@@ -76,7 +72,7 @@ def run_checks(checks: Sequence[Check], on_result=None) -> list[CheckResult]:
     results = []
     for check in checks:
         started = time.perf_counter()
-        ok, detail = run_isolated(check) if check.isolated else run_in_process(check)
+        ok, detail = run_isolated(check) if check.isolated else run_in_process(check.run)
         result = CheckResult(check.name, ok, detail, check.fix, check.required, time.perf_counter() - started)
         results.append(result)
         if on_result is not None:
@@ -128,10 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     module, _, name = target.partition(":")
     run = getattr(importlib.import_module(module), name)
     with quiet_native_logs():
-        try:
-            ok, detail = True, run()
-        except Exception as exc:  # the check's failure is the report's content
-            ok, detail = False, _one_line(exc)
+        ok, detail = run_in_process(run)
     print(json.dumps({"ok": ok, "detail": detail}), flush=True)
     return 0
 

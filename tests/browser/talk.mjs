@@ -48,11 +48,16 @@ async function openPage(initScript) {
       const rec = { text: d.text, turn: d.turn, position: d.position_samples, clock: p.clockPts(), at: performance.now(),
         captionShown: document.querySelector('#caption').textContent === d.text, speakingLater: false, shownPtsLater: null };
       window.__probe.captions.push(rec);
-      // A caption is in sync when the speech frames around its position are what the screen shows (looked at
-      // 80 ms later, and again at 160 ms: on a loaded 2-core box one frame may come a little late).
-      const look = () => { rec.speakingLater = rec.speakingLater || p.speaking; rec.shownPtsLater = p.lastShownPts; };
-      setTimeout(look, 80);
-      setTimeout(look, 160);
+      // A caption is in sync when the speech frames around its position are what the screen shows: looked at
+      // every 40 ms for 400 ms (a voice's lead-in is quiet, and on a loaded 2-core box a frame may come late).
+      const shownAt = performance.now();
+      const look = () => {
+        if (p.speaking && !rec.speakingLater) rec.speakingAfterMs = Math.round(performance.now() - shownAt);
+        rec.speakingLater = rec.speakingLater || p.speaking;
+        rec.shownPtsLater = p.lastShownPts;
+        if (!rec.speakingLater && performance.now() - shownAt < 400) setTimeout(look, 40);
+      };
+      setTimeout(look, 40);
     });
   });
   return page;

@@ -328,7 +328,7 @@ def test_engine_matches_python_onnxruntime(server, site, tiny_onnx, speech, back
     speech = speech[:SHORT_SAMPLES] if clip == "short" else speech
     engine = {"backend": backend, "dtype": dtype, "codebook": False}
     if backend == "webgpu":
-        # SwiftShader (the only WebGPU here) runs the tiny VAE decoder for minutes and the UNet for 2-3 minutes
+        # SwiftShader (the only WebGPU here) runs the tiny VAE decoder for minutes, the UNet for 2-3 minutes
         # a batch on a loaded 2-core box: Whisper on WebGPU (its states feed every patch compared below);
         # LIPSTREAM_TEST_WEBGPU_UNET=1 puts the UNet there too, for a machine with a real GPU adapter.
         engine["graphBackends"] = {"vae_decoder": "wasm"}

@@ -44,12 +44,11 @@ def _sigterm_unwinds() -> Iterator[None]:
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser; each room registers its own subcommands."""
     from lipstream.avatar import cli as avatar_cli
-    from lipstream.commands import avatar_engines
+    from lipstream.commands import avatar_engines, render_cli
     from lipstream.commands import doctor as doctor_cli
     from lipstream.edge import cli as edge_cli
     from lipstream.engines.musetalk import cli as models_cli
     from lipstream.evaluation import cli as eval_cli
-    from lipstream.render import cli as render_cli
     from lipstream.server import cli as server_cli
 
     parser = argparse.ArgumentParser(prog="lipstream", description="Real-time lip-sync avatars.")

@@ -31,7 +31,7 @@ SPEECH_TEXT = "Patch mode sends only the mouth, and the browser puts it on the f
 def base_loop_built(avatars_root: Path) -> None:
     """The small avatar's base loop, built as the server builds it (a server without it answers a patch
     request with whole frames while it builds: test_the_first_patch_request_gets_whole_frames_while...)."""
-    from lipstream.edge.serve import EdgeExports
+    from lipstream.server.edge_routes import EdgeExports
 
     EdgeExports(avatars_root).folder("small")
 
@@ -311,7 +311,7 @@ def test_the_first_patch_request_gets_whole_frames_while_the_base_loop_builds(
     import time
 
     from lipstream.avatar.bundle import load_avatar
-    from lipstream.edge.serve import EdgeExports
+    from lipstream.server.edge_routes import EdgeExports
 
     root = tmp_path / "avatars"
     shutil.copytree(avatars_root / "small", root / "small", ignore=shutil.ignore_patterns("edge-*"))

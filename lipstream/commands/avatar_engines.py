@@ -6,7 +6,7 @@ import argparse
 
 from lipstream.avatar.bundle import AvatarBundle
 from lipstream.avatar.cli import add_avatars_dir, prepare_from_args
-from lipstream.render.cli import add_engine_arguments, engine_options
+from lipstream.engines.cli_options import add_engine_arguments, engine_options
 
 
 def register(avatar_commands: argparse._SubParsersAction) -> None:

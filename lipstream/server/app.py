@@ -14,13 +14,13 @@ from fastapi.staticfiles import StaticFiles
 
 from lipstream import __version__
 from lipstream.avatar.bundle import AvatarBundle, list_avatars, load_avatar
-from lipstream.edge.serve import EdgeExports, add_edge_routes
 from lipstream.errors import LipstreamError
 from lipstream.render.base_frames import SharedBaseFrames
 from lipstream.render.workers import WorkerPools
 from lipstream.server.auth import extract_token, token_ok
 from lipstream.server.config import ServerConfig
 from lipstream.server.connection import Connection, SessionFactory
+from lipstream.server.edge_routes import EdgeExports, add_edge_routes
 from lipstream.server.memory import HeapTrimmer
 from lipstream.server.metrics import CONTENT_TYPE, ServerMetrics
 from lipstream.server.registry import SessionRegistry

@@ -8,8 +8,8 @@ import json
 import os
 from pathlib import Path
 
+from lipstream.engines.cli_options import add_engine_arguments, engine_options
 from lipstream.errors import LipstreamError
-from lipstream.render.cli import add_engine_arguments, engine_options
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lipstream.engines.base import Speech
+from lipstream.audio.speech import Speech
 from lipstream.errors import LipstreamError
 
 

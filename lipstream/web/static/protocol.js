@@ -12,9 +12,11 @@ export function parseMedia(buffer) {
   const view = new DataView(buffer);
   const version = view.getUint8(0);
   if (version !== VERSION) throw new Error(`protocol version ${version}, expected ${VERSION}`);
+  const kind = view.getUint8(1);
+  if (kind < Kind.VIDEO || kind > Kind.PATCH) throw new Error(`unknown binary message kind ${kind}; expected 1-5`);
   return {
-    kind: view.getUint8(1),
-    flags: view.getUint8(2),
+    kind,
+    flags: view.getUint8(2) & 7, // bits above 2 (and the reserved byte) are ignored, as in protocol.py
     seq: view.getUint32(4, true),
     aux: view.getUint32(8, true),
     pts: Number(view.getBigUint64(12, true)),

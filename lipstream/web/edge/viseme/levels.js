@@ -22,7 +22,8 @@ export function frameRms(pcm, start = 0, end = pcm.length) {
 export function silentMask(levels, thresholdDbfs, minSilentFrames) {
   const n = levels.length;
   const mask = new Uint8Array(n);
-  for (let i = 0; i < n; i++) mask[i] = levels[i] < thresholdDbfs ? 1 : 0;
+  const threshold = Math.fround(thresholdDbfs); // numpy compares the float32 levels with a float32 threshold
+  for (let i = 0; i < n; i++) mask[i] = levels[i] < threshold ? 1 : 0;
   if (minSilentFrames <= 1) return mask;
   let i = 0;
   while (i < n) {

@@ -20,8 +20,11 @@ export function loudness(levels, cfg) {
 /** ClosureGate.apply: keep CLOSURE only where confident and not loud. */
 export function gateClosures(feats, loud, gate) {
   const out = Float64Array.from(feats);
+  // numpy compares the float32 rows with the limits rounded to float32 (0.45 -> 0.44999998...)
+  const minConfidence = Math.fround(gate.min_confidence);
+  const maxLoudness = Math.fround(gate.max_loudness);
   for (let i = 0; i < loud.length; i++) {
-    const keep = out[i * 3 + CLOSURE] >= gate.min_confidence && loud[i] <= gate.max_loudness;
+    const keep = out[i * 3 + CLOSURE] >= minConfidence && loud[i] <= maxLoudness;
     if (!keep) out[i * 3 + CLOSURE] = 0;
   }
   return out;

@@ -103,15 +103,19 @@ def create_app(
     metrics: ServerMetrics | None = None,
     health: Callable[[], dict[str, Any]] | None = None,
     exposition: Callable[[], Awaitable[bytes]] | None = None,
+    registry: SessionRegistry | None = None,
+    all_sessions: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None,
 ) -> FastAPI:
     """Build the app around one shared engine instance; `heap` is trimmed after each session ends;
     `agent` (AgentServices) lets sessions ask for a conversation; `metrics` (own registry) is served at
     /metrics, or `exposition()` when given (a Ray replica answers for every replica); `health` adds fields to
-    /healthz (a Ray replica's id and the cluster's failed warm-ups)."""
+    /healthz (a Ray replica's id and the cluster's failed warm-ups; a worker's whole-server session count);
+    `registry` holds the sessions (one whose capacity the workers of `serve --workers N` share), and
+    `all_sessions()` lists them at /api/sessions for the whole server (every worker's)."""
     # no /openapi.json: the API is documented in docs/protocol.md, and nothing is served without the token
     # that does not have to be
     app = FastAPI(title="lipstream", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
-    registry = SessionRegistry(config.limits.max_sessions)
+    registry = registry if registry is not None else SessionRegistry(config.limits.max_sessions)
     edge_exports = EdgeExports(config.avatars_dir)  # base loops for the serverless page and patch streams
     metrics = metrics or ServerMetrics()
     metrics.bind_live_sessions(lambda: len(registry))
@@ -166,7 +170,8 @@ def create_app(
         """Admin view: live sessions with server and client-reported stats."""
         if not authorized(request):
             return unauthorized()
-        return {"sessions": registry.summaries(), "max_sessions": config.limits.max_sessions}
+        live = await all_sessions() if all_sessions is not None else registry.summaries()
+        return {"sessions": live, "max_sessions": config.limits.max_sessions}
 
     @app.get("/")
     async def page() -> FileResponse:

@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 from pathlib import Path
 
 from lipstream.engines.cli_options import add_engine_arguments, engine_options
 from lipstream.errors import LipstreamError
+
+log = logging.getLogger(__name__)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,13 +26,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     serve.add_argument("--avatars-dir", type=Path, default=None, help="folder of avatar bundles")
     serve.add_argument("--voice", default="piper", help="TTS voice for speak requests (default piper)")
-    serve.add_argument("--max-sessions", type=int, default=8, help="concurrent sessions (default 8)")
+    serve.add_argument(
+        "--workers", type=int, default=None,
+        help="server processes sharing the port, each with its own engine (default: the usable cores for "
+        "the viseme engine, 1 for musetalk and --agent; 1: one process, as before)",
+    )
+    serve.add_argument(
+        "--max-sessions", type=int, default=8, help="concurrent sessions, whole server (default 8)"
+    )
     serve.add_argument("--max-message-mb", type=float, default=8.0, help="largest message in MiB (default 8)")
     serve.add_argument(
         "--max-upload-seconds", type=float, default=120.0, help="longest upload (default 120 s)"
     )
     serve.add_argument(
-        "--max-connections", type=int, default=64, help="open TCP connections at most (default 64)"
+        "--max-connections", type=int, default=64,
+        help="open TCP connections at most, whole server (default 64)",
     )
     serve.add_argument(
         "--header-timeout", type=float, default=10.0,
@@ -123,15 +134,11 @@ def _token(args: argparse.Namespace) -> str | None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    """Start uvicorn with one shared engine."""
-    import uvicorn
-
-    from lipstream.engines.registry import create_engine
+    """Start uvicorn with one shared engine, or `--workers N` processes each with its own."""
     from lipstream.server.agent import load_agent
-    from lipstream.server.app import SharedVoices, create_app, render_session_factory
+    from lipstream.server.app import create_app
     from lipstream.server.config import MIB, Limits, ServerConfig
-    from lipstream.server.memory import HeapTrimmer
-    from lipstream.server.transport import guarded_http_protocol
+    from lipstream.server.launch import load_serving, uvicorn_server
 
     if args.max_sessions < 1 or args.max_message_mb <= 0 or args.max_upload_seconds <= 0:
         raise LipstreamError("--max-sessions, --max-message-mb and --max-upload-seconds must be positive")
@@ -162,35 +169,42 @@ def run_serve(args: argparse.Namespace) -> int:
         stream_modes=("full",) if args.no_patch_stream else ("full", "patch"),
     )
     if args.ray:
+        if args.workers is not None:
+            log.warning("--workers is ignored with --ray: Ray Serve's replicas are the processes")
         return _run_ray(args, config)
-    from lipstream.server.metrics import ServerMetrics
+    workers = _worker_count(args)
+    if workers > 1:
+        from lipstream.server.workers import run_workers
 
-    heap = HeapTrimmer()
-    heap.tune()  # before any worker thread exists
-    engine = create_engine(args.engine, **engine_options(args))
-    voices = SharedVoices()
-    voices(config.voice)  # load the voice now, not on the first speak request
+        return run_workers(config, engine_options(args), workers)
+    loaded = load_serving(config, engine_options(args))
     agent = load_agent(_agent_config(args)) if args.agent else None
-    metrics = ServerMetrics()
-    factory = render_session_factory(config, voices, metrics=metrics)
-    app = create_app(config, engine, factory, heap=heap, agent=agent, metrics=metrics)
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            host=config.host,
-            port=config.port,
-            ws_max_size=limits.transport_max_bytes,
-            ws_per_message_deflate=False,  # media does not compress; deflate only costs CPU
-            http=guarded_http_protocol(limits),  # a cap on connections, a deadline for request heads
-            log_level="warning",
-            lifespan="off",
-        )
+    app = create_app(
+        config, loaded.engine, loaded.factory, heap=loaded.heap, agent=agent, metrics=loaded.metrics
     )
+    server = uvicorn_server(app, config)
     try:
         return asyncio.run(_serve(server, config))
     finally:
         if agent is not None:  # stops the language model's process (it would also die with us)
             asyncio.run(agent.aclose())
+
+
+def _worker_count(args: argparse.Namespace) -> int:
+    """How many server processes: --workers, else the usable cores; one where N would cost N models."""
+    from lipstream.server.workers import usable_cores
+
+    if args.workers is not None and args.workers < 1:
+        raise LipstreamError("--workers must be at least 1")
+    if args.agent:  # each worker would start its own language model process: one server, one model
+        if args.workers is not None and args.workers > 1:
+            log.warning(
+                "--agent serves from one process (one language model): --workers %d ignored", args.workers
+            )
+        return 1
+    if args.workers is not None:
+        return args.workers
+    return 1 if args.engine == "musetalk" else usable_cores()  # one neural model (and batcher) per GPU
 
 
 def _run_ray(args: argparse.Namespace, config) -> int:
@@ -251,9 +265,9 @@ async def _serve(server, config) -> int:
     while not server.started and not task.done():
         await asyncio.sleep(0.05)
     if server.started:
-        port = server.servers[0].sockets[0].getsockname()[1]
-        suffix = f"/?token={config.token}" if config.token else "/"
-        print(f"lipstream serving at http://{config.host}:{port}{suffix}", flush=True)
+        from lipstream.server.launch import serving_line
+
+        print(serving_line(config, server.servers[0].sockets[0].getsockname()[1]), flush=True)
     try:
         await task
     except SystemExit:  # uvicorn exits when it cannot bind

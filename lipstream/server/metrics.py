@@ -5,12 +5,13 @@ apps in one process (tests) keep separate figures. Labels are a small fixed set 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 # render stages timed by lipstream.render (StageTimer names); anything else is counted as "other"
 STAGES = ("features", "planner", "engine", "codebook", "infill", "compositor", "encode")
@@ -172,6 +173,34 @@ def merge_expositions(texts: Mapping[str, str], label: str = "replica") -> bytes
                 merged = families[family.name] = Metric(family.name, family.documentation, family.type)
             for sample in family.samples:
                 merged.samples.append(sample._replace(labels={**sample.labels, label: source}))
+    registry = CollectorRegistry()
+    registry.register(_Families(list(families.values())))
+    return generate_latest(registry)
+
+
+def sum_expositions(texts: Iterable[str]) -> bytes:
+    """One exposition from several workers' texts of the same server, as if one process had counted it all:
+    samples with the same name and labels add up (counters, histogram buckets, live-session gauges), except a
+    `_created` timestamp, which keeps the earliest."""
+    families: dict[str, Metric] = {}
+    values: dict[str, dict[tuple, Sample]] = {}
+    for text in texts:
+        for family in text_string_to_metric_families(text):
+            if family.name not in families:
+                families[family.name] = Metric(family.name, family.documentation, family.type)
+                values[family.name] = {}
+            series = values[family.name]
+            for sample in family.samples:
+                key = (sample.name, tuple(sorted(sample.labels.items())))
+                seen = series.get(key)
+                if seen is None:
+                    series[key] = sample
+                elif sample.name.endswith("_created"):
+                    series[key] = seen._replace(value=min(seen.value, sample.value))
+                else:
+                    series[key] = seen._replace(value=seen.value + sample.value)
+    for name, merged in families.items():
+        merged.samples.extend(values[name].values())
     registry = CollectorRegistry()
     registry.register(_Families(list(families.values())))
     return generate_latest(registry)

@@ -1,4 +1,5 @@
-"""The live sessions of one server: slot accounting and the stats shown at /api/sessions."""
+"""The live sessions of one server (or one worker of it): slot accounting and the stats shown at
+/api/sessions."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lipstream.server.protocol import ClientStats
+from lipstream.server.tally import SharedTally
 
 
 @dataclass
@@ -45,10 +47,12 @@ class SessionRecord:
 
 
 class SessionRegistry:
-    """Holds at most `capacity` sessions; a slot is reserved before any work is done for a session."""
+    """Holds at most `capacity` sessions; a slot is reserved before any work is done for a session. With a
+    `tally` (serve --workers N) the capacity is the whole server's: every worker's sessions count."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, tally: SharedTally | None = None) -> None:
         self.capacity = capacity
+        self.tally = tally
         self._records: dict[str, SessionRecord] = {}
 
     def __len__(self) -> int:
@@ -58,6 +62,8 @@ class SessionRegistry:
         """A new record, or None when the server is full."""
         if len(self._records) >= self.capacity:
             return None
+        if self.tally is not None and not self.tally.try_add(len(self._records), self.capacity):
+            return None  # the other workers hold the rest of the server's sessions
         record = SessionRecord(session_id=uuid.uuid4().hex[:12], avatar=avatar)
         self._records[record.session_id] = record
         return record
@@ -65,6 +71,8 @@ class SessionRegistry:
     def release(self, session_id: str) -> None:
         """Forget a session (idempotent)."""
         self._records.pop(session_id, None)
+        if self.tally is not None:
+            self.tally.set(len(self._records))
 
     async def close_all(self, timeout: float = 5.0) -> int:
         """Close every live session with 1001 (this server is going away); how many were told."""
@@ -72,6 +80,10 @@ class SessionRegistry:
         if closers:
             await asyncio.wait_for(asyncio.gather(*closers, return_exceptions=True), timeout)
         return len(closers)
+
+    def total(self) -> int:
+        """Live sessions of the whole server (this registry's alone without a tally)."""
+        return self.tally.total() if self.tally is not None else len(self._records)
 
     def summaries(self) -> list[dict[str, Any]]:
         """Admin view of every live session."""

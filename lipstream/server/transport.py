@@ -12,6 +12,7 @@ import logging
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from lipstream.server.config import Limits
+from lipstream.server.tally import SharedTally
 
 log = logging.getLogger(__name__)
 
@@ -23,15 +24,20 @@ _BUSY_RESPONSE = (
 
 class GuardedHttpProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, plus: over `max_connections` open connections a new one gets 503 and
-    is closed; a request head not complete within `header_timeout` seconds closes the connection."""
+    is closed; a request head not complete within `header_timeout` seconds closes the connection. With a
+    `tally` (serve --workers N) the cap counts every worker's connections."""
 
     max_connections = 64
     header_timeout = 10.0
+    tally: SharedTally | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Refuse the connection when the server is at its cap, else arm the head deadline."""
         self._head_timer: asyncio.TimerHandle | None = None
-        if len(self.connections) >= self.max_connections:
+        own = len(self.connections)
+        if own >= self.max_connections or (
+            self.tally is not None and not self.tally.try_add(own, self.max_connections)
+        ):
             log.warning("refusing a connection: %d open (the cap)", len(self.connections))
             transport.write(_BUSY_RESPONSE)
             transport.close()
@@ -46,6 +52,8 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         if self not in self.connections:
             return
         super().connection_lost(exc)
+        if self.tally is not None:
+            self.tally.set(len(self.connections))
 
     def data_received(self, data: bytes) -> None:
         """Ignore bytes of a connection refused at the cap; bytes with no request in flight start the
@@ -84,10 +92,15 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self.transport.close()
 
 
-def guarded_http_protocol(limits: Limits) -> type[GuardedHttpProtocol]:
-    """The protocol class for uvicorn's `http=` option, with this server's limits."""
+def guarded_http_protocol(limits: Limits, tally: SharedTally | None = None) -> type[GuardedHttpProtocol]:
+    """The protocol class for uvicorn's `http=` option, with this server's limits (`tally`: the workers'
+    shared connection counts; a WebSocket's close is published by the worker's periodic refresh, as it no
+    longer passes through this protocol)."""
     return type(
         "GuardedHttpProtocol",
         (GuardedHttpProtocol,),
-        {"max_connections": limits.max_connections, "header_timeout": limits.header_timeout_seconds},
-    )
+        {
+            "max_connections": limits.max_connections, "header_timeout": limits.header_timeout_seconds,
+            "tally": tally,
+        },
+    )  # fmt: skip

@@ -1,0 +1,64 @@
+"""What one serving process loads before it listens (engine, voice, metrics, session factory) and the
+uvicorn server around its app: shared by the single-process `serve` and each worker of `serve --workers N`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from lipstream.server.config import Limits, ServerConfig
+from lipstream.server.memory import HeapTrimmer
+from lipstream.server.metrics import ServerMetrics
+from lipstream.server.tally import SharedTally
+
+
+@dataclass
+class Loaded:
+    """A process's serving parts, loaded and warmed before any connection is accepted."""
+
+    heap: HeapTrimmer
+    engine: Any
+    metrics: ServerMetrics
+    factory: Any  # lipstream.server.connection.SessionFactory
+
+
+def load_serving(config: ServerConfig, engine_options: dict[str, Any]) -> Loaded:
+    """Tune the heap, load the engine and the voice (not on the first request), make the session factory."""
+    from lipstream.engines.registry import create_engine
+    from lipstream.server.app import SharedVoices, render_session_factory
+
+    heap = HeapTrimmer()
+    heap.tune()  # before any worker thread exists
+    engine = create_engine(config.engine, **engine_options)
+    voices = SharedVoices()
+    voices(config.voice)  # load the voice now, not on the first speak request
+    metrics = ServerMetrics()
+    factory = render_session_factory(config, voices, metrics=metrics)
+    return Loaded(heap=heap, engine=engine, metrics=metrics, factory=factory)
+
+
+def uvicorn_server(app: Any, config: ServerConfig, connections: SharedTally | None = None) -> Any:
+    """The uvicorn server for `app` with this server's limits (`connections`: the workers' shared count)."""
+    import uvicorn
+
+    from lipstream.server.transport import guarded_http_protocol
+
+    limits: Limits = config.limits
+    return uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=config.host,
+            port=config.port,
+            ws_max_size=limits.transport_max_bytes,
+            ws_per_message_deflate=False,  # media does not compress; deflate only costs CPU
+            http=guarded_http_protocol(limits, connections),  # a cap on connections, a head deadline
+            log_level="warning",
+            lifespan="off",
+        )
+    )
+
+
+def serving_line(config: ServerConfig, port: int) -> str:
+    """The one line `serve` prints once it listens (scripts and tests read the URL from it)."""
+    suffix = f"/?token={config.token}" if config.token else "/"
+    return f"lipstream serving at http://{config.host}:{port}{suffix}"

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from lipstream.errors import LipstreamError
 from lipstream.server.config import ServerConfig
 
 LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
@@ -103,7 +104,11 @@ def main() -> int:
 
     die_with_parent(spec.parent_pid)  # a worker never outlives its supervisor, even one killed with -9
     logging.basicConfig(level=spec.log_level, format=LOG_FORMAT)
-    return asyncio.run(serve_worker(spec))
+    try:
+        return asyncio.run(serve_worker(spec))
+    except LipstreamError as exc:  # a user error (missing engine weights ...): one line, as `serve` says it
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
 
 
 if __name__ == "__main__":

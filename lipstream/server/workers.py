@@ -34,7 +34,6 @@ log = logging.getLogger(__name__)
 STOP_GRACE_S = 8.0  # workers close their sessions within this, else they are killed
 QUICK_DEATH_S = 10.0  # a worker that dies sooner than this after its start is restarted after a pause
 MAX_BACKOFF_S = 30.0
-POLL_S = 0.1
 
 
 def usable_cores() -> int:
@@ -51,7 +50,8 @@ def listen_socket(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise LipstreamError(f"could not listen on {host}:{port} ({exc.strerror}; try --port 0)") from None
+        reason = f"{exc.strerror}; in use? try --port 0"
+        raise LipstreamError(f"could not listen on {host}:{port} ({reason})") from None
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock
@@ -64,8 +64,16 @@ class _Worker:
     index: int
     proc: subprocess.Popen
     ready_fd: int  # read end of its ready pipe; -1 once it said ready (or closed)
+    pid_fd: int  # readable once the process has ended (pidfd): the supervisor sleeps in select(), no polling
     started_at: float
     ready: bool = False
+
+    def close_fds(self) -> None:
+        """Close the pipe and the pidfd (idempotent)."""
+        for name in ("ready_fd", "pid_fd"):
+            if getattr(self, name) >= 0:
+                os.close(getattr(self, name))
+                setattr(self, name, -1)
 
 
 class Supervisor:
@@ -108,49 +116,54 @@ class Supervisor:
         assert proc.stdin is not None
         proc.stdin.write(spec.model_dump_json().encode())
         proc.stdin.close()
-        worker = _Worker(index=index, proc=proc, ready_fd=read_fd, started_at=time.monotonic())
+        pid_fd = os.pidfd_open(proc.pid)
+        worker = _Worker(index=index, proc=proc, ready_fd=read_fd, pid_fd=pid_fd, started_at=time.monotonic())
         self._workers[index] = worker
         return worker
 
-    def _poll_ready(self, worker: _Worker, timeout: float = 0.0) -> bool:
-        """Whether the worker has said it accepts connections (reads its pipe without blocking)."""
-        if worker.ready or worker.ready_fd < 0:
-            return worker.ready
-        readable, _, _ = select.select([worker.ready_fd], [], [], timeout)
-        if readable:
-            worker.ready = os.read(worker.ready_fd, 1) == b"r"
-            os.close(worker.ready_fd)
-            worker.ready_fd = -1
-        return worker.ready
+    def _wait_events(self) -> tuple[list[_Worker], list[_Worker]]:
+        """Block until a worker says it is ready or ends; (newly ready, ended)."""
+        watched = {w.pid_fd: w for w in self._workers.values()}
+        watched.update({w.ready_fd: w for w in self._workers.values() if w.ready_fd >= 0})
+        readable, _, _ = select.select(list(watched), [], [])
+        ready, ended = [], []
+        for fd in readable:
+            worker = watched[fd]
+            if fd == worker.ready_fd:
+                worker.ready = os.read(fd, 1) == b"r"  # b"": it closed the pipe without being ready
+                os.close(fd)
+                worker.ready_fd = -1
+                if worker.ready:
+                    ready.append(worker)
+            elif worker.proc.poll() is not None:
+                ended.append(worker)
+        return ready, ended
 
     def start(self) -> None:
         """Start every worker and wait until all accept connections; one that fails to start is an error."""
         for index in range(self.count):
             self._spawn(index)
-        while not all(self._poll_ready(w) for w in self._workers.values()):
-            for worker in self._workers.values():
-                if not worker.ready and worker.proc.poll() is not None:
+        while not all(w.ready for w in self._workers.values()):
+            _, ended = self._wait_events()
+            for worker in ended:
+                if not worker.ready:
                     raise LipstreamError(
                         f"worker {worker.index} exited with {_exit_text(worker.proc.returncode)} before it "
                         "was ready (its messages are above)"
                     )
-            time.sleep(POLL_S)
+                self._replace(worker)
 
     def watch(self) -> None:
         """Restart workers that die, for ever (until Ctrl-C or SIGTERM interrupts)."""
         while True:
-            for worker in list(self._workers.values()):
-                if worker.proc.poll() is None:
-                    if not worker.ready and self._poll_ready(worker):
-                        log.warning("worker %d (pid %d) is serving again", worker.index, worker.proc.pid)
-                    continue
+            ready, ended = self._wait_events()
+            for worker in ready:  # every first worker was ready before this: these are replacements
+                log.warning("worker %d (pid %d) is serving again", worker.index, worker.proc.pid)
+            for worker in ended:
                 self._replace(worker)
-            time.sleep(POLL_S)
 
     def _replace(self, dead: _Worker) -> None:
-        if dead.ready_fd >= 0:
-            os.close(dead.ready_fd)
-            dead.ready_fd = -1
+        dead.close_fds()
         for tally in self._tallies:  # its sessions and connections died with it
             tally.clear_cell(dead.index)
         lived = time.monotonic() - dead.started_at
@@ -180,9 +193,7 @@ class Supervisor:
                 _signal(worker.proc, signal.SIGKILL)
                 worker.proc.wait()
         for worker in self._workers.values():
-            if worker.ready_fd >= 0:
-                os.close(worker.ready_fd)
-                worker.ready_fd = -1
+            worker.close_fds()
         for tally in self._tallies:
             tally.close()
 

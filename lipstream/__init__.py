@@ -10,13 +10,13 @@ __all__ = ["Session", "load_avatar", "create_engine", "__version__"]
 if TYPE_CHECKING:  # pragma: no cover
     from lipstream.avatar.bundle import load_avatar
     from lipstream.engines.registry import create_engine
-    from lipstream.render.session import Session
+    from lipstream.session import Session
 
 
 def __getattr__(name: str) -> Any:
     """Import the public API lazily so `import lipstream` stays cheap."""
     if name == "Session":
-        from lipstream.render.session import Session
+        from lipstream.session import Session
 
         return Session
     if name == "load_avatar":

@@ -57,11 +57,11 @@ def _reference_patches(bundle, wav: Path) -> np.ndarray:
     from lipstream.audio.decode import decode_upload
     from lipstream.audio.levels import SilenceDetector
     from lipstream.engines.viseme.engine import VisemeEngine
-    from lipstream.render.session import _Utterance
+    from lipstream.render.utterance import Utterance
 
     engine = VisemeEngine()
     engine.prepare(bundle)
-    utt = _Utterance(1, engine, SilenceDetector(), "stream")
+    utt = Utterance(1, engine, SilenceDetector(), "stream")
     utt.append_pcm(decode_upload(wav.read_bytes(), 120.0))
     utt.flush()
     feats, _, _ = utt.take(utt.ready_frames())

@@ -12,7 +12,8 @@ from lipstream.audio.decode import to_int16
 from lipstream.audio.timeline import SAMPLES_PER_FRAME
 from lipstream.engines.registry import create_engine
 from lipstream.render.frames import AvatarFrame
-from lipstream.render.session import Session, SessionConfig, SessionEvent
+from lipstream.render.session import SessionConfig, SessionEvent
+from lipstream.session import Session
 
 
 @pytest.fixture(scope="module")

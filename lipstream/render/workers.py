@@ -9,28 +9,18 @@ the speech threads run at a lower OS priority, so frame work wins the CPU when b
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
-import os
-import threading
 from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from lipstream.threads import background_pool
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-def _lower_thread_priority(niceness: int) -> None:
-    """Raise this thread's nice value (Linux threads have their own); a no-op where unsupported."""
-    if niceness <= 0:
-        return
-    with contextlib.suppress(AttributeError, OSError):  # not Linux, or not permitted
-        tid = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + niceness)
 
 
 @dataclass
@@ -44,12 +34,7 @@ class WorkerPools:
     def create(cls, render_threads: int, speech_threads: int = 2, speech_niceness: int = 5) -> WorkerPools:
         """Dedicated pools: `render_threads` for frames, `speech_threads` lower-priority ones for speech."""
         render = ThreadPoolExecutor(max(1, render_threads), thread_name_prefix="lipstream-render")
-        speech = ThreadPoolExecutor(
-            max(1, speech_threads),
-            thread_name_prefix="lipstream-speech",
-            initializer=_lower_thread_priority,
-            initargs=(speech_niceness,),
-        )
+        speech = background_pool(speech_threads, "lipstream-speech", speech_niceness)
         return cls(render=render, speech=speech)
 
     async def run_render(self, fn: Callable[..., T], *args: Any) -> T:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,11 @@ from pydantic import BaseModel, Field
 
 from lipstream.errors import LipstreamError
 from lipstream.talk.conversation import DEFAULT_SYSTEM_PROMPT, Conversation, ConversationConfig, Emit
+from lipstream.talk.llm import LanguageModel
+from lipstream.talk.session_port import AvatarSession
+from lipstream.talk.speaker import Speaker
+from lipstream.talk.stt import SpeechToText
+from lipstream.threads import background_pool
 
 log = logging.getLogger(__name__)
 
@@ -52,13 +58,19 @@ class AgentServices:
     """The loaded models; `conversation()` makes one Conversation per session."""
 
     config: AgentConfig
-    stt: Any
-    llm: Any
-    vad_model: Any
-    partial_stt: Any = None  # partial transcripts on their own model (None: `stt`)
+    stt: SpeechToText
+    llm: LanguageModel
+    vad_model: Any  # silero-vad's loaded model (no public type), shared by the sessions' detectors
+    partial_stt: SpeechToText | None = None  # partial transcripts on their own model (None: `stt`)
+    # transcription threads shared by the server's conversations: off the sessions' speech pool, two so a
+    # final transcript never waits behind a partial one; nicer than frame work, like the speech pool
+    recogniser: Executor = field(default_factory=lambda: background_pool(2, "lipstream-stt"))
 
-    def conversation(self, session: Any, emit: Emit, voice: str | None = None) -> Conversation:
-        """A conversation over `session`, with its own VAD state and echo canceller."""
+    def conversation(
+        self, session: AvatarSession, emit: Emit, voice: str | None = None, speaker: Speaker | None = None
+    ) -> Conversation:
+        """A conversation over `session`, with its own VAD state and echo canceller; its answers are spoken
+        by `speaker` (the server's voices) and transcribed on the services' recogniser threads."""
         from lipstream.talk.vad import VoiceActivityDetector
 
         cfg = ConversationConfig(
@@ -74,8 +86,9 @@ class AgentServices:
         )
         echo = _echo_canceller(self.config)
         return Conversation(
-            session, self.stt, self.llm, emit, cfg, vad=vad, echo=echo, partial_stt=self.partial_stt
-        )
+            session, self.stt, self.llm, emit, cfg, vad=vad, echo=echo, partial_stt=self.partial_stt,
+            speaker=speaker, recogniser=self.recogniser,
+        )  # fmt: skip
 
     def model_status(self) -> dict[str, Any] | None:
         """The embedded language model process's state and restarts (None for an HTTP endpoint)."""
@@ -84,6 +97,7 @@ class AgentServices:
 
     async def aclose(self) -> None:
         """Close the language model's connections (and stop the embedded model's process)."""
+        self.recogniser.shutdown(wait=False, cancel_futures=True)
         close = getattr(self.llm, "aclose", None)
         if close is not None:
             await close()

@@ -17,6 +17,7 @@ from lipstream.audio.decode import decode_upload
 from lipstream.audio.timeline import SAMPLE_RATE
 from lipstream.avatar.bundle import CROP_SIZE, AvatarBundle, list_avatars, load_avatar
 from lipstream.errors import LipstreamError, QueueFullError
+from lipstream.render.workers import WorkerPools
 from lipstream.server.auth import extract_token, token_ok
 from lipstream.server.config import ServerConfig
 from lipstream.server.metrics import ServerMetrics
@@ -41,6 +42,7 @@ from lipstream.server.protocol import (
     parse_control,
 )
 from lipstream.server.registry import SessionRecord, SessionRegistry
+from lipstream.talk.speaker import Speaker
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +80,13 @@ class Connection:
         agent: Any = None,
         metrics: ServerMetrics | None = None,
         edge_exports: Any = None,
+        speaker: Speaker | None = None,
+        pools: WorkerPools | None = None,
     ) -> None:
         """`agent`: the server's AgentServices when it runs with --agent (sessions may ask for it);
         `metrics`: the server's Prometheus metrics; `edge_exports`: the avatars' base-loop data (EdgeExports)
-        a patch-stream client downloads."""
+        a patch-stream client downloads; `speaker`: turns `speak` text into speech (the server's voices);
+        `pools`: where blocking speech work (decoding an upload) runs."""
         self.ws = ws
         self.config = config
         self.limits = config.limits
@@ -93,6 +98,8 @@ class Connection:
         self.agent = agent
         self.metrics = metrics
         self.edge_exports = edge_exports
+        self.speaker = speaker or Speaker(default_voice=config.voice)
+        self.pools = pools or WorkerPools()
         self._patch_pending = False  # patch mode was asked, but the avatar's base loop is still being built
         self.conversation: Any = None  # in an agent session: the microphone goes here
         self._send_lock = asyncio.Lock()
@@ -222,7 +229,7 @@ class Connection:
             log.exception("session start failed")
             await self._fail("internal", "session failed to start (the server log has the details)", 1011)
         if hello.agent and self.agent is not None:
-            self.conversation = self.agent.conversation(self.session, self._emit_json)
+            self.conversation = self.agent.conversation(self.session, self._emit_json, speaker=self.speaker)
         ready = {
             "type": "ready",
             "version": PROTOCOL_VERSION,
@@ -378,7 +385,8 @@ class Connection:
         while not self._speak_queue.empty():
             message = self._speak_queue.get_nowait()
             try:
-                await self.session.push_text(message.text, voice=message.voice)
+                speeches = await self.speaker.speak(message.text, message.voice)
+                await self.session.push_speech_stream(speeches)
             except asyncio.CancelledError:
                 raise
             except LipstreamError as exc:
@@ -428,7 +436,7 @@ class Connection:
         if not payload:
             raise ProtocolError("upload is empty; send the bytes of an audio file", "bad_audio")
         # rate and length are checked before and while decoding (never a whole lying file decoded)
-        pcm = await self.session.run_speech_work(decode_upload, payload, self.limits.max_upload_seconds)
+        pcm = await self.pools.run_speech(decode_upload, payload, self.limits.max_upload_seconds)
         await self.session.push_audio_async(pcm, SAMPLE_RATE)
         await self.session.flush_async()
 

@@ -15,7 +15,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,8 +27,11 @@ from lipstream.audio.timeline import SAMPLE_RATE
 from lipstream.errors import LipstreamError
 from lipstream.talk.llm import ChatMessage, LanguageModel, LLMError
 from lipstream.talk.sentences import SentenceStream, speakable
+from lipstream.talk.session_port import AvatarSession
+from lipstream.talk.speaker import Speaker
 from lipstream.talk.stt import SpeechToText
 from lipstream.talk.vad import VadEvent, VoiceActivityDetector
+from lipstream.threads import background_pool
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +160,7 @@ class Conversation:
 
     def __init__(
         self,
-        session: Any,
+        session: AvatarSession,
         stt: SpeechToText,
         llm: LanguageModel,
         emit: Emit,
@@ -166,12 +169,19 @@ class Conversation:
         vad: VoiceActivityDetector | None = None,
         echo: Any = None,
         partial_stt: SpeechToText | None = None,
+        speaker: Speaker | None = None,
+        recogniser: Executor | None = None,
     ) -> None:
         """`session`: a started lipstream Session; `emit`: sends an event dict to the client; `echo`: an
         echo canceller fed with what the avatar plays (None: the microphone is used as it comes);
         `partial_stt`: the recogniser for partial transcripts (default `stt`), so a final transcript, on the
-        critical path, never shares its model with them."""
+        critical path, never shares its model with them; `speaker`: the voices answers are spoken with (a
+        server's, shared); `recogniser`: the threads transcription runs on (default: two of its own, one for
+        the final transcript while a partial one runs)."""
         self.session = session
+        self.speaker = speaker or Speaker()
+        self._own_recogniser = recogniser is None
+        self.recogniser = recogniser or background_pool(2, "lipstream-stt")
         self.stt = stt
         self.partial_stt = partial_stt or stt
         self.llm = llm
@@ -459,7 +469,8 @@ class Conversation:
         if audio.size < SAMPLE_RATE // 10:
             return ""
         started = time.perf_counter()
-        result = await self.session.run_speech_work((stt or self.stt).transcribe, audio)
+        loop = asyncio.get_running_loop()
+        result = await loop.run_in_executor(self.recogniser, (stt or self.stt).transcribe, audio)
         self._decode_seconds = time.perf_counter() - started
         return result.text.strip()
 
@@ -501,10 +512,8 @@ class Conversation:
                 times.first_audio = time.perf_counter()
 
         try:
-            await self.session.push_text_stream(
-                self._sentences(prepared, times), voice=self.config.voice,
-                on_utterance=started, on_audio=audio_ready,
-            )
+            speeches = await self.speaker.speak(self._sentences(prepared, times), self.config.voice)
+            await self.session.push_speech_stream(speeches, on_utterance=started, on_audio=audio_ready)
         except asyncio.CancelledError:
             prepared.cancel()
             raise
@@ -598,6 +607,8 @@ class Conversation:
         if self._prepared is not None:
             self._prepared.cancel()
         self._listener.shutdown(wait=False, cancel_futures=True)
+        if self._own_recogniser:
+            self.recogniser.shutdown(wait=False, cancel_futures=True)
 
     @staticmethod
     def _cancel(task: asyncio.Task | None) -> None:

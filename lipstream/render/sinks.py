@@ -1,0 +1,177 @@
+"""Streams out: what a produced frame becomes for its consumer, behind one small interface.
+
+The producer hands each frame's base-frame index and mouth patch (None when the mouth rests) to the
+session's sink on a worker thread; the sink returns what the consumer gets and puts it on the AvatarFrame.
+A consumer that wants raw pictures (a LiveKit or Pipecat adapter, a recorder) takes `RawFrames`, and
+nothing is encoded; the WebSocket server takes one of the H.264 sinks.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import cv2
+import numpy as np
+
+from lipstream.audio.timeline import FPS
+from lipstream.avatar.bundle import CROP_SIZE
+from lipstream.render.compositor import Compositor
+from lipstream.render.frames import AvatarFrame
+from lipstream.render.timing import StageTimer
+
+
+class FrameSink(Protocol):
+    """Turns a produced frame into what its consumer takes."""
+
+    codec_string: str  # WebCodecs codec string of an encoded stream; "" for raw frames
+
+    def open(self) -> None:
+        """Make the encoder, if any (at session start, after warm-up)."""
+
+    def warm_up(self, idle_loop: np.ndarray) -> None:
+        """Build what depends only on the avatar (worker thread, before the first frame)."""
+
+    def make(self, base_id: int, patch: np.ndarray | None, generation: int) -> Any:
+        """Worker thread: the consumer's form of one frame (`generation` changes after an interrupt)."""
+
+    def fill(self, item: AvatarFrame, made: Any) -> None:
+        """Put what `make` returned on the frame handed to the consumer."""
+
+    def request_keyframe(self) -> None:
+        """The next encoded picture must decode on its own (a client lost its state, or an interrupt)."""
+
+    def close(self) -> None:
+        """Free the encoder."""
+
+
+class RawFrames:
+    """Composited RGB pictures at the stream size; no encoding."""
+
+    codec_string = ""
+
+    def __init__(self, compositor: Compositor, timer: StageTimer) -> None:
+        """Composite with `compositor`; time the work under `timer`'s "compositor" stage."""
+        self.compositor = compositor
+        self.timer = timer
+
+    def open(self) -> None:
+        """Nothing to open."""
+
+    def warm_up(self, idle_loop: np.ndarray) -> None:
+        """The blend geometry of the frames the stream starts on."""
+        for index in idle_loop[: len(idle_loop) // 2 + 1]:
+            self.compositor.geometry(int(index))
+
+    def make(self, base_id: int, patch: np.ndarray | None, generation: int) -> np.ndarray:
+        """The composited picture."""
+        with self.timer.stage("compositor"):
+            return self.compositor.compose(base_id, patch)
+
+    def fill(self, item: AvatarFrame, made: np.ndarray) -> None:
+        """The picture goes on `item.image`."""
+        item.image = made
+
+    def request_keyframe(self) -> None:
+        """Every raw picture stands alone."""
+
+    def close(self) -> None:
+        """Nothing to free."""
+
+
+class _H264Sink:
+    """What both H.264 sinks share: the encoder and when a picture must be an IDR."""
+
+    def __init__(self, width: int, height: int, bitrate: int, timer: StageTimer, threads: int | None) -> None:
+        self.size = (width, height)
+        self.bitrate = bitrate
+        self.timer = timer
+        self.threads = threads
+        self.encoder: Any = None
+        self._force_idr = True
+        self._encoded_generation = 0
+
+    @property
+    def codec_string(self) -> str:
+        """WebCodecs codec string (empty before `open`)."""
+        return self.encoder.codec_string if self.encoder is not None else ""
+
+    def open(self) -> None:
+        """Make the encoder."""
+        from lipstream.media.h264 import H264StreamEncoder
+
+        extra = {} if self.threads is None else {"threads": self.threads}
+        self.encoder = H264StreamEncoder(*self.size, fps=FPS, bitrate=self.bitrate, **extra)
+
+    def request_keyframe(self) -> None:
+        """The next picture is an IDR."""
+        self._force_idr = True
+
+    def _must_be_idr(self, generation: int, extra: bool = False) -> bool:
+        # frames made before an interrupt are never sent, so the first one after it must decode on its own
+        force = self._force_idr or extra or generation != self._encoded_generation
+        self._encoded_generation = generation
+        self._force_idr = False
+        return force
+
+    def fill(self, item: AvatarFrame, made: Any) -> None:
+        """The access unit goes on `item.access_unit` (empty when nothing was encoded)."""
+        if made is None:
+            item.access_unit = b""
+        else:
+            item.access_unit = made.data
+            item.keyframe = bool(made.keyframe)
+
+    def close(self) -> None:
+        """Drop the encoder."""
+        self.encoder = None
+
+
+class WholeFrameH264(_H264Sink):
+    """Whole frames composited in I420 at the stream size and encoded (recorders, `lipstream client`)."""
+
+    def __init__(self, compositor: Compositor, timer: StageTimer, bitrate: int) -> None:
+        """Encode `compositor`'s pictures at up to `bitrate` bits/s."""
+        super().__init__(compositor.width, compositor.height, bitrate, timer, threads=None)
+        self.compositor = compositor
+
+    def warm_up(self, idle_loop: np.ndarray) -> None:
+        """The avatar's I420 pictures at this size, and the blend geometry of the first frames."""
+        self.compositor.base.i420(0)
+        RawFrames(self.compositor, self.timer).warm_up(idle_loop)
+
+    def make(self, base_id: int, patch: np.ndarray | None, generation: int) -> Any:
+        """The frame's access unit."""
+        with self.timer.stage("compositor"):
+            image = self.compositor.compose_i420(base_id, patch)
+        with self.timer.stage("encode"):
+            return self.encoder.encode(image, force_idr=self._must_be_idr(generation))
+
+
+class MouthPatchH264(_H264Sink):
+    """Only the crop-space mouth rectangle, encoded; the client composites it onto the base loop it holds.
+
+    Nothing is encoded or sent while the mouth rests (the base loop alone is the right picture)."""
+
+    def __init__(self, rect: tuple[int, int, int, int], timer: StageTimer, bitrate: int) -> None:
+        """Encode the `rect` (x0, y0, x1, y1 in crop space) of each patch at up to `bitrate` bits/s."""
+        x0, y0, x1, y1 = rect
+        super().__init__(x1 - x0, y1 - y0, bitrate, timer, threads=1)
+        self.rect = rect
+        self._resting = True  # the previous frame had no patch: the next patch is an IDR
+
+    def warm_up(self, idle_loop: np.ndarray) -> None:
+        """Nothing is composited on the server: no base pictures, no blend geometry."""
+
+    def make(self, base_id: int, patch: np.ndarray | None, generation: int) -> Any:
+        """The patch's access unit, or None while the mouth rests."""
+        if patch is None:
+            self._resting = True
+            return None
+        with self.timer.stage("encode"):
+            if patch.shape[0] != CROP_SIZE:
+                patch = cv2.resize(patch, (CROP_SIZE, CROP_SIZE), interpolation=cv2.INTER_LINEAR)
+            x0, y0, x1, y1 = self.rect
+            # the first patch after rest or an interrupt is an IDR: every utterance decodes on its own
+            force = self._must_be_idr(generation, extra=self._resting)
+            self._resting = False
+            return self.encoder.encode(np.ascontiguousarray(patch[y0:y1, x0:x1]), force_idr=force)

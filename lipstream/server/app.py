@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,29 +25,44 @@ from lipstream.server.memory import HeapTrimmer
 from lipstream.server.metrics import CONTENT_TYPE, ServerMetrics
 from lipstream.server.registry import SessionRegistry
 from lipstream.server.tts_http import add_tts_routes
+from lipstream.talk.speaker import Speaker
+from lipstream.talk.voices import SharedVoices
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "web" / "static"
 EDGE_PAGE_DIR = STATIC_DIR.parent / "edge"
 SHARED_EDGE_MODULES = frozenset({"compositor.js", "files.js"})  # served at /static/edge/ (patch mode)
 
 
-class SharedVoices:
-    """TTS voices loaded once per server and shared by all sessions (loading a voice takes about a second)."""
+@dataclass
+class LiveSessionFactory:
+    """Makes the server's sessions (H.264 for the wire) and holds what they share: voices, the speaker
+    that turns `speak` text into speech, worker pools, scaled base frames and the metrics observer."""
 
-    def __init__(self) -> None:
-        self._voices: dict[str, Any] = {}
-        self._lock = threading.Lock()
+    config: ServerConfig
+    voices: SharedVoices
+    pools: WorkerPools
+    metrics: ServerMetrics | None = None
+    base_frames: SharedBaseFrames = field(default_factory=SharedBaseFrames)
 
-    def __call__(self, voice: str) -> Any:
-        """The loaded voice called `voice` (loaded on first use)."""
-        with self._lock:
-            if voice not in self._voices:
-                from lipstream.talk.tts import create_tts
+    def __post_init__(self) -> None:
+        # sentences are synthesised on the low-priority speech pool, like the sessions' feature extraction
+        self.speaker = Speaker(self.voices, executor=self.pools.speech, default_voice=self.config.voice)
 
-                tts = create_tts(voice, threads=1)  # one core per synthesis: sessions share the CPU
-                tts.synthesize("Ready.")  # the first synthesis is slow (model warm-up): pay it at load
-                self._voices[voice] = tts
-            return self._voices[voice]
+    def __call__(self, bundle: AvatarBundle, engine: Any, output_width: int | None, stream: str = "full"):
+        """A session of `bundle` on the shared `engine`, at `output_width` (None: the avatar's size)."""
+        from lipstream.render.session import Session, SessionConfig
+
+        cfg = SessionConfig(
+            encode=True,
+            output_width=output_width,
+            voice=self.config.voice,
+            max_lead_seconds=self.config.max_lead_seconds,
+            max_pending_seconds=self.config.limits.max_pending_seconds,
+            stream=stream,
+        )
+        return Session(
+            bundle, engine, cfg, pools=self.pools, base_frames=self.base_frames, observer=self.metrics
+        )
 
 
 def render_session_factory(
@@ -55,30 +70,15 @@ def render_session_factory(
     voices: SharedVoices | None = None,
     pools: WorkerPools | None = None,
     metrics: ServerMetrics | None = None,
-) -> SessionFactory:
-    """Sessions from lipstream.render.session, encoding H.264 for the wire; TTS voices, worker pools and
-    scaled base frames shared by all sessions; `metrics` observes their render stages, TTFF and late
-    frames."""
-    voices = voices or SharedVoices()
-    pools = pools or WorkerPools.create(render_threads=config.limits.max_sessions)
-    base_frames = SharedBaseFrames()
-
-    def make(bundle: AvatarBundle, engine: Any, output_width: int | None, stream: str = "full") -> Any:
-        from lipstream.render.session import Session, SessionConfig
-
-        cfg = SessionConfig(
-            encode=True,
-            output_width=output_width,
-            voice=config.voice,
-            max_lead_seconds=config.max_lead_seconds,
-            max_pending_seconds=config.limits.max_pending_seconds,
-            stream=stream,
-        )
-        return Session(
-            bundle, engine, cfg, tts_factory=voices, pools=pools, base_frames=base_frames, observer=metrics
-        )
-
-    return make
+) -> LiveSessionFactory:
+    """The server's session factory: voices, worker pools and scaled base frames shared by all sessions;
+    `metrics` observes their render stages, TTFF and late frames."""
+    return LiveSessionFactory(
+        config,
+        voices or SharedVoices(),
+        pools or WorkerPools.create(render_threads=config.limits.max_sessions),
+        metrics,
+    )
 
 
 def _avatar_info(name: str, root: Path | None) -> dict[str, Any] | None:
@@ -122,8 +122,13 @@ def create_app(
     model_status = agent.model_status if agent is not None and hasattr(agent, "model_status") else None
     if model_status is not None:
         metrics.bind_language_model(model_status)
-    voices = SharedVoices()  # one loaded voice for sessions and POST /api/tts
-    factory = session_factory or render_session_factory(config, voices=voices, metrics=metrics)
+    factory = session_factory or render_session_factory(config, metrics=metrics)
+    if not isinstance(factory, LiveSessionFactory):  # a caller's own factory: text gets its own voices
+        factory_speaker = Speaker(SharedVoices(), default_voice=config.voice)
+        pools = WorkerPools()
+    else:
+        factory_speaker, pools = factory.speaker, factory.pools
+    voices = factory_speaker.voices  # one loaded voice for sessions and POST /api/tts
     app.state.registry = registry
     app.state.metrics = metrics
 
@@ -193,8 +198,9 @@ def create_app(
     async def session_socket(ws: WebSocket) -> None:
         """One live session per connection (docs/protocol.md)."""
         await Connection(
-            ws, config, engine, registry, factory, agent=agent, metrics=metrics, edge_exports=edge_exports
-        ).run()
+            ws, config, engine, registry, factory, agent=agent, metrics=metrics, edge_exports=edge_exports,
+            speaker=factory_speaker, pools=pools,
+        ).run()  # fmt: skip
         if heap is not None:
             await asyncio.to_thread(heap.trim)
 

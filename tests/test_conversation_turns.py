@@ -13,7 +13,8 @@ from fake_llm_server import FakeLLMServer
 
 from lipstream.engines.registry import create_engine
 from lipstream.render.session import Session, SessionConfig
-from lipstream.talk.conversation import Conversation, ConversationConfig
+from lipstream.talk.conversation import Conversation
+from lipstream.talk.conversation_types import ConversationConfig
 from lipstream.talk.llm_openai import OpenAIChatModel
 from lipstream.talk.stt import WhisperSTT
 

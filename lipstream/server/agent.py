@@ -14,7 +14,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from lipstream.errors import LipstreamError
-from lipstream.talk.conversation import DEFAULT_SYSTEM_PROMPT, Conversation, ConversationConfig, Emit
+from lipstream.talk.conversation import Conversation
+from lipstream.talk.conversation_types import DEFAULT_SYSTEM_PROMPT, ConversationConfig, Emit
 from lipstream.talk.llm import LanguageModel
 from lipstream.talk.session_port import AvatarSession
 from lipstream.talk.speaker import Speaker

@@ -4,8 +4,9 @@ mic PCM -> (echo cancelled) -> VAD -> STT (partials while the user speaks, the f
 turn) -> language model (streamed) -> sentences -> TTS -> Session. When the user starts speaking while
 the avatar talks, the answer is cut (barge-in) and the history keeps only what was heard.
 
-Everything heavy (echo cancellation, VAD, STT) runs on the session's speech pool; the language model
-streams from its own worker. Events for the client are handed to the injected `emit` coroutine.
+The microphone is analysed (echo cancellation, VAD) on a thread of its own, transcription on the
+recogniser threads, sentences are spoken through the injected Speaker; the language model streams from its
+own worker. Events for the client are handed to the injected `emit` coroutine.
 """
 
 from __future__ import annotations
@@ -14,18 +15,20 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, Field
 
 from lipstream.audio.decode import StreamResampler, to_float32
 from lipstream.audio.timeline import SAMPLE_RATE
 from lipstream.errors import LipstreamError
+from lipstream.talk.conversation_types import ConversationConfig, Emit, TurnTimes
+from lipstream.talk.echo_gate import EchoGate
 from lipstream.talk.llm import ChatMessage, LanguageModel, LLMError
+from lipstream.talk.mic_buffer import MicBuffer
 from lipstream.talk.sentences import SentenceStream, speakable
 from lipstream.talk.session_port import AvatarSession
 from lipstream.talk.speaker import Speaker
@@ -34,61 +37,6 @@ from lipstream.talk.vad import VadEvent, VoiceActivityDetector
 from lipstream.threads import background_pool
 
 log = logging.getLogger(__name__)
-
-DEFAULT_SYSTEM_PROMPT = (
-    "You are a friendly presenter who answers out loud. Always reply in English, in one to three short "
-    "spoken sentences, in plain words: no lists, no markdown, no emoji."
-)
-Emit = Callable[[dict[str, Any]], Awaitable[None]]
-# the canceller finds a real echo's delay within 0.3-0.5 s of the avatar speaking (benchmarks/echo_bench.py);
-# nothing found after this long (with room for a loaded machine) means the microphone does not hear it
-NO_ECHO_AFTER_MS = 3000.0
-
-
-class ConversationConfig(BaseModel):
-    """How a conversation listens and answers."""
-
-    system_prompt: str = DEFAULT_SYSTEM_PROMPT
-    max_history_messages: int = Field(12, ge=0)  # user and assistant messages kept (the system prompt aside)
-    max_reply_tokens: int = Field(120, ge=8)
-    max_turn_seconds: float = Field(30.0, gt=1)  # a longer monologue is cut there and answered
-    partial_every_seconds: float = Field(0.5, gt=0)  # re-decode the growing turn this often
-    preroll_seconds: float = Field(0.25, ge=0)  # audio before the detected onset given to STT
-    start_ms: float = Field(200, gt=0)  # speech shorter than this (a cough, a click) never starts a turn
-    end_silence_ms: float = Field(500, gt=0)  # silence that ends the user's turn
-    # silence after which the answer starts being prepared (speech recognition, the model's first words),
-    # kept if the silence lasts to end_silence_ms, dropped if the user goes on
-    pause_ms: float = Field(96, gt=0)
-    apology: str = "Sorry, I cannot answer that right now."  # said when the language model fails
-    voice: str | None = None
-
-
-@dataclass
-class TurnTimes:
-    """Wall-clock marks of one turn (time.perf_counter seconds)."""
-
-    turn: int
-    speech_end: float = 0.0  # when the last sample of the user's speech reached the server
-    transcript: float | None = None
-    llm_first_token: float | None = None
-    first_audio: float | None = None
-    first_frame: float | None = None
-    interrupted: bool = False
-    reported: bool = False
-
-    def as_ms(self) -> dict[str, float | None]:
-        """Each stage's time since the end of the user's speech, in ms."""
-
-        def since(mark: float | None) -> float | None:
-            return None if mark is None else round((mark - self.speech_end) * 1000.0, 1)
-
-        return {
-            "transcript": since(self.transcript),
-            "llm_first_token": since(self.llm_first_token),
-            "first_audio": since(self.first_audio),
-            "first_frame": since(self.first_frame),
-        }
-
 
 _END = object()  # end of a model's reply in a _Prepared queue
 
@@ -114,45 +62,6 @@ class _Prepared:
         for task in (self.task, self.feeder):
             if task is not None and not task.done():
                 task.cancel()
-
-
-@dataclass
-class _MicBuffer:
-    """The microphone stream at 16 kHz: a window of recent audio (the whole turn while one is open)."""
-
-    audio: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
-    offset: int = 0  # stream sample of audio[0]
-    arrivals: deque = field(default_factory=lambda: deque(maxlen=400))  # (end sample, wall time)
-
-    @property
-    def end(self) -> int:
-        """Stream samples received so far."""
-        return self.offset + len(self.audio)
-
-    def append(self, pcm: np.ndarray, now: float) -> None:
-        """Add a chunk that reached the server at `now`."""
-        self.audio = np.concatenate([self.audio, pcm])
-        self.arrivals.append((self.end, now))
-
-    def slice(self, start: int, end: int | None = None) -> np.ndarray:
-        """Stream samples [start, end)."""
-        lo = max(0, start - self.offset)
-        hi = len(self.audio) if end is None else max(lo, end - self.offset)
-        return self.audio[lo:hi]
-
-    def keep_from(self, sample: int) -> None:
-        """Forget audio before stream sample `sample`."""
-        cut = max(0, min(len(self.audio), sample - self.offset))
-        if cut:
-            self.audio = self.audio[cut:]
-            self.offset += cut
-
-    def arrival_of(self, sample: int) -> float:
-        """When the chunk holding stream sample `sample` reached the server."""
-        for end, at in self.arrivals:
-            if end > sample:
-                return at
-        return self.arrivals[-1][1] if self.arrivals else time.perf_counter()
 
 
 class Conversation:
@@ -193,7 +102,7 @@ class Conversation:
         )
         self.echo = echo
         self.history: deque[ChatMessage] = deque(maxlen=max(1, self.config.max_history_messages))
-        self._mic = _MicBuffer()
+        self._mic = MicBuffer()
         self._resamplers: dict[int, StreamResampler] = {}
         self._turn = 0
         self._turn_start: int | None = None  # stream sample where the open turn's speech began
@@ -211,11 +120,8 @@ class Conversation:
         self._times: dict[int, TurnTimes] = {}
         self._uid_turn: dict[int, int] = {}
         self._references: deque[tuple[int, np.ndarray]] = deque()  # frames sent, for the echo canceller
-        self._held_start: VadEvent | None = None  # a speech start waiting for the echo canceller to lock on
-        self._held_double_talk = 0  # samples of the user louder than the echo since the held start
         self._mic_clock = 0.0  # microphone samples (16 kHz) received so far
-        self._echo_locked = False
-        self._lock_resyncs = 0  # the canceller's resync count the lock was made under
+        self._echo_gate = EchoGate(echo, self.vad, self.config.start_ms, self.config.end_silence_ms)
         self._mic_offsets: deque[float] | None = deque(maxlen=100) if echo is not None else None
         # the microphone is analysed on a thread of its own: it must keep up with real time even while
         # the speech pool is busy transcribing or synthesising
@@ -270,69 +176,7 @@ class Conversation:
                 audio = np.asarray(cleaned, dtype=np.float32)
                 # the VAD hears silence where only residual echo is left (STT still gets all of it)
                 heard = np.where(echo_only, np.float32(0.0), audio)
-        return audio, self._gate(self.vad.push(heard), len(heard))
-
-    def _echo_unlocked(self) -> bool:
-        """Worker: the avatar is audible and the canceller has not yet locked on to its echo (no delay
-        found, or its filter has not yet stayed at 10 dB for the VAD's end-of-speech silence and a little
-        more: a start held before the lock was decided on the raw echo, and the VAD must first have had
-        the time to end that speech in the cleaned audio, or a held start made by the echo alone would be
-        released as a barge-in; speech still going on after that is the user's). Once locked it stays
-        trusted (during double talk its ERLE drops by definition, and that must not block a barge-in)
-        until playback jumps (the canceller resynchronises: an interrupt, a stall).
-        When the avatar has been audible for 3 s and no delay was found, this microphone does not hear it
-        (headphones, the browser's own echo cancellation): nothing to wait for."""
-        if self.echo is None:
-            return False
-        stats = self.echo.stats
-        settle_ms = self.config.end_silence_ms + 200
-        if stats.resyncs != self._lock_resyncs:  # playback jumped (an interrupt, a stall): check again
-            self._lock_resyncs = stats.resyncs
-            self._echo_locked = False
-        if stats.delay_ms is None:
-            self._echo_locked = False
-            if getattr(stats, "search_ms", 0.0) >= NO_ECHO_AFTER_MS:
-                return False
-        elif stats.converged and getattr(stats, "converged_ms", float("inf")) >= settle_ms:
-            self._echo_locked = True
-        return stats.reference_active and not self._echo_locked
-
-    def _gate(self, events: list[VadEvent], samples: int) -> list[VadEvent]:
-        """Worker: hold back a speech start while the avatar's echo may still be in the microphone (the
-        canceller has not locked on yet); release it once the echo is under control and the speech goes
-        on, drop it when that speech ends first (it was the avatar hearing itself)."""
-        likely = self._echo_unlocked()
-        out: list[VadEvent] = []
-        for event in events:
-            if self._held_start is not None:
-                if event.kind == "speech_end":
-                    log.info("held speech start dropped: it ended while the echo was uncertain")
-                    self._held_start = None
-                continue  # pause/resume/end of a held start belong to it
-            if event.kind == "speech_start" and likely:
-                log.info("speech start at %d held: echo not locked yet (%s)", event.sample, self.echo.stats)
-                self._held_start = event
-                self._held_double_talk = 0
-                continue
-            out.append(event)
-        if self._held_start is not None and self.echo.stats.louder_than_echo and self.vad.speaking:
-            self._held_double_talk += samples
-        # released only while a voice is heard now: `in_speech` also holds through the pause that may end
-        # a speech made by the echo alone
-        if self._held_start is not None and self.vad.speaking and (not likely or self._user_over_echo()):
-            held_at = self._held_start.sample
-            log.info("held speech start at %d released: the user's voice (%s)", held_at, self.echo.stats)
-            out.append(self._held_start)
-            self._held_start = None
-        return out
-
-    def _user_over_echo(self) -> bool:
-        """Worker: before the lock, the filter has learnt the room and has heard, for the length of a
-        speech start, more left over than the echo it expects (the filter stops learning during double
-        talk, so waiting for the lock could wait for ever), while the VAD, which no longer hears the echo
-        the filter explains, hears speech: the user is talking over the avatar."""
-        needed = self.config.start_ms * SAMPLE_RATE / 1000
-        return bool(self.echo.stats.adapted) and self._held_double_talk >= needed
+        return audio, self._echo_gate.gate(self.vad.push(heard), len(heard))
 
     def add_reference(self, pts: int, pcm: np.ndarray) -> None:
         """The audio of a frame the avatar plays at `pts` (what the echo canceller removes)."""

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lipstream.talk.echo_delay import DelayEstimator, ReferenceBuffer
+
 __all__ = ["EchoCanceller", "EchoStats"]
 
 _SILENT_POWER = 1e-10  # mean square below this (−100 dBFS) counts as no signal at all
@@ -51,94 +53,6 @@ class EchoStats:
     converged_ms: float = 0.0  # how long (microphone time) the filter has stayed converged; 0 when not
     search_ms: float = 0.0  # how long the avatar was audible before a delay was found (grows until then)
     resyncs: int = 0  # times the reported playback position jumped away from the locked timeline
-
-
-class _ReferenceBuffer:
-    """The avatar's audio on the session timeline (pts in samples); positions never given read as 0."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self._pcm = np.zeros(capacity, dtype=np.float64)
-        # The pts stored in each slot: a slot holding another (older) pts reads as silence, so a ring
-        # that wrapped or a gap in the timeline never leaks stale audio into the filter.
-        self._tag = np.full(capacity, -1, dtype=np.int64)
-        self.newest = -1  # highest pts written + 1 (0 when nothing yet)
-
-    def write(self, pts: int, pcm: np.ndarray) -> None:
-        """Store pcm (already float) at pts.. on the timeline, replacing what was there."""
-        n = len(pcm)
-        if n == 0 or pts < 0:
-            return
-        if n > self.capacity:
-            pts, pcm, n = pts + n - self.capacity, pcm[-self.capacity :], self.capacity
-        idx = np.arange(pts, pts + n) % self.capacity
-        self._pcm[idx] = pcm
-        self._tag[idx] = np.arange(pts, pts + n)
-        self.newest = max(self.newest, pts + n)
-
-    def read(self, start: int, end: int) -> np.ndarray:
-        """Samples start..end-1 (zeros where nothing was given)."""
-        pts = np.arange(start, end, dtype=np.int64)
-        idx = pts % self.capacity
-        out = self._pcm[idx]
-        out[self._tag[idx] != pts] = 0.0
-        return out
-
-
-class _DelayEstimator:
-    """GCC-PHAT over lags [-neg, max_lag] on cross-spectra smoothed across analysis blocks."""
-
-    def __init__(self, max_lag: int, neg: int, block: int = 4096, hop: int = 2048) -> None:
-        self.max_lag, self.neg, self.block, self.hop = max_lag, neg, block, hop
-        self.nfft = 1 << math.ceil(math.log2(block + max_lag + neg))
-        self._cross: np.ndarray | None = None
-        freqs = np.fft.rfftfreq(self.nfft, 1 / 16000)
-        # Speech below 100 Hz is mostly room rumble and above 7 kHz often empty in TTS output: whitened,
-        # those bins would only add phase noise to the correlation.
-        self._band = ((freqs >= 100) & (freqs <= 7000)).astype(np.float64)
-        self.lag: int | None = None
-        self.confidence = 0.0
-        self._candidate: int | None = None
-
-    def reset(self) -> None:
-        """Forget the smoothed cross-spectrum (the timeline mapping changed)."""
-        self._cross = None
-        self._candidate = None
-
-    def update(self, mic: np.ndarray, ref: np.ndarray) -> bool:
-        """Add one analysis block: mic (block samples), ref (block + max_lag + neg samples, starting max_lag
-        before mic). Return True when the accepted lag changed."""
-        spec_m = np.fft.rfft(mic, self.nfft)
-        spec_r = np.fft.rfft(ref, self.nfft)
-        cross = np.conj(spec_m) * spec_r
-        self._cross = cross if self._cross is None else 0.6 * self._cross + 0.4 * cross
-        mag = np.abs(self._cross)
-        # PHAT with a floor: bins far below the strongest carry no phase information worth whitening.
-        weighted = self._cross * self._band / (mag + 1e-3 * mag.max() + _EPS)
-        corr = np.fft.irfft(weighted, self.nfft)[: self.max_lag + self.neg + 1]
-        k = int(np.argmax(corr))
-        rest = np.delete(corr, np.s_[max(0, k - 8) : k + 9])
-        self.confidence = float(corr[k] / (np.sqrt(np.mean(rest**2)) + _EPS))
-        lag = self.max_lag - k
-        if self.confidence < 8.0:
-            return False
-        if self.lag is None:
-            # The first lock too must show up twice in a row: a single block can peak on a coincidence
-            # (the reference of frames that arrived too late to be played, a repeated syllable).
-            if self._candidate is not None and abs(lag - self._candidate) <= 2:
-                self.lag, self._candidate = lag, None
-                return True
-            self._candidate = lag
-            return False
-        if abs(lag - self.lag) <= 2:
-            self._candidate = None
-            return False
-        # A different lag must show up twice in a row before it replaces an accepted one.
-        if self._candidate is not None and abs(lag - self._candidate) <= 2:
-            self.lag, self._candidate = lag, None
-            return True
-        self._candidate = lag
-        return False
 
 
 class EchoCanceller:
@@ -188,8 +102,8 @@ class EchoCanceller:
         self.resync = int(round(resync_ms * sample_rate / 1000))
         self.suppress = suppress
         self.gain_floor = 10 ** (suppress_floor_db / 20)
-        self._ref = _ReferenceBuffer(int(history_s * sample_rate))
-        self._delay = _DelayEstimator(self.max_lag, neg=self.lead)
+        self._ref = ReferenceBuffer(int(history_s * sample_rate))
+        self._delay = DelayEstimator(self.max_lag, neg=self.lead)
         self.stats = EchoStats()
         nb = block + 1
         self._wf = np.zeros((partitions, nb), dtype=np.complex128)  # foreground (used) filter

@@ -1,0 +1,60 @@
+"""A conversation's settings, the events callback it is given, and the timings it keeps per turn."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a friendly presenter who answers out loud. Always reply in English, in one to three short "
+    "spoken sentences, in plain words: no lists, no markdown, no emoji."
+)
+Emit = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class ConversationConfig(BaseModel):
+    """How a conversation listens and answers."""
+
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    max_history_messages: int = Field(12, ge=0)  # user and assistant messages kept (the system prompt aside)
+    max_reply_tokens: int = Field(120, ge=8)
+    max_turn_seconds: float = Field(30.0, gt=1)  # a longer monologue is cut there and answered
+    partial_every_seconds: float = Field(0.5, gt=0)  # re-decode the growing turn this often
+    preroll_seconds: float = Field(0.25, ge=0)  # audio before the detected onset given to STT
+    start_ms: float = Field(200, gt=0)  # speech shorter than this (a cough, a click) never starts a turn
+    end_silence_ms: float = Field(500, gt=0)  # silence that ends the user's turn
+    # silence after which the answer starts being prepared (speech recognition, the model's first words),
+    # kept if the silence lasts to end_silence_ms, dropped if the user goes on
+    pause_ms: float = Field(96, gt=0)
+    apology: str = "Sorry, I cannot answer that right now."  # said when the language model fails
+    voice: str | None = None
+
+
+@dataclass
+class TurnTimes:
+    """Wall-clock marks of one turn (time.perf_counter seconds)."""
+
+    turn: int
+    speech_end: float = 0.0  # when the last sample of the user's speech reached the server
+    transcript: float | None = None
+    llm_first_token: float | None = None
+    first_audio: float | None = None
+    first_frame: float | None = None
+    interrupted: bool = False
+    reported: bool = False
+
+    def as_ms(self) -> dict[str, float | None]:
+        """Each stage's time since the end of the user's speech, in ms."""
+
+        def since(mark: float | None) -> float | None:
+            return None if mark is None else round((mark - self.speech_end) * 1000.0, 1)
+
+        return {
+            "transcript": since(self.transcript),
+            "llm_first_token": since(self.llm_first_token),
+            "first_audio": since(self.first_audio),
+            "first_frame": since(self.first_frame),
+        }

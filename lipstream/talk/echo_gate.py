@@ -1,0 +1,100 @@
+"""The echo gate: a speech start the microphone may owe to the avatar's own voice is held, not obeyed.
+
+Until the echo canceller has locked on to the avatar's echo, the VAD may hear the avatar itself. A start
+made then is held; it is released when the speech goes on after the lock (or is clearly louder than the
+echo the filter expects: the user talking over the avatar), and dropped when it ends first.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from lipstream.audio.timeline import SAMPLE_RATE
+from lipstream.talk.echo import EchoCanceller
+from lipstream.talk.vad import VadEvent, VoiceActivityDetector
+
+log = logging.getLogger(__name__)
+
+# the canceller finds a real echo's delay within 0.3-0.5 s of the avatar speaking (benchmarks/echo_bench.py);
+# nothing found after this long (with room for a loaded machine) means the microphone does not hear it
+NO_ECHO_AFTER_MS = 3000.0
+
+
+class EchoGate:
+    """Holds back VAD speech starts while the avatar's echo may still be in the microphone (worker thread)."""
+
+    def __init__(
+        self, echo: EchoCanceller | None, vad: VoiceActivityDetector, start_ms: float, end_silence_ms: float
+    ) -> None:
+        """`echo`: the canceller (None: no gate, events pass); `vad`: the detector whose events are gated;
+        `start_ms`/`end_silence_ms`: its speech-start and end-of-speech durations."""
+        self.echo = echo
+        self.vad = vad
+        self.start_ms = start_ms
+        self.end_silence_ms = end_silence_ms
+        self._held_start: VadEvent | None = None  # a speech start waiting for the canceller to lock on
+        self._held_double_talk = 0  # samples of the user louder than the echo since the held start
+        self._echo_locked = False
+        self._lock_resyncs = 0  # the canceller's resync count the lock was made under
+
+    def _echo_unlocked(self) -> bool:
+        """Worker: the avatar is audible and the canceller has not yet locked on to its echo (no delay
+        found, or its filter has not yet stayed at 10 dB for the VAD's end-of-speech silence and a little
+        more: a start held before the lock was decided on the raw echo, and the VAD must first have had
+        the time to end that speech in the cleaned audio, or a held start made by the echo alone would be
+        released as a barge-in; speech still going on after that is the user's). Once locked it stays
+        trusted (during double talk its ERLE drops by definition, and that must not block a barge-in)
+        until playback jumps (the canceller resynchronises: an interrupt, a stall).
+        When the avatar has been audible for 3 s and no delay was found, this microphone does not hear it
+        (headphones, the browser's own echo cancellation): nothing to wait for."""
+        if self.echo is None:
+            return False
+        stats = self.echo.stats
+        settle_ms = self.end_silence_ms + 200
+        if stats.resyncs != self._lock_resyncs:  # playback jumped (an interrupt, a stall): check again
+            self._lock_resyncs = stats.resyncs
+            self._echo_locked = False
+        if stats.delay_ms is None:
+            self._echo_locked = False
+            if getattr(stats, "search_ms", 0.0) >= NO_ECHO_AFTER_MS:
+                return False
+        elif stats.converged and getattr(stats, "converged_ms", float("inf")) >= settle_ms:
+            self._echo_locked = True
+        return stats.reference_active and not self._echo_locked
+
+    def gate(self, events: list[VadEvent], samples: int) -> list[VadEvent]:
+        """Worker: hold back a speech start while the avatar's echo may still be in the microphone (the
+        canceller has not locked on yet); release it once the echo is under control and the speech goes
+        on, drop it when that speech ends first (it was the avatar hearing itself)."""
+        likely = self._echo_unlocked()
+        out: list[VadEvent] = []
+        for event in events:
+            if self._held_start is not None:
+                if event.kind == "speech_end":
+                    log.info("held speech start dropped: it ended while the echo was uncertain")
+                    self._held_start = None
+                continue  # pause/resume/end of a held start belong to it
+            if event.kind == "speech_start" and likely:
+                log.info("speech start at %d held: echo not locked yet (%s)", event.sample, self.echo.stats)
+                self._held_start = event
+                self._held_double_talk = 0
+                continue
+            out.append(event)
+        if self._held_start is not None and self.echo.stats.louder_than_echo and self.vad.speaking:
+            self._held_double_talk += samples
+        # released only while a voice is heard now: `in_speech` also holds through the pause that may end
+        # a speech made by the echo alone
+        if self._held_start is not None and self.vad.speaking and (not likely or self._user_over_echo()):
+            held_at = self._held_start.sample
+            log.info("held speech start at %d released: the user's voice (%s)", held_at, self.echo.stats)
+            out.append(self._held_start)
+            self._held_start = None
+        return out
+
+    def _user_over_echo(self) -> bool:
+        """Worker: before the lock, the filter has learnt the room and has heard, for the length of a
+        speech start, more left over than the echo it expects (the filter stops learning during double
+        talk, so waiting for the lock could wait for ever), while the VAD, which no longer hears the echo
+        the filter explains, hears speech: the user is talking over the avatar."""
+        needed = self.start_ms * SAMPLE_RATE / 1000
+        return bool(self.echo.stats.adapted) and self._held_double_talk >= needed

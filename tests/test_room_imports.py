@@ -1,5 +1,5 @@
-"""The rooms keep their one-way arrows (docs: ARCHITECTURE "Rooms"): preparation (avatar/) never imports the
-live path (render/, engines/, server/); commands that combine rooms live in lipstream/commands/."""
+"""The rooms keep their floors (docs/architecture.md): a room imports only rooms on lower floors, never one on
+its own floor or above, at any depth (imports inside functions too)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,20 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "lipstream"
+
+# floor of every room: folders, and the top-level modules (which are rooms of their own)
+FLOORS: dict[str, int] = {
+    "errors": 0, "files": 0, "paths": 0, "threads": 0, "native_logs": 0,
+    "audio": 1,
+    "media": 2, "avatar": 2,
+    "engines": 3,
+    "render": 4, "talk": 4, "evaluation": 4,
+    "edge": 5, "integrations": 5,
+    "server": 6,
+    "commands": 7, "cli": 7, "__main__": 7, "__init__": 7, "session": 7,
+}  # fmt: skip
+ROOF = 7
+EXCEPTIONS: dict[str, set[str]] = {}  # module path -> rooms it may import against the floors (none today)
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -17,20 +31,67 @@ def imported_modules(path: Path) -> set[str]:
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
+        elif isinstance(node, ast.ImportFrom) and node.level > 0:
+            names.add("<relative import>")
     return names
 
 
-def test_avatar_room_does_not_import_the_live_path() -> None:
-    forbidden = ("lipstream.render", "lipstream.engines", "lipstream.server", "lipstream.commands")
-    offenders = {
-        str(path.relative_to(PACKAGE)): sorted(m for m in imported_modules(path) if m.startswith(forbidden))
-        for path in sorted((PACKAGE / "avatar").rglob("*.py"))
-    }
-    assert not {k: v for k, v in offenders.items() if v}
+def room_of(path: Path) -> str:
+    """The room a module belongs to: its first folder under lipstream/, or its own name at the top."""
+    parts = path.relative_to(PACKAGE).parts
+    return parts[0] if len(parts) > 1 else Path(parts[0]).stem
+
+
+def target_room(module: str) -> str | None:
+    """The lipstream room an imported module name is in (None: not lipstream)."""
+    if module == "lipstream":
+        return "errors"  # `from lipstream import __version__`: the package's own ground floor
+    if not module.startswith("lipstream."):
+        return None
+    return module.split(".")[1]
+
+
+def test_every_room_has_a_floor() -> None:
+    rooms = {room_of(path) for path in PACKAGE.rglob("*.py")}
+    missing = sorted(rooms - set(FLOORS))
+    assert not missing, f"rooms without a floor in docs/architecture.md: {missing}"
+
+
+def test_no_room_imports_its_own_floor_or_above() -> None:
+    offenders: dict[str, list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        room = room_of(path)
+        rel = str(path.relative_to(PACKAGE))
+        bad = []
+        for module in imported_modules(path):
+            if module == "<relative import>":
+                bad.append("a relative import (write lipstream.… so the floors can be checked)")
+                continue
+            target = target_room(module)
+            if target is None or target == room or target in EXCEPTIONS.get(rel, set()):
+                continue
+            if FLOORS[room] == ROOF:
+                if FLOORS.get(target, ROOF) == ROOF and target not in ("commands", "session", "cli"):
+                    bad.append(module)  # the roof may use every room, and its own command layer
+                continue
+            if FLOORS.get(target, ROOF) >= FLOORS[room]:
+                bad.append(module)
+        if bad:
+            offenders[rel] = sorted(bad)
+    assert not offenders, offenders
+
+
+def test_the_floor_test_catches_a_wrong_arrow(tmp_path: Path) -> None:
+    """The checker itself: an upward import inside a function is found."""
+    module = tmp_path / "probe.py"
+    module.write_text("def f():\n    from lipstream.render.session import Session\n    return Session\n")
+    assert "lipstream.render.session" in imported_modules(module)
+    assert FLOORS[target_room("lipstream.render.session")] >= FLOORS["talk"]
 
 
 def test_plain_server_modules_never_import_ray() -> None:
     """Only lipstream/server/ray_serve.py may import Ray (and only under `serve --ray`)."""
+
     def uses_ray(path: Path) -> bool:
         return any(m == "ray" or m.startswith("ray.") for m in imported_modules(path))
 

@@ -105,6 +105,7 @@ class Session:
         shared = base_frames.get(avatar, (self.width, self.height)) if base_frames is not None else None
         self._compositor = Compositor(avatar, engine.patch_size, (self.width, self.height), base=shared)
         self._sink = sink or self._default_sink()
+        self._sink.bind(self._compositor, self._timer)
         self._scheduled_generation = 0
         accel = resolve_accel(self.config.accel, engine)
         codebook = None
@@ -114,10 +115,10 @@ class Session:
 
     def _default_sink(self) -> FrameSink:
         if not self.config.encode:
-            return RawFrames(self._compositor, self._timer)  # no encoded consumer: nothing is encoded
+            return RawFrames()  # no encoded consumer: nothing is encoded
         if self.patch_rect is not None:
-            return MouthPatchH264(self.patch_rect, self._timer, self.config.patch_bitrate)
-        return WholeFrameH264(self._compositor, self._timer, self.config.bitrate)
+            return MouthPatchH264(self.patch_rect, self.config.patch_bitrate)
+        return WholeFrameH264(self.config.bitrate)
 
     # ----- lifecycle -----------------------------------------------------------------------------------
 

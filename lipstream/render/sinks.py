@@ -25,6 +25,9 @@ class FrameSink(Protocol):
 
     codec_string: str  # WebCodecs codec string of an encoded stream; "" for raw frames
 
+    def bind(self, compositor: Compositor, timer: StageTimer) -> None:
+        """The session's compositor (base frame + patch -> picture at the stream size) and stage timer."""
+
     def open(self) -> None:
         """Make the encoder, if any (at session start, after warm-up)."""
 
@@ -44,23 +47,35 @@ class FrameSink(Protocol):
         """Free the encoder."""
 
 
-class RawFrames:
+def warm_geometry(compositor: Compositor, idle_loop: np.ndarray) -> None:
+    """Blend geometry of the frames a stream starts on (its first half loop), made before the first frame."""
+    for index in idle_loop[: len(idle_loop) // 2 + 1]:
+        compositor.geometry(int(index))
+
+
+class _Bound:
+    """The session's compositor and timer, given by `bind` before anything else is called."""
+
+    compositor: Compositor
+    timer: StageTimer
+
+    def bind(self, compositor: Compositor, timer: StageTimer) -> None:
+        """Keep the session's compositor and stage timer."""
+        self.compositor = compositor
+        self.timer = timer
+
+
+class RawFrames(_Bound):
     """Composited RGB pictures at the stream size; no encoding."""
 
     codec_string = ""
-
-    def __init__(self, compositor: Compositor, timer: StageTimer) -> None:
-        """Composite with `compositor`; time the work under `timer`'s "compositor" stage."""
-        self.compositor = compositor
-        self.timer = timer
 
     def open(self) -> None:
         """Nothing to open."""
 
     def warm_up(self, idle_loop: np.ndarray) -> None:
         """The blend geometry of the frames the stream starts on."""
-        for index in idle_loop[: len(idle_loop) // 2 + 1]:
-            self.compositor.geometry(int(index))
+        warm_geometry(self.compositor, idle_loop)
 
     def make(self, base_id: int, patch: np.ndarray | None, generation: int) -> np.ndarray:
         """The composited picture."""
@@ -78,13 +93,13 @@ class RawFrames:
         """Nothing to free."""
 
 
-class _H264Sink:
+class _H264Sink(_Bound):
     """What both H.264 sinks share: the encoder and when a picture must be an IDR."""
 
-    def __init__(self, width: int, height: int, bitrate: int, timer: StageTimer, threads: int | None) -> None:
-        self.size = (width, height)
+    size: tuple[int, int]
+
+    def __init__(self, bitrate: int, threads: int | None) -> None:
         self.bitrate = bitrate
-        self.timer = timer
         self.threads = threads
         self.encoder: Any = None
         self._force_idr = True
@@ -129,15 +144,19 @@ class _H264Sink:
 class WholeFrameH264(_H264Sink):
     """Whole frames composited in I420 at the stream size and encoded (recorders, `lipstream client`)."""
 
-    def __init__(self, compositor: Compositor, timer: StageTimer, bitrate: int) -> None:
-        """Encode `compositor`'s pictures at up to `bitrate` bits/s."""
-        super().__init__(compositor.width, compositor.height, bitrate, timer, threads=None)
-        self.compositor = compositor
+    def __init__(self, bitrate: int) -> None:
+        """Encode whole pictures at up to `bitrate` bits/s."""
+        super().__init__(bitrate, threads=None)
+
+    def bind(self, compositor: Compositor, timer: StageTimer) -> None:
+        """Keep the compositor; the stream has its size."""
+        super().bind(compositor, timer)
+        self.size = (compositor.width, compositor.height)
 
     def warm_up(self, idle_loop: np.ndarray) -> None:
         """The avatar's I420 pictures at this size, and the blend geometry of the first frames."""
         self.compositor.base.i420(0)
-        RawFrames(self.compositor, self.timer).warm_up(idle_loop)
+        warm_geometry(self.compositor, idle_loop)
 
     def make(self, base_id: int, patch: np.ndarray | None, generation: int) -> Any:
         """The frame's access unit."""
@@ -152,10 +171,11 @@ class MouthPatchH264(_H264Sink):
 
     Nothing is encoded or sent while the mouth rests (the base loop alone is the right picture)."""
 
-    def __init__(self, rect: tuple[int, int, int, int], timer: StageTimer, bitrate: int) -> None:
+    def __init__(self, rect: tuple[int, int, int, int], bitrate: int) -> None:
         """Encode the `rect` (x0, y0, x1, y1 in crop space) of each patch at up to `bitrate` bits/s."""
         x0, y0, x1, y1 = rect
-        super().__init__(x1 - x0, y1 - y0, bitrate, timer, threads=1)
+        super().__init__(bitrate, threads=1)
+        self.size = (x1 - x0, y1 - y0)
         self.rect = rect
         self._resting = True  # the previous frame had no patch: the next patch is an IDR
 

@@ -11,8 +11,6 @@ from collections.abc import AsyncIterable, Callable
 from typing import Any
 
 from lipstream.audio.speech import Speech
-from lipstream.avatar.bundle import AvatarBundle
-from lipstream.engines.base import Engine
 from lipstream.render import session as render_session
 from lipstream.render.session_types import SessionConfig, SessionEvent
 from lipstream.talk.speaker import Speaker
@@ -23,18 +21,10 @@ __all__ = ["Session", "SessionConfig", "SessionEvent"]
 class Session(render_session.Session):
     """A live avatar session that also speaks text (`push_text`, `push_text_stream`)."""
 
-    def __init__(
-        self,
-        avatar: AvatarBundle,
-        engine: Engine,
-        config: SessionConfig | None = None,
-        *,
-        speaker: Speaker | None = None,
-        **options: Any,
-    ) -> None:
-        """`speaker`: the voices text goes through (default: load `config.voice` on first use, synthesis on
-        the session's speech pool); other options as the render Session's."""
-        super().__init__(avatar, engine, config, **options)
+    def __init__(self, *args: Any, speaker: Speaker | None = None, **options: Any) -> None:
+        """The render Session's arguments (avatar, engine, config, ...), and `speaker`: the voices text goes
+        through (default: load `config.voice` on first use, synthesis on the session's speech pool)."""
+        super().__init__(*args, **options)
         self.speaker = speaker or Speaker(executor=self._pools.speech, default_voice=self.config.voice)
 
     async def push_text(self, text: str, voice: str | None = None) -> int:
@@ -51,5 +41,5 @@ class Session(render_session.Session):
     ) -> int:
         """Speak text that arrives in pieces (a language model's sentences) as one utterance, each piece
         synthesised when the session has room for it; a `text` event marks each sentence's first frame."""
-        speeches = await self.speaker.speak(texts, voice or self.config.voice)
-        return await self.push_speech_stream(speeches, on_utterance=on_utterance, on_audio=on_audio)
+        speeches = await self.speaker.speak(texts, voice or self.config.voice, on_speech=on_audio)
+        return await self.push_speech_stream(speeches, on_utterance=on_utterance)

@@ -192,16 +192,13 @@ class Session:
         await self._feed.flush_async()
 
     async def push_speech_stream(
-        self,
-        speeches: AsyncIterable[Speech],
-        on_utterance: Callable[[int], None] | None = None,
-        on_audio: Callable[[Speech], None] | None = None,
+        self, speeches: AsyncIterable[Speech], on_utterance: Callable[[int], None] | None = None
     ) -> int:
         """Speak sentences (Speech with phoneme timings and text, e.g. a voice's) as one utterance; returns
-        its id (`on_utterance` gets it at once, `on_audio` each sentence as it is queued). Each sentence's
-        text becomes a `text` event at its first frame. The next sentence is pulled only while less than
-        `tts_lookahead_seconds` waits to be played, so synthesis runs as fast as speech is spoken."""
-        return await self._feed.push_speech_stream(speeches, on_utterance, on_audio)
+        its id (`on_utterance` gets it at once). Each sentence's text becomes a `text` event at its first
+        frame. The next sentence is pulled only while less than `tts_lookahead_seconds` waits to be
+        played, so synthesis runs as fast as speech is spoken."""
+        return await self._feed.push_speech_stream(speeches, on_utterance)
 
     @property
     def pending_seconds(self) -> float:

@@ -153,10 +153,7 @@ class SpeechFeed:
     # ----- sentences ---------------------------------------------------------------------------------------
 
     async def push_speech_stream(
-        self,
-        speeches: AsyncIterable[Speech],
-        on_utterance: Callable[[int], None] | None = None,
-        on_audio: Callable[[Speech], None] | None = None,
+        self, speeches: AsyncIterable[Speech], on_utterance: Callable[[int], None] | None = None
     ) -> int:
         """Speak sentences that arrive in order as one utterance; the next one is pulled only while less
         than `tts_lookahead_seconds` waits to be played. Returns the utterance id."""
@@ -181,8 +178,6 @@ class SpeechFeed:
                 if generation != self.generation():
                     break
                 utt.append_segment(pcm, feats, text=speech.text)
-                if on_audio is not None:
-                    on_audio(speech)
                 self.poke()
         finally:
             closing = getattr(stream, "aclose", None)

@@ -356,8 +356,9 @@ class Conversation:
                 times.first_audio = time.perf_counter()
 
         try:
-            speeches = await self.speaker.speak(self._sentences(prepared, times), self.config.voice)
-            await self.session.push_speech_stream(speeches, on_utterance=started, on_audio=audio_ready)
+            sentences = self._sentences(prepared, times)
+            speeches = await self.speaker.speak(sentences, self.config.voice, on_speech=audio_ready)
+            await self.session.push_speech_stream(speeches, on_utterance=started)
         except asyncio.CancelledError:
             prepared.cancel()
             raise

@@ -14,12 +14,9 @@ class AvatarSession(Protocol):
     """The seam between a conversation and the session that shows its answers."""
 
     async def push_speech_stream(
-        self,
-        speeches: AsyncIterable[Speech],
-        on_utterance: Callable[[int], None] | None = None,
-        on_audio: Callable[[Speech], None] | None = None,
+        self, speeches: AsyncIterable[Speech], on_utterance: Callable[[int], None] | None = None
     ) -> int:
-        """Speak sentences as one utterance; returns its id."""
+        """Speak sentences as one utterance; returns its id (`on_utterance` gets it at once)."""
 
     def interrupt(self) -> int:
         """Stop speaking now; returns the pts (samples) where speech was cut."""

@@ -42,16 +42,26 @@ class Speaker:
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.executor, functools.partial(fn, *args))
 
-    async def speak(self, texts: AsyncIterable[str] | str, voice: str | None = None) -> AsyncIterator[Speech]:
-        """Load the voice now (an unknown one raises here), then return the sentence stream of `texts`."""
+    async def speak(
+        self,
+        texts: AsyncIterable[str] | str,
+        voice: str | None = None,
+        on_speech: Callable[[Speech], None] | None = None,
+    ) -> AsyncIterator[Speech]:
+        """Load the voice now (an unknown one raises here), then return the sentence stream of `texts`;
+        `on_speech` sees each sentence as it is handed on."""
         tts = await self._run(self.voices, voice or self.default_voice)
-        return self._sentences(tts, one_text(texts) if isinstance(texts, str) else texts)
+        return self._sentences(tts, one_text(texts) if isinstance(texts, str) else texts, on_speech)
 
-    async def _sentences(self, tts: TTS, texts: AsyncIterable[str]) -> AsyncIterator[Speech]:
+    async def _sentences(
+        self, tts: TTS, texts: AsyncIterable[str], on_speech: Callable[[Speech], None] | None
+    ) -> AsyncIterator[Speech]:
         async for text in texts:
             sentences: Iterator[Speech] = await self._run(lambda t=text: iter(tts.synthesize_sentences(t)))
             while True:
                 speech = await self._run(next, sentences, None)
                 if speech is None:
                     break
+                if on_speech is not None:
+                    on_speech(speech)
                 yield speech

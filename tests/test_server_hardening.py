@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import socket
 import struct
 import time
@@ -16,7 +15,7 @@ import numpy as np
 import pytest
 import test_server_harness as harness
 import websockets
-from test_server_harness import ServerProcess
+from test_server_harness import ServerProcess, process_tree, status_kib
 
 from lipstream.server.protocol import Flags, Kind, MediaMessage, decode_media
 
@@ -34,9 +33,9 @@ def server(avatars_root: Path):
 
 
 def rss_anon_mib(pid: int) -> float:
-    """Anonymous resident memory (heap, not the memory-mapped frame caches) of a process, in MiB."""
-    status = Path(f"/proc/{pid}/status").read_text()
-    return int(re.search(r"RssAnon:\s+(\d+)", status).group(1)) / 1024
+    """Anonymous resident memory (heap, not the memory-mapped frame caches) of a server, in MiB: its
+    process and its worker processes (`serve --workers`), added up."""
+    return sum(status_kib(p, "RssAnon") for p in process_tree(pid)) / 1024
 
 
 async def open_session(url: str, **hello) -> tuple[websockets.ClientConnection, dict]:

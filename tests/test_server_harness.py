@@ -41,6 +41,30 @@ def copy_avatar(src: Path, root: Path, name: str) -> Path:
     return dst
 
 
+def process_tree(pid: int) -> list[int]:
+    """`pid` and every process below it (a server's worker processes), as long as they live."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        for task in Path(f"/proc/{current}/task").glob("*/children"):
+            try:
+                todo.extend(int(child) for child in task.read_text().split())
+            except OSError:
+                continue  # the thread ended meanwhile
+    return found
+
+
+def status_kib(pid: int, field: str) -> int:
+    """One kB figure of /proc/PID/status (0 when the process is gone)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    match = re.search(rf"{field}:\s+(\d+)", status)
+    return int(match.group(1)) if match else 0
+
+
 class ServerProcess:
     """`lipstream serve` in a subprocess on a free port; stderr is kept for failure messages."""
 
@@ -87,10 +111,10 @@ class ServerProcess:
         self.stop()
         raise RuntimeError("server did not start:\n" + "".join(self.stderr[-30:]))
 
-    def rss_kib(self) -> int:
-        """Resident memory of the server process."""
-        status = Path(f"/proc/{self.proc.pid}/status").read_text()
-        return int(re.search(r"VmRSS:\s+(\d+)", status).group(1))
+    def rss_kib(self, field: str = "VmRSS") -> int:
+        """Resident memory of the server: its process and its workers (`serve --workers`), added up;
+        `field="RssAnon"`: the heap only, not the avatar frames a worker maps as sessions reach them."""
+        return sum(status_kib(pid, field) for pid in process_tree(self.proc.pid))
 
     def stop(self) -> None:
         """Terminate and reap the process."""

@@ -261,7 +261,7 @@ def test_disconnects_mid_utterance_free_everything(live_server: ServerProcess) -
 
     asyncio.run(run(0, 20))
     time.sleep(1.0)
-    before = live_server.rss_kib("RssAnon")  # the heap: each worker maps frame pages as its sessions reach them
+    before = live_server.rss_kib("RssAnon")  # the heap: a worker maps frame pages as its sessions reach them
     asyncio.run(run(20, 100))
     time.sleep(1.0)
     after = live_server.rss_kib("RssAnon")

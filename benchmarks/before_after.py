@@ -81,6 +81,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", required=True, help="git revision of the before tree")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--after-arg", action="append", default=[],
+        help="an argument for the after tree's run only (an option the before tree's script lacks)",
+    )
     parser.add_argument("bench", help="script under benchmarks/, e.g. sessions_bench.py")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="its arguments (no --out)")
     opts = parser.parse_args()
@@ -93,7 +97,8 @@ def main() -> int:
         order = ["before", "after"] if round_ % 2 == 0 else ["after", "before"]
         print(f"round {round_ + 1}/{opts.rounds}: {' then '.join(order)}", flush=True)
         for name in order:
-            runs[name].append(run_once(trees[name], opts.bench, args, scratch / f"{name}{round_}.json"))
+            extra = opts.after_arg if name == "after" else []
+            runs[name].append(run_once(trees[name], opts.bench, args + extra, scratch / f"{name}{round_}.json"))
     rows = compare(runs["before"], runs["after"])
     print(f"\n{'figure':60s} {'before':>12s} {'after':>12s} {'after/before':>12s}")
     for row in rows:
@@ -107,6 +112,7 @@ def main() -> int:
                                 text=True).stdout.strip(),  # fmt: skip
         "bench": opts.bench,
         "args": args,
+        "after_args": opts.after_arg,
         "rounds": opts.rounds,
         "rows": rows,
         "runs": runs,

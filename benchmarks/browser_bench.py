@@ -36,10 +36,11 @@ TWO_PAGES_TEXT = (
 )
 
 
-def start_server(avatars_dir: Path) -> tuple[subprocess.Popen, str]:
-    """`lipstream serve --port 0`; returns the process and its http URL."""
+def start_server(avatars_dir: Path, extra: list[str] | None = None) -> tuple[subprocess.Popen, str]:
+    """`lipstream serve --port 0` (and `extra` arguments); returns the process and its http URL."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "lipstream", "serve", "--port", "0", "--avatars-dir", str(avatars_dir)],
+        [sys.executable, "-m", "lipstream", "serve", "--port", "0", "--avatars-dir", str(avatars_dir),
+         *(extra or [])],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )  # fmt: skip
     for line in proc.stdout:  # type: ignore[union-attr]
@@ -136,11 +137,14 @@ def main() -> None:
     parser.add_argument("--avatar", default="sample")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "browser_bench.json")
     parser.add_argument("--streams", action="store_true", help="full-frame vs patch mode at full size only")
+    parser.add_argument(
+        "--serve-arg", action="append", default=[], help="a `lipstream serve` argument (--serve-arg=--workers)"
+    )
     args = parser.parse_args()
     manifest = json.loads((args.avatars_dir / args.avatar / "manifest.json").read_text())
     w, h = manifest["width"], manifest["height"]
-    proc, url = start_server(args.avatars_dir)
-    results: dict = {"avatar": args.avatar, "sizes": {}}
+    proc, url = start_server(args.avatars_dir, args.serve_arg)
+    results: dict = {"avatar": args.avatar, "sizes": {}, "serve_args": args.serve_arg}
     try:
         if args.streams:
             results["streams"] = compare_streams(url, args.avatar)

@@ -98,7 +98,8 @@ def main() -> int:
         print(f"round {round_ + 1}/{opts.rounds}: {' then '.join(order)}", flush=True)
         for name in order:
             extra = opts.after_arg if name == "after" else []
-            runs[name].append(run_once(trees[name], opts.bench, args + extra, scratch / f"{name}{round_}.json"))
+            out = scratch / f"{name}{round_}.json"
+            runs[name].append(run_once(trees[name], opts.bench, args + extra, out))
     rows = compare(runs["before"], runs["after"])
     print(f"\n{'figure':60s} {'before':>12s} {'after':>12s} {'after/before':>12s}")
     for row in rows:

@@ -138,7 +138,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "browser_bench.json")
     parser.add_argument("--streams", action="store_true", help="full-frame vs patch mode at full size only")
     parser.add_argument(
-        "--serve-arg", action="append", default=[], help="a `lipstream serve` argument (--serve-arg=--workers)"
+        "--serve-arg", action="append", default=[], help="a `lipstream serve` argument, repeatable"
     )
     args = parser.parse_args()
     manifest = json.loads((args.avatars_dir / args.avatar / "manifest.json").read_text())

@@ -167,8 +167,20 @@ def test_barge_in_stops_the_avatar(agent_server: ServerProcess, mic_wavs: dict[s
     # The goal is 300 ms; it measures ~275-340 ms here: 200 ms of speech before the VAD may call it speech,
     # ~40-70 ms more until the server's cut reaches the page, then the frames still due before the cut
     # (~30-70 ms). The bench reports the figure; the test leaves a loaded 2-core machine room, so that it
-    # fails on a real regression (a barge-in that waits for the end of the sentence is > 1 s) only.
-    assert figure["ms"] < 450 and figure["level_ms"] is not None and figure["level_ms"] < 450, figure
+    # fails on a real regression (a barge-in that waits for the end of the sentence is > 1 s) only. Under
+    # the full suite one run in a few stalls to 440-510 ms (2 of 7 runs here; 275-340 ms otherwise): a
+    # slow run is measured again, and a regression is slow twice.
+    if not _quick(figure):
+        print("slow barge-in, measured again:", figure["ms"], figure["level_ms"])
+        figure = barge_in_ms(agent_server.http, mic_wavs["barge_in"])
+    assert _quick(figure), figure
+
+
+def _quick(figure: dict) -> bool:
+    """The barge-in was under 450 ms from both onsets (the server's VAD and the page's own mic level)."""
+    return figure["ms"] is not None and figure["ms"] < 450 and figure["level_ms"] is not None and (
+        figure["level_ms"] < 450
+    )
 
 
 def test_refused_or_absent_microphone_is_said(agent_server: ServerProcess) -> None:

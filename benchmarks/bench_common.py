@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import platform
 import re
@@ -63,3 +65,52 @@ def child_pids(pid: int) -> list[int]:
     """A process's direct children (the model process of `serve --agent`)."""
     tasks = Path(f"/proc/{pid}/task").iterdir()
     return [int(child) for task in tasks for child in (task / "children").read_text().split()]
+
+
+JITTER_S = 0.15  # the browser player's buffer before it starts playing
+
+
+async def play_like_a_player(ws, seconds: float, kinds: tuple = ()) -> dict:
+    """Read a speaking session as the browser player would: play from the first frame + a 150 ms jitter
+    buffer, report the playing position every 100 ms; a frame that arrives after its display time is late
+    (a player skips it). Counts over `seconds` of playback; `kinds`: the media kinds that are frames
+    (default: whole-frame video)."""
+    from lipstream.server.protocol import Kind, decode_media  # only the WebSocket benchmarks need it
+
+    kinds = kinds or (Kind.VIDEO,)
+    first_arrival = first_pts = None
+    frames = late = 0
+    worst = 0.0
+    stop = asyncio.Event()
+
+    async def report_position() -> None:
+        while not stop.is_set():
+            await asyncio.sleep(0.1)
+            if first_arrival is not None:
+                playing = first_pts + int((time.monotonic() - first_arrival - JITTER_S) * 16000)
+                if playing > first_pts:
+                    await ws.send(json.dumps({"type": "position", "pts": playing}))
+
+    reporter = asyncio.create_task(report_position())
+    try:
+        end = None
+        while end is None or time.monotonic() < end:
+            data = await asyncio.wait_for(ws.recv(), 30)
+            if not isinstance(data, bytes):
+                continue
+            media = decode_media(data)
+            if media.kind not in kinds:
+                continue
+            now = time.monotonic()
+            if first_arrival is None:
+                first_arrival, first_pts = now, media.pts
+                end = now + seconds
+            lateness = now - (first_arrival + JITTER_S + (media.pts - first_pts) / 16000)
+            frames += 1
+            if lateness > 0:
+                late += 1
+                worst = max(worst, lateness * 1000)
+    finally:
+        stop.set()
+        reporter.cancel()
+    return {"frames": frames, "late": late, "worst_late_ms": round(worst, 1), "holds": late <= 0.01 * frames}

@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-from bench_common import cpu_model  # noqa: E402
+from bench_common import cpu_model, play_like_a_player  # noqa: E402
 from test_server_harness import ServerProcess, close_code_when_dropped  # noqa: E402
 
 from lipstream.server.protocol import Flags, Kind, decode_media  # noqa: E402
@@ -47,7 +47,6 @@ from lipstream.server.protocol import Flags, Kind, decode_media  # noqa: E402
 RAY_PYTHON = REPO / ".venv-ray" / "bin" / "python"
 TEXT = "Good evening. Here is the news, read by a face that was never filmed saying it."
 LONG_TEXT = " ".join([TEXT] * 4)
-JITTER_S = 0.15  # the browser player's buffer before it starts playing
 
 
 class Server(ServerProcess):
@@ -141,48 +140,6 @@ async def overhead(direct: Server, ray: Server, avatar: str, width: int, rounds:
         }
         for name, v in out.items()
     }
-
-
-async def play_like_a_player(ws, seconds: float) -> dict:
-    """Read a speaking session as the browser player would: play from the first frame + a 150 ms jitter
-    buffer, report the playing position every 100 ms; a frame that arrives after its display time is late
-    (a player skips it). Counts over `seconds` of playback."""
-    first_arrival = first_pts = None
-    frames = late = 0
-    worst = 0.0
-    stop = asyncio.Event()
-
-    async def report_position() -> None:
-        while not stop.is_set():
-            await asyncio.sleep(0.1)
-            if first_arrival is not None:
-                playing = first_pts + int((time.monotonic() - first_arrival - JITTER_S) * 16000)
-                if playing > first_pts:
-                    await ws.send(json.dumps({"type": "position", "pts": playing}))
-
-    reporter = asyncio.create_task(report_position())
-    try:
-        end = None
-        while end is None or time.monotonic() < end:
-            data = await asyncio.wait_for(ws.recv(), 30)
-            if not isinstance(data, bytes):
-                continue
-            media = decode_media(data)
-            if media.kind != Kind.VIDEO:
-                continue
-            now = time.monotonic()
-            if first_arrival is None:
-                first_arrival, first_pts = now, media.pts
-                end = now + seconds
-            lateness = now - (first_arrival + JITTER_S + (media.pts - first_pts) / 16000)
-            frames += 1
-            if lateness > 0:
-                late += 1
-                worst = max(worst, lateness * 1000)
-    finally:
-        stop.set()
-        reporter.cancel()
-    return {"frames": frames, "late": late, "worst_late_ms": round(worst, 1), "holds": late <= 0.01 * frames}
 
 
 async def hold_rate(url: str, avatar: str, width: int, sessions: int, seconds: float = 10.0) -> dict:

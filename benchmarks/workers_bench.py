@@ -30,13 +30,12 @@ from pathlib import Path
 
 import numpy as np
 import websockets
-from bench_common import child_pids, cpu_model, open_or_build_avatar, start_server
+from bench_common import child_pids, cpu_model, open_or_build_avatar, play_like_a_player, start_server
 
-from lipstream.server.protocol import Kind, MediaMessage, decode_media
+from lipstream.server.protocol import Kind, MediaMessage
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
-JITTER_S = 0.15  # the browser player's buffer before it starts playing
 TEXT = (
     "Good evening. Here is the news, read by a face that was never filmed saying it. The markets were calm "
     "today, and the weather will stay mild through the weekend, with a little rain on Sunday."
@@ -60,42 +59,7 @@ async def play(ws, pcm: bytes, seconds: float) -> dict:
     """Send the speech, then read the session as a player would for `seconds` of playback."""
     await ws.send(MediaMessage(Kind.PCM, pcm, aux=16000).encode())
     await ws.send(json.dumps({"type": "flush"}))
-    first_arrival = first_pts = None
-    frames = late = 0
-    worst = 0.0
-    stop = asyncio.Event()
-
-    async def report_position() -> None:
-        while not stop.is_set():
-            await asyncio.sleep(0.1)
-            if first_arrival is not None:
-                playing = first_pts + int((time.monotonic() - first_arrival - JITTER_S) * 16000)
-                if playing > first_pts:
-                    await ws.send(json.dumps({"type": "position", "pts": playing}))
-
-    reporter = asyncio.create_task(report_position())
-    try:
-        end = None
-        while end is None or time.monotonic() < end:
-            data = await asyncio.wait_for(ws.recv(), 30)
-            if not isinstance(data, bytes):
-                continue
-            media = decode_media(data)
-            if media.kind not in (Kind.PATCH, Kind.VIDEO):
-                continue
-            now = time.monotonic()
-            if first_arrival is None:
-                first_arrival, first_pts = now, media.pts
-                end = now + seconds
-            lateness = now - (first_arrival + JITTER_S + (media.pts - first_pts) / 16000)
-            frames += 1
-            if lateness > 0:
-                late += 1
-                worst = max(worst, lateness * 1000)
-    finally:
-        stop.set()
-        reporter.cancel()
-    return {"frames": frames, "late": late, "worst_late_ms": round(worst, 1), "holds": late <= 0.01 * frames}
+    return await play_like_a_player(ws, seconds, kinds=(Kind.PATCH, Kind.VIDEO))
 
 
 def sessions_per_worker(http: str) -> dict[str, int]:

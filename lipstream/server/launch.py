@@ -4,12 +4,15 @@ uvicorn server around its app: shared by the single-process `serve` and each wor
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lipstream.server.config import Limits, ServerConfig
 from lipstream.server.memory import HeapTrimmer
 from lipstream.server.metrics import ServerMetrics
 from lipstream.server.tally import SharedTally
+
+if TYPE_CHECKING:  # the app module pulls FastAPI in; only its type is needed here
+    from lipstream.server.app import LiveSessionFactory
 
 
 @dataclass
@@ -19,13 +22,14 @@ class Loaded:
     heap: HeapTrimmer
     engine: Any
     metrics: ServerMetrics
-    factory: Any  # lipstream.server.connection.SessionFactory
+    factory: LiveSessionFactory
 
 
 def load_serving(config: ServerConfig, engine_options: dict[str, Any]) -> Loaded:
     """Tune the heap, load the engine and the voice (not on the first request), make the session factory."""
     from lipstream.engines.registry import create_engine
-    from lipstream.server.app import SharedVoices, render_session_factory
+    from lipstream.server.app import render_session_factory
+    from lipstream.talk.voices import SharedVoices
 
     heap = HeapTrimmer()
     heap.tune()  # before any worker thread exists

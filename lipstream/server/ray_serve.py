@@ -181,28 +181,20 @@ def _replica_class(serve: Any) -> Any:
             self._reporter = asyncio.get_running_loop().create_task(self._report_metrics())
 
         def _build(self) -> tuple[Any, Any]:
-            from lipstream.engines.registry import create_engine
             from lipstream.server.agent import load_agent
-            from lipstream.server.app import SharedVoices, create_app, render_session_factory
-            from lipstream.server.memory import HeapTrimmer
-            from lipstream.server.metrics import ServerMetrics
+            from lipstream.server.app import create_app
+            from lipstream.server.launch import load_serving
             from lipstream.server.warmup import warm_up
 
             config = self.spec.config.model_copy(update={"replica_id": self.replica_id})
-            heap = HeapTrimmer()
-            heap.tune()
-            engine = create_engine(config.engine, **self.spec.engine_options)
-            report = warm_up(engine, config.avatars_dir)
-            voices = SharedVoices()
-            voices(config.voice)
+            loaded = load_serving(config, self.spec.engine_options)  # heap, engine, voice, metrics, factory
+            report = warm_up(loaded.engine, config.avatars_dir)
             agent = load_agent(self.spec.agent) if self.spec.agent is not None else None
-            metrics = ServerMetrics()
-            factory = render_session_factory(config, voices, metrics=metrics)
             app = create_app(
-                config, engine, factory, heap=heap, agent=agent, metrics=metrics,
+                config, loaded.engine, loaded.factory, heap=loaded.heap, agent=agent, metrics=loaded.metrics,
                 health=lambda: self._health(report.seconds), exposition=self._cluster_metrics,
             )  # fmt: skip
-            return app, metrics
+            return app, loaded.metrics
 
         def __serve_build_asgi_app__(self) -> Any:
             return self.lipstream_app

@@ -80,8 +80,9 @@ class Connection:
         agent: Any = None,
         metrics: ServerMetrics | None = None,
         edge_exports: Any = None,
-        speaker: Speaker | None = None,
-        pools: WorkerPools | None = None,
+        *,
+        speaker: Speaker,
+        pools: WorkerPools,
     ) -> None:
         """`agent`: the server's AgentServices when it runs with --agent (sessions may ask for it);
         `metrics`: the server's Prometheus metrics; `edge_exports`: the avatars' base-loop data (EdgeExports)
@@ -98,8 +99,8 @@ class Connection:
         self.agent = agent
         self.metrics = metrics
         self.edge_exports = edge_exports
-        self.speaker = speaker or Speaker(default_voice=config.voice)
-        self.pools = pools or WorkerPools()
+        self.speaker = speaker
+        self.pools = pools
         self._patch_pending = False  # patch mode was asked, but the avatar's base loop is still being built
         self.conversation: Any = None  # in an agent session: the microphone goes here
         self._send_lock = asyncio.Lock()

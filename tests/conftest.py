@@ -51,3 +51,13 @@ def small_avatar(sample_clip, tmp_path_factory: pytest.TempPathFactory):
 
     root = tmp_path_factory.mktemp("small_avatar_root")
     return prepare_avatar(sample_clip[0], "small", avatars_root=root, progress=False)
+
+
+@pytest.fixture(scope="session")
+def v1_avatar(small_avatar, tmp_path_factory: pytest.TempPathFactory):
+    """The small avatar written as a format-1 bundle (raw frames.npy), as older lipstream versions left them."""
+    from lipstream.avatar.bundle import load_avatar
+    from tests.v1_bundle import write_v1_bundle
+
+    root = tmp_path_factory.mktemp("v1_avatar_root")
+    return load_avatar(write_v1_bundle(small_avatar, root / "old"))

@@ -85,8 +85,8 @@ def test_interrupted_prepare_leaves_nothing(tmp_path: Path):
     )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:
-        partial = list(avatars.glob(".cut.partial-*/frames.npy")) if avatars.is_dir() else []
-        if partial and partial[0].stat().st_size > 20 * 1080 * 1920 * 3:
+        partial = list(avatars.glob(".cut.partial-*/footage.mp4")) if avatars.is_dir() else []
+        if partial and partial[0].stat().st_size > 64 * 1024:  # frames are being encoded
             break
         time.sleep(0.01)
     assert proc.poll() is None, "prepare finished before it could be interrupted"

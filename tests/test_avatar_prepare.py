@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from lipstream.avatar.bundle import CROP_SIZE, Manifest, load_avatar
+from lipstream.edge.onnx_gate import psnr_db
 
 
 def test_small_avatar_bundle_reads_back(small_avatar, sample_clip):
@@ -25,14 +26,14 @@ def test_small_avatar_bundle_reads_back(small_avatar, sample_clip):
 
 
 def test_frames_match_the_source_clip(small_avatar, sample_video_path):
-    """Frames stored in the bundle are the decoded source frames, in order."""
+    """Frames stored in the bundle are the decoded source frames, in order, visually lossless (≥ 40 dB)."""
     import av
 
     with av.open(str(sample_video_path)) as c:
         decoded = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
     assert len(decoded) == small_avatar.frame_count
-    for i in (0, 17, 49):
-        assert np.array_equal(decoded[i], small_avatar.frames[i])
+    for i in (0, 17, 49, 30, 2):  # out of order too: frames are decoded GOP by GOP on demand
+        assert psnr_db(decoded[i], np.asarray(small_avatar.frames[i])) >= 40.0, i
 
 
 def test_mask_is_zero_at_and_above_nose_base_in_every_frame(small_avatar):

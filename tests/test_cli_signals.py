@@ -60,7 +60,7 @@ def test_sigterm_during_prepare_leaves_nothing(tmp_path: Path) -> None:
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:
-            frames = list(avatars.glob(".cut.partial-*/frames.npy")) if avatars.is_dir() else []
+            frames = list(avatars.glob(".cut.partial-*/footage.mp4")) if avatars.is_dir() else []
             if frames:
                 break
             time.sleep(0.01)

@@ -62,14 +62,49 @@ def test_no_patch_gives_the_base_frame(small_avatar) -> None:
     assert np.array_equal(comp.compose(9, None), small_avatar.frames[9])
 
 
-def test_i420_path_equals_converting_the_rgb_composite(small_avatar) -> None:
-    comp = Compositor(small_avatar)
+def test_i420_path_equals_converting_the_rgb_composite_v1(v1_avatar) -> None:
+    """Format 1 (raw RGB frames): the I420 picture is exactly the RGB composite converted."""
+    comp = Compositor(v1_avatar)
     for index in (0, 21):
         patch = _noise_patch(index)
         expected = cv2.cvtColor(comp.compose(index, patch), cv2.COLOR_RGB2YUV_I420)
         assert np.array_equal(comp.compose_i420(index, patch), expected)
-    idle = cv2.cvtColor(np.ascontiguousarray(small_avatar.frames[4]), cv2.COLOR_RGB2YUV_I420)
+    idle = cv2.cvtColor(np.ascontiguousarray(v1_avatar.frames[4]), cv2.COLOR_RGB2YUV_I420)
     assert np.array_equal(comp.compose_i420(4, None), idle)
+
+
+def _decoded_loop_i420(bundle, frame_index: int) -> np.ndarray:
+    """The frame's picture decoded from loop.mp4 by PyAV alone (its first place in the idle loop)."""
+    import av
+
+    position = int(np.flatnonzero(np.asarray(bundle.idle_loop) == frame_index)[0])
+    with av.open(str(bundle.loop_video)) as container:
+        for k, frame in enumerate(container.decode(video=0)):
+            if k == position:
+                return frame.to_ndarray(format="yuv420p")
+    raise AssertionError(f"frame {frame_index} not in loop.mp4")
+
+
+def test_i420_path_keeps_decoded_pixels_outside_the_mask_v2(small_avatar) -> None:
+    """Format 2 (frames decoded from loop.mp4): where the mask is 0 the I420 picture is the decoded one bit
+    for bit (no RGB round trip); inside it, the RGB composite converted."""
+    comp = Compositor(small_avatar)
+    w, h = small_avatar.size
+    for index in (0, 21):
+        decoded = _decoded_loop_i420(small_avatar, index)
+        assert np.array_equal(comp.compose_i420(index, None), decoded)
+        patch = _noise_patch(index)
+        got = comp.compose_i420(index, patch)
+        converted = cv2.cvtColor(comp.compose(index, patch), cv2.COLOR_RGB2YUV_I420)
+        mask = _mask_in_frame(comp, index)
+        still_y = mask == 0
+        still_c = still_y.reshape(h // 2, 2, w // 2, 2).all(axis=(1, 3))
+        y, c = got[:h], got[h:].reshape(2, h // 2, w // 2)
+        assert np.array_equal(y[still_y], decoded[:h][still_y])
+        assert np.array_equal(y[~still_y], converted[:h][~still_y])
+        dec_c, conv_c = decoded[h:].reshape(2, h // 2, w // 2), converted[h:].reshape(2, h // 2, w // 2)
+        assert np.array_equal(c[:, still_c], dec_c[:, still_c])
+        assert np.array_equal(c[:, ~still_c], conv_c[:, ~still_c])
 
 
 def test_scaled_output_keeps_unmasked_pixels(small_avatar) -> None:

@@ -136,16 +136,31 @@ def test_stream_matches_whole_utterance_within_lookahead(espeak_speech: Speech) 
     np.testing.assert_allclose(streamed, whole, atol=1e-5)
 
 
-def test_prepare_caches_crops_and_is_idempotent(engine: VisemeEngine, small_avatar) -> None:
+def test_prepare_caches_crops_and_is_idempotent(engine: VisemeEngine, v1_avatar) -> None:
+    """Format 1: the crops are stored once (crops.npy) and a second prepare leaves them alone."""
+    engine.prepare(v1_avatar)
+    entry = v1_avatar.manifest.engines["viseme"]
+    folder = v1_avatar.engine_dir("viseme")
+    crops = np.load(folder / entry["crops"], mmap_mode="r")
+    assert crops.shape == (v1_avatar.frame_count, 256, 256, 3)
+    np.testing.assert_array_equal(crops[3], source_crop(v1_avatar, 3))
+    mtime = (folder / entry["crops"]).stat().st_mtime_ns
+    engine.prepare(v1_avatar)
+    assert (folder / entry["crops"]).stat().st_mtime_ns == mtime
+
+
+def test_format_2_stores_no_crops_and_makes_them_from_the_loop(engine: VisemeEngine, small_avatar) -> None:
+    """Format 2: only geometry and calibration are stored; the crops are made from the decoded frames."""
     engine.prepare(small_avatar)
     entry = small_avatar.manifest.engines["viseme"]
     folder = small_avatar.engine_dir("viseme")
-    crops = np.load(folder / entry["crops"], mmap_mode="r")
+    assert "crops" not in entry and not (folder / "crops.npy").exists()
+    geometry = (folder / entry["geometry"]).stat().st_mtime_ns
+    engine.prepare(small_avatar)
+    assert (folder / entry["geometry"]).stat().st_mtime_ns == geometry
+    crops = engine.avatar_crops(small_avatar)
     assert crops.shape == (small_avatar.frame_count, 256, 256, 3)
     np.testing.assert_array_equal(crops[3], source_crop(small_avatar, 3))
-    mtime = (folder / entry["crops"]).stat().st_mtime_ns
-    engine.prepare(small_avatar)
-    assert (folder / entry["crops"]).stat().st_mtime_ns == mtime
 
 
 def test_zero_features_render_the_source_crop_exactly(engine: VisemeEngine, small_avatar) -> None:

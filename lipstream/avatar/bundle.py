@@ -8,24 +8,28 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, Field
 
+from lipstream.avatar.bundle_video import BundleVideo, VideoFrames
+from lipstream.avatar.masks import MaskConfig, MaskSequence
 from lipstream.errors import AvatarError
 from lipstream.files import atomic_file, atomic_folder
 from lipstream.paths import avatars_dir
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # what prepare and upgrade write; format 1 (raw frames) is still read
+READABLE_VERSIONS = (1, 2)
 CROP_SIZE = 256  # masks and engine patches live in this crop space (the box resized to CROP_SIZE²)
 
 MANIFEST = "manifest.json"
-FRAMES = "frames.npy"  # N×H×W×3 uint8 RGB, memory-mapped on read
+FRAMES = "frames.npy"  # format 1: N×H×W×3 uint8 RGB, memory-mapped on read
 BOXES = "boxes.npy"  # N×4 int32 (x1, y1, x2, y2), source pixels, exclusive x2/y2
 LANDMARKS = "landmarks.npy"  # N×L×2 float32 face landmarks in source pixels
-MASKS = "masks.npy"  # N×CROP_SIZE×CROP_SIZE uint8 mouth blend mask in crop space
+MASKS = "masks.npy"  # format 1: N×CROP_SIZE×CROP_SIZE uint8 mouth blend mask in crop space
 NOSE_BASE = "nose_base.npy"  # N float32: nostril-base row in crop space; mask is 0 at and above it
-IDLE_LOOP = "idle_loop.npy"  # M int32 frame indices, forward then reverse
+IDLE_LOOP = "idle_loop.npy"  # M int32 frame indices: a stretch forward then reverse
 TRACKED = "tracked.npy"  # N bool: the face was tracked (False: interpolated); optional, older bundles lack it
 ENGINES_DIR = "engines"  # engines/<engine name>/... per-engine caches
 
@@ -49,6 +53,9 @@ class Manifest(BaseModel):
     prepare_seconds: float = 0.0
     notes: list[str] = Field(default_factory=list)
     engines: dict[str, dict] = Field(default_factory=dict)  # engine name -> what it cached
+    video: BundleVideo | None = None  # format 2: the two videos holding the frames
+    mask: dict = Field(default_factory=dict)  # format 2: MaskConfig the masks are derived with (defaults)
+    idle: dict = Field(default_factory=dict)  # format 2: which stretch the idle loop plays, and why
 
 
 @dataclass
@@ -57,10 +64,10 @@ class AvatarBundle:
 
     path: Path
     manifest: Manifest
-    frames: np.ndarray
+    frames: Any  # N×H×W×3 uint8 by frame id: a memory-mapped array (format 1) or VideoFrames (format 2)
     boxes: np.ndarray
     landmarks: np.ndarray
-    masks: np.ndarray
+    masks: Any  # N×256×256 uint8 by frame id: memory-mapped (format 1) or MaskSequence (format 2)
     nose_base: np.ndarray
     idle_loop: np.ndarray
     tracked: np.ndarray | None = None  # None for bundles prepared before tracked.npy existed
@@ -80,6 +87,17 @@ class AvatarBundle:
     def size(self) -> tuple[int, int]:
         """(width, height) of the frames in pixels."""
         return self.manifest.width, self.manifest.height
+
+    @property
+    def loop_video(self) -> Path | None:
+        """loop.mp4, the idle loop as shown (format 2); None for a format-1 bundle."""
+        video = self.manifest.video
+        return self.path / video.loop if video is not None else None
+
+    @property
+    def display_frames(self) -> np.ndarray:
+        """The source frames the idle loop shows, sorted (the only ones a render or stream draws on)."""
+        return np.unique(np.asarray(self.idle_loop, dtype=np.int64))
 
     def base_frame_index(self, tick: int) -> int:
         """Source frame shown at display tick `tick` (the idle loop wraps around)."""
@@ -151,10 +169,10 @@ def load_avatar(name_or_path: str | os.PathLike, root: str | os.PathLike | None 
         manifest = Manifest.model_validate_json((folder / MANIFEST).read_text())
     except Exception as exc:  # noqa: BLE001 - any parse failure is a malformed bundle
         raise AvatarError(f"avatar at {folder} has an unreadable manifest.json: {exc}") from exc
-    if manifest.format_version > FORMAT_VERSION:
+    if manifest.format_version not in READABLE_VERSIONS:
         raise AvatarError(
-            f"avatar '{manifest.name}' uses bundle format {manifest.format_version}, newer than this "
-            f"lipstream understands ({FORMAT_VERSION}); upgrade lipstream or re-prepare the avatar"
+            f"avatar '{manifest.name}' uses bundle format {manifest.format_version}; this lipstream reads "
+            f"formats {', '.join(map(str, READABLE_VERSIONS))}: upgrade lipstream or re-prepare the avatar"
         )
 
     def arr(fname: str, mmap: bool = False) -> np.ndarray:
@@ -163,14 +181,27 @@ def load_avatar(name_or_path: str | os.PathLike, root: str | os.PathLike | None 
             raise AvatarError(f"avatar '{manifest.name}' is missing {fname}; re-prepare it with --force")
         return np.load(path, mmap_mode="r" if mmap else None)
 
-    return AvatarBundle(
+    bundle = AvatarBundle(
         path=folder,
         manifest=manifest,
-        frames=arr(FRAMES, mmap=True),
+        frames=None,
         boxes=arr(BOXES),
         landmarks=arr(LANDMARKS),
-        masks=arr(MASKS, mmap=True),
+        masks=None,
         nose_base=arr(NOSE_BASE),
         idle_loop=arr(IDLE_LOOP),
         tracked=np.load(folder / TRACKED) if (folder / TRACKED).is_file() else None,
     )
+    if manifest.format_version == 1:
+        bundle.frames, bundle.masks = arr(FRAMES, mmap=True), arr(MASKS, mmap=True)
+        return bundle
+    video = manifest.video
+    if video is None:
+        raise AvatarError(f"avatar '{manifest.name}' has no `video` entry in manifest.json; re-prepare it")
+    for fname in (video.footage, video.loop):
+        if not (folder / fname).is_file():
+            raise AvatarError(f"avatar '{manifest.name}' is missing {fname}; re-prepare it with --force")
+    bundle.frames = VideoFrames(folder, video, bundle.size, manifest.frame_count, bundle.idle_loop)
+    mask_config = MaskConfig(**manifest.mask) if manifest.mask else MaskConfig()
+    bundle.masks = MaskSequence(bundle.crop_landmarks, manifest.frame_count, manifest.crop_size, mask_config)
+    return bundle

@@ -59,7 +59,10 @@ def run_sample(args: argparse.Namespace) -> int:
         print(f"avatar '{args.name}' already exists ({existing.frame_count} frames) at {existing.path}; kept")
         return 0
     bundle = build_sample_avatar(
-        args.name, avatars_root=args.avatars_dir, force=args.force, progress=not args.quiet,
+        args.name,
+        avatars_root=args.avatars_dir,
+        force=args.force,
+        progress=not args.quiet,
         seconds=args.seconds,
     )
     _print_notes(bundle)
@@ -85,8 +88,12 @@ def run_list(args: argparse.Namespace) -> int:
 def avatar_info(bundle: bf.AvatarBundle) -> dict:
     """What `avatar info --json` prints: the manifest plus the bundle's path and array shapes."""
     arrays = {
-        "frames": bundle.frames, "boxes": bundle.boxes, "landmarks": bundle.landmarks,
-        "masks": bundle.masks, "nose_base": bundle.nose_base, "idle_loop": bundle.idle_loop,
+        "frames": bundle.frames,
+        "boxes": bundle.boxes,
+        "landmarks": bundle.landmarks,
+        "masks": bundle.masks,
+        "nose_base": bundle.nose_base,
+        "idle_loop": bundle.idle_loop,
     }
     return {
         **bundle.manifest.model_dump(),

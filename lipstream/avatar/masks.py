@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import cv2
@@ -12,7 +13,26 @@ from lipstream.avatar.face_measures import MOUTH_CORNERS
 # FaceMesh indices (478-point topology).
 NOSTRIL_BASE = (2, 94, 19, 97, 326, 98, 327, 64, 294, 240, 460, 99, 328, 60, 290, 75, 305, 79, 309, 20, 250)
 LIPS = (
-    61, 146, 91, 181, 84, 17, 314, 405, 321, 375, 291, 409, 270, 269, 267, 0, 37, 39, 40, 185,
+    61,
+    146,
+    91,
+    181,
+    84,
+    17,
+    314,
+    405,
+    321,
+    375,
+    291,
+    409,
+    270,
+    269,
+    267,
+    0,
+    37,
+    39,
+    40,
+    185,
 )
 JAW = (58, 172, 136, 150, 149, 176, 148, 152, 377, 400, 378, 379, 365, 397, 288)
 
@@ -79,3 +99,46 @@ def mouth_masks(
     for i, lm in enumerate(crop_landmarks):
         masks[i], noses[i] = mouth_mask(lm, size, config)
     return masks, noses
+
+
+class MaskSequence:
+    """Every frame's mask, made from its landmarks when first asked for and kept (bundle format 2 stores
+    no masks: they are cheap to derive, ~1 ms a frame, and only the frames shown are ever asked for)."""
+
+    def __init__(
+        self,
+        crop_landmarks: Callable[[int], np.ndarray],
+        count: int,
+        size: int,
+        config: MaskConfig | None = None,
+    ) -> None:
+        self._crop_landmarks = crop_landmarks
+        self._count = count
+        self._size = size
+        self._config = config or MaskConfig()
+        self._made: dict[int, np.ndarray] = {}
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """N×size×size, as the stored masks.npy of format 1."""
+        return (self._count, self._size, self._size)
+
+    @property
+    def dtype(self) -> np.dtype:
+        """uint8, as masks.npy."""
+        return np.dtype(np.uint8)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        index = int(index)
+        if not -self._count <= index < self._count:
+            raise IndexError(f"mask {index} is outside 0..{self._count - 1}")
+        index %= self._count
+        mask = self._made.get(index)
+        if mask is None:
+            mask, _ = mouth_mask(self._crop_landmarks(index), self._size, self._config)
+            mask.flags.writeable = False
+            self._made[index] = mask
+        return mask

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -13,13 +13,16 @@ import numpy as np
 from lipstream.audio.timeline import FPS
 from lipstream.avatar import bundle as bf
 from lipstream.avatar.boxes import BoxConfig, crop_boxes
-from lipstream.avatar.frame_store import FrameStore
+from lipstream.avatar.bundle_video import FOOTAGE, LOOP_VIDEO, BundleVideo
+from lipstream.avatar.capacity import MachineRoom, PrepareNeeds, RoomProbe, check_fits
 from lipstream.avatar.gaps import fill_gaps
-from lipstream.avatar.masks import MaskConfig, mouth_masks
+from lipstream.avatar.idle import IdleConfig, IdleStretch, choose_idle_stretch
+from lipstream.avatar.masks import MaskConfig, nose_base_row
 from lipstream.avatar.progress import frame_progress
 from lipstream.avatar.tracking import LANDMARK_COUNT, LANDMARK_MODEL, FaceTracker, TrackerConfig
 from lipstream.avatar.video_source import VideoInfo, iter_frames, probe_video
 from lipstream.errors import AvatarError, MediaError
+from lipstream.media.gop_video import Mp4FrameWriter, VideoEncoding, coded_i420, even_size, file_codec_string
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -33,6 +36,8 @@ class PrepareConfig:
     tracker: TrackerConfig = field(default_factory=TrackerConfig)
     box: BoxConfig = field(default_factory=BoxConfig)
     mask: MaskConfig = field(default_factory=MaskConfig)
+    idle: IdleConfig = field(default_factory=IdleConfig)
+    video: VideoEncoding = field(default_factory=VideoEncoding)
 
 
 def check_name(name: str) -> str:
@@ -45,9 +50,8 @@ def check_name(name: str) -> str:
 
 
 def idle_loop(frame_count: int) -> np.ndarray:
-    """Forward then reverse frame order that loops without a jump (end frames not shown twice)."""
-    forward = np.arange(frame_count, dtype=np.int32)
-    return np.concatenate([forward, forward[-2:0:-1]]) if frame_count > 2 else forward
+    """Forward then reverse over the whole clip (format 1's idle loop; upgrade keeps it)."""
+    return IdleStretch(0, frame_count, 0.0, 0.0, "the whole clip").loop()
 
 
 def crop_space(landmarks: np.ndarray, boxes: np.ndarray, size: int) -> np.ndarray:
@@ -59,6 +63,11 @@ def crop_space(landmarks: np.ndarray, boxes: np.ndarray, size: int) -> np.ndarra
     return out
 
 
+def nose_base_rows(crop_landmarks: np.ndarray) -> np.ndarray:
+    """Per frame, the crop-space row of the nostril base (N float32; the masks are derived on load)."""
+    return np.array([nose_base_row(lm) for lm in crop_landmarks], dtype=np.float32)
+
+
 def check_source(source: str | Path) -> Path:
     """Return the source path, refusing a folder with its own message (it would read as 'does not exist')."""
     path = Path(source)
@@ -68,18 +77,19 @@ def check_source(source: str | Path) -> Path:
 
 
 def _track_frames(
-    info: VideoInfo, folder: Path, config: PrepareConfig, progress: bool
+    info: VideoInfo, folder: Path, encoding: VideoEncoding, config: PrepareConfig, progress: bool
 ) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Decode every output frame into frames.npy and track the face; returns landmarks, found mask, notes."""
+    """Decode every output frame once: track the face and encode footage.mp4 on the writer's thread, so
+    no more than a few frames are in memory. Returns landmarks, found mask, notes."""
     n = info.frame_count
-    frames = FrameStore(folder / bf.FRAMES, n, info.height, info.width)
+    footage = Mp4FrameWriter(folder / FOOTAGE, info.width, info.height, FPS, encoding)
     landmarks = np.zeros((n, LANDMARK_COUNT, 2), dtype=np.float32)
     found = np.zeros(n, dtype=bool)
     try:
-        bar = frame_progress("preparing avatar", n, progress)
+        bar = frame_progress("tracking the face", n, progress)
         with FaceTracker(config.tracker) as tracker, bar as advance:
             for k, rgb in iter_frames(info):
-                frames.append(rgb)
+                footage.append(rgb)
                 points = tracker.track(rgb)
                 if points is not None:
                     landmarks[k] = points
@@ -87,10 +97,41 @@ def _track_frames(
                 advance()
             note = tracker.multiple_faces_note
     except BaseException:
-        frames.abort()
+        footage.abort()
         raise
-    frames.close()
+    footage.close()
     return landmarks, found, [note] if note else []
+
+
+def _write_loop(
+    info: VideoInfo, folder: Path, stretch: IdleStretch, encoding: VideoEncoding, progress: bool
+) -> int:
+    """loop.mp4: the stretch decoded again from the source (no second generation of compression), forward
+    then back; the stretch is held as I420 meanwhile (at most max_seconds of frames). Returns its frames."""
+    loop = stretch.loop()
+    writer = Mp4FrameWriter(folder / LOOP_VIDEO, info.width, info.height, FPS, encoding)
+    pictures: dict[int, np.ndarray] = {}
+    try:
+        with frame_progress("encoding the idle loop", stretch.stop + len(loop), progress) as advance:
+            for k, rgb in iter_frames(info):
+                if k >= stretch.start:
+                    pictures[k] = coded_i420(rgb, *writer.coded_size)
+                advance()
+                if k + 1 >= stretch.stop:
+                    break
+            for k in loop:
+                writer.append_i420(pictures[int(k)])
+                advance()
+    except BaseException:
+        writer.abort()
+        raise
+    writer.close()
+    return len(loop)
+
+
+def _needs(info: VideoInfo, config: PrepareConfig) -> PrepareNeeds:
+    loop_frames = 2 * min(info.frame_count, int(round(config.idle.max_seconds * FPS)))
+    return PrepareNeeds.estimate(info.frame_count, info.width, info.height, loop_frames)
 
 
 def prepare_avatar(
@@ -100,8 +141,12 @@ def prepare_avatar(
     force: bool = False,
     progress: bool = True,
     config: PrepareConfig | None = None,
+    room: RoomProbe = MachineRoom.measure,
 ) -> bf.AvatarBundle:
-    """Turn a presenter video or photo into an avatar bundle (written atomically) and open it."""
+    """Turn a presenter video or photo into a format-2 avatar bundle (written atomically) and open it.
+
+    `room` measures the machine's free disk and memory (a test passes its own); a clip that does not
+    fit is refused before any work."""
     config = config or PrepareConfig()
     started = time.perf_counter()
     check_name(name)
@@ -114,18 +159,21 @@ def prepare_avatar(
             f"{info.path} is too short ({info.frame_count} frames at {FPS} fps); give at least "
             f"{config.min_seconds:g} s of video, or a single photo"
         )
+    check_fits(_needs(info, config), room(final.parent), info.path.name, info.frame_count / FPS)
+    encoding = config.video.for_frames(info.frame_count)
     with bf.atomic_bundle_dir(final, force=force) as folder:
-        landmarks, found, notes = _track_frames(info, folder, config, progress)
+        landmarks, found, notes = _track_frames(info, folder, encoding, config, progress)
         max_gap = max(1, int(round(config.max_gap_seconds * FPS)))
         np.save(folder / bf.TRACKED, np.asarray(found, dtype=bool).copy())  # before gaps are filled
         notes += fill_gaps(landmarks, found, max_gap, info.path.name, FPS)
         boxes = crop_boxes(landmarks, info.width, info.height, config.box)
-        masks, nose_base = mouth_masks(crop_space(landmarks, boxes, bf.CROP_SIZE), bf.CROP_SIZE, config.mask)
+        nose_base = nose_base_rows(crop_space(landmarks, boxes, bf.CROP_SIZE))
+        stretch = choose_idle_stretch(landmarks, found, FPS, config.idle)
+        loop_frames = _write_loop(info, folder, stretch, encoding, progress)
         np.save(folder / bf.BOXES, boxes)
         np.save(folder / bf.LANDMARKS, landmarks)
-        np.save(folder / bf.MASKS, masks)
         np.save(folder / bf.NOSE_BASE, nose_base)
-        np.save(folder / bf.IDLE_LOOP, idle_loop(info.frame_count))
+        np.save(folder / bf.IDLE_LOOP, stretch.loop())
         face_width = float(np.median(landmarks[:, :, 0].max(axis=1) - landmarks[:, :, 0].min(axis=1)))
         manifest = bf.Manifest(
             name=name,
@@ -141,6 +189,27 @@ def prepare_avatar(
             created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
             prepare_seconds=round(time.perf_counter() - started, 3),
             notes=notes,
+            video=bundle_video(folder, encoding, info.width, info.height, loop_frames),
+            mask=asdict(config.mask),
+            idle=stretch.entry(FPS),
         )
         bf.write_manifest(folder, manifest)
     return bf.load_avatar(final)
+
+
+def bundle_video(
+    folder: Path, encoding: VideoEncoding, width: int, height: int, loop_frames: int
+) -> BundleVideo:
+    """manifest.json's `video` entry for the two files written in `folder`."""
+    coded_w, coded_h = even_size(width, height)
+    return BundleVideo(
+        codec=file_codec_string(folder / LOOP_VIDEO),
+        crf=encoding.crf,
+        preset=encoding.preset,
+        gop=encoding.gop,
+        coded_width=coded_w,
+        coded_height=coded_h,
+        loop_frames=loop_frames,
+        footage_bytes=(folder / FOOTAGE).stat().st_size,
+        loop_bytes=(folder / LOOP_VIDEO).stat().st_size,
+    )

@@ -21,6 +21,7 @@ import numpy as np
 from lipstream.avatar.bundle import CROP_SIZE, AvatarBundle, load_avatar
 from lipstream.errors import AvatarError, LipstreamError, ModelError
 from lipstream.files import atomic_folder, sha256_file
+from lipstream.media.gop_video import codec_string
 from lipstream.render.codebook import SimHashCodebook
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,19 @@ class ExportError(LipstreamError):
 # ---- encoding helpers (one job each) ---------------------------------------------------------------
 
 
+def write_loop_video(bundle: AvatarBundle, path: Path, config: WebExportConfig) -> dict[str, Any]:
+    """The idle loop as H.264 in MP4: a format-2 bundle's own loop.mp4, linked or copied (the same bytes
+    the server decodes, not a second encode); a format-1 bundle's frames encoded (encode_loop_video)."""
+    video = bundle.manifest.video
+    if bundle.loop_video is None or video is None:
+        return encode_loop_video(bundle, path, config)
+    try:  # a hard link where it can be (the server's own export sits inside the bundle): no second copy
+        os.link(bundle.loop_video, path)
+    except OSError:
+        shutil.copyfile(bundle.loop_video, path)
+    return {"codec": video.codec, "frames": video.loop_frames, "gop": video.gop, "crf": video.crf}
+
+
 def encode_loop_video(bundle: AvatarBundle, path: Path, config: WebExportConfig) -> dict[str, Any]:
     """The idle loop (forward then back) as H.264 in MP4, no B-frames, a key frame every video_gop frames."""
     from lipstream.media.yuv import tag_bt601, to_video_frame
@@ -82,20 +96,13 @@ def encode_loop_video(bundle: AvatarBundle, path: Path, config: WebExportConfig)
             frame.pts = i
             container.mux(stream.encode(frame))
         container.mux(stream.encode(None))
-        codec = f"avc1.{_profile_hex(ctx)}"
+        codec = codec_string(ctx.extradata)
     return {"codec": codec, "frames": len(loop), "gop": config.video_gop, "crf": config.video_crf}
 
 
-def _profile_hex(ctx: av.VideoCodecContext) -> str:
-    """avc1.PPCCLL from the SPS in the encoder's extradata (falls back to High 4.0)."""
-    extra = bytes(ctx.extradata or b"")
-    if len(extra) >= 4 and extra[0] == 1:  # avcC: version, profile, compat, level
-        return extra[1:4].hex().upper()
-    return "640028"
-
-
 def write_image_pack(images: Iterator[bytes], path: Path) -> list[int]:
-    """Concatenate encoded images into one file; return the N+1 byte offsets (image i is [o[i], o[i+1]))."""
+    """Concatenate encoded images into one file; return the N+1 byte offsets (image i is [o[i], o[i+1]);
+    an empty image, b"", marks a frame the page never draws on)."""
     offsets = [0]
     with open(path, "wb") as fh:
         for blob in images:
@@ -167,12 +174,12 @@ def viseme_parameters(engine: Any) -> dict[str, Any]:
 
 
 def _write_viseme(bundle: AvatarBundle, data: Path, config: WebExportConfig) -> dict[str, Any]:
-    from lipstream.engines.viseme.engine import CROPS_FILE, GEOMETRY_FILE, OPENING_FILE, VisemeEngine
+    from lipstream.engines.viseme.engine import GEOMETRY_FILE, OPENING_FILE, VisemeEngine
 
     engine = VisemeEngine()
     engine.prepare(bundle)  # idempotent: builds the crops/geometry/calibration caches if missing
     folder = bundle.engine_dir(engine.name)
-    crops = np.load(folder / CROPS_FILE, mmap_mode="r")
+    crops = engine.avatar_crops(bundle)
     geometry = np.load(folder / GEOMETRY_FILE)
     opening = np.load(folder / OPENING_FILE)
     (data / "viseme").mkdir()
@@ -180,8 +187,10 @@ def _write_viseme(bundle: AvatarBundle, data: Path, config: WebExportConfig) -> 
     params["geometry"] = [_rounded(row) for row in geometry]
     params["opening"] = {"levels": _float32_list(opening[0]), "aperture": _float32_list(opening[1])}
     (data / "viseme" / "engine.json").write_text(json.dumps(params, separators=(",", ":")))
+    shown = set(int(i) for i in bundle.display_frames)
     crop_offsets = write_image_pack(
-        (_jpeg(crops[i], config.crop_quality) for i in range(bundle.frame_count)), data / "crops.jpgs"
+        (_jpeg(crops[i], config.crop_quality) if i in shown else b"" for i in range(bundle.frame_count)),
+        data / "crops.jpgs",
     )
     return {
         "file": "data/viseme/engine.json",
@@ -424,9 +433,12 @@ def export_web(
     with _atomic_folder(output, replace) as tmp:
         data = tmp / "data"
         data.mkdir()
-        video = encode_loop_video(bundle, data / "base.mp4", config)
-        mask_offsets = write_image_pack((_png_gray(bundle.masks[i]) for i in range(bundle.frame_count)),
-                                        data / "masks.pngs")  # fmt: skip
+        video = write_loop_video(bundle, data / "base.mp4", config)
+        shown = set(int(i) for i in bundle.display_frames)
+        mask_offsets = write_image_pack(
+            (_png_gray(bundle.masks[i]) if i in shown else b"" for i in range(bundle.frame_count)),
+            data / "masks.pngs",
+        )
         manifest: dict[str, Any] = {
             "format": EXPORT_FORMAT,
             "format_version": EXPORT_VERSION,

@@ -13,6 +13,8 @@ import cv2
 import numpy as np
 
 from lipstream.avatar.bundle import AvatarBundle
+from lipstream.avatar.bundle_video import loop_positions
+from lipstream.media.gop_video import GopReader
 
 log = logging.getLogger(__name__)
 
@@ -50,28 +52,69 @@ def i420_shape(width: int, height: int) -> tuple[int, int]:
     return height * 3 // 2, width
 
 
+DEFAULT_FRAME_CACHE_MB = 512  # decoded pictures of a format-2 avatar kept per size: 6 s of 1080×1920
+
+
 class BaseFrameStore:
     """Base frames for the hot path: RGB (scaled if asked) and I420, so no full-frame colour
-    conversion runs per output frame. At the avatar's own size the I420 copies are built once and kept
-    in the bundle's cache/ folder (memory-mapped), where every session and render of that avatar shares
-    them. Scaled copies are never written to the bundle: they are made in memory, one frame when it is
-    first needed, and live as long as the store (see `SharedBaseFrames`)."""
+    conversion runs per output frame.
 
-    def __init__(self, bundle: AvatarBundle, output_size: tuple[int, int] | None = None) -> None:
+    At the avatar's own size, a format-2 bundle's pictures are decoded from its loop.mp4 on demand, a GOP
+    at a time, with the GOPs either side decoded ahead on a worker; up to `cache_mb` of them are kept
+    (the whole idle loop of a 6 s stretch at 1080×1920 fits the default, so each is decoded once). A
+    format-1 bundle's I420 copies are built once into its cache/ folder and memory-mapped. Scaled copies
+    are never written to the bundle: they are made in memory, one frame when it is first needed, and live
+    as long as the store (see `SharedBaseFrames`)."""
+
+    def __init__(
+        self,
+        bundle: AvatarBundle,
+        output_size: tuple[int, int] | None = None,
+        cache_mb: int = DEFAULT_FRAME_CACHE_MB,
+    ) -> None:
         self.bundle = bundle
         src_w, src_h = bundle.size
         self.width, self.height = output_size or (src_w, src_h)
         self.scale = self.width / src_w
         self._scaled = (self.width, self.height) != (src_w, src_h)
         self._i420: np.ndarray | None = None
+        self._loop: GopReader | None = None  # format 2: loop.mp4, decoded on demand
+        self._positions: np.ndarray | None = None
+        video = bundle.manifest.video
+        if video is not None and bundle.loop_video is not None:
+            # scaled stores decode at the avatar's size too (then scale once per frame): the same reader
+            # layout, with a budget of one GOP since each frame is read once
+            self._positions = loop_positions(bundle.idle_loop, bundle.frame_count)
+            native_even = not (src_w % 2 or src_h % 2)
+            fmt = "yuv420p" if native_even else "rgb24"
+            budget = cache_mb << 20 if not self._scaled else 0
+            self._loop = GopReader(
+                bundle.loop_video, video.loop_frames, (src_w, src_h), video.gop, fmt, budget, prefetch=True
+            )
         self._built: np.ndarray | None = None  # scaled stores: which in-memory I420 frames exist yet
         self._alloc_lock = threading.Lock()
         self._regions: dict[int, np.ndarray] = {}  # scaled RGB under each frame's mouth rectangle
 
+    def _native_rgb(self, index: int) -> np.ndarray:
+        """Base frame `index` as RGB at the avatar's size: from the loop video (format 2) or frames.npy."""
+        if self._loop is None:
+            return self.bundle.frames[index]
+        position = self._loop_position(index)
+        if self._loop.pixel_format == "rgb24":
+            return self._loop[position]
+        return cv2.cvtColor(self._loop.i420(position), cv2.COLOR_YUV2RGB_I420)
+
+    def _loop_position(self, index: int) -> int:
+        assert self._positions is not None
+        position = int(self._positions[index])
+        if position < 0:
+            raise IndexError(f"frame {index} of avatar '{self.bundle.name}' is not in its idle loop")
+        return position
+
     def rgb(self, index: int) -> np.ndarray:
-        """Base frame `index` as H×W×3 RGB at the output size (a read-only view when not scaled; a
-        scaled frame is made on each call: the hot path reads `rgb_region` or the I420 cache instead)."""
-        frame = self.bundle.frames[index]
+        """Base frame `index` as H×W×3 RGB at the output size (read-only when not scaled; a scaled frame
+        is made on each call: the hot path reads `rgb_region` or the I420 pictures instead)."""
+        frame = self._native_rgb(index)
         if not self._scaled:
             return frame
         return cv2.resize(np.asarray(frame), (self.width, self.height), interpolation=cv2.INTER_AREA)
@@ -81,11 +124,16 @@ class BaseFrameStore:
         cut from the scaled frame once and kept (the rectangle of a frame never changes), which keeps
         the pixels identical to the full scaled frame while holding only the small rectangles."""
         x0, y0, x1, y1 = rect
-        if not self._scaled:
+        if not self._scaled and self._loop is None:
             return self.bundle.frames[index][y0:y1, x0:x1]
         region = self._regions.get(index)
         if region is None:
-            region = self.rgb(index)[y0:y1, x0:x1].copy()
+            if self._scaled or self._loop is None or self._loop.pixel_format == "rgb24":
+                region = self.rgb(index)[y0:y1, x0:x1].copy()
+            else:  # only the rectangle is colour-converted (it is even-aligned: whole chroma samples)
+                region = cv2.cvtColor(
+                    cut_i420(self.i420(index), self.width, self.height, rect), cv2.COLOR_YUV2RGB_I420
+                )
             self._regions[index] = region
         return region
 
@@ -93,6 +141,12 @@ class BaseFrameStore:
         """Base frame `index` as an I420 picture [(H*3/2), W] at the output size."""
         if self._scaled:
             return self._scaled_i420(index)
+        if self._loop is not None:
+            if self._loop.pixel_format != "yuv420p":
+                raise ValueError(
+                    f"avatar '{self.bundle.name}' is {self.width}x{self.height}: no I420 at odd sizes"
+                )
+            return self._loop.i420(self._loop_position(index))
         if self._i420 is None:
             self._i420 = self._load_or_build()
         return self._i420[index]
@@ -111,6 +165,24 @@ class BaseFrameStore:
             self._i420[index] = cv2.cvtColor(np.ascontiguousarray(self.rgb(index)), cv2.COLOR_RGB2YUV_I420)
             self._built[index] = True
         return self._i420[index]
+
+    @property
+    def rgb_matches_i420(self) -> bool:
+        """True when `rgb_region` converted to I420 gives back the I420 picture bit for bit (the I420 was
+        made from that RGB); False when the RGB is itself converted from decoded I420 (format 2 at the
+        avatar's size), where a round trip may move a value by one."""
+        return self._loop is None or self._scaled
+
+    @property
+    def resident_bytes(self) -> int:
+        """Decoded pictures this store holds in memory now (format 2 and scaled stores)."""
+        loop = self._loop.cached_bytes if self._loop is not None else 0
+        made = (
+            int(self._built.sum()) * self._i420[0].nbytes
+            if self._built is not None and self._i420 is not None
+            else 0
+        )
+        return loop + made + sum(r.nbytes for r in self._regions.values())
 
     def _cache_path(self) -> Path:
         return self.bundle.path / CACHE_DIR / f"frames_i420_{self.width}x{self.height}.npy"
@@ -146,6 +218,17 @@ class BaseFrameStore:
             if os.path.exists(tmp):
                 os.unlink(tmp)
         return np.load(path, mmap_mode="r")
+
+
+def cut_i420(picture: np.ndarray, width: int, height: int, rect: tuple[int, int, int, int]) -> np.ndarray:
+    """The even-aligned rectangle (x0, y0, x1, y1) of an I420 picture, as an I420 picture of its own."""
+    x0, y0, x1, y1 = rect
+    flat = picture.reshape(-1)
+    ysize, cw, ch = width * height, width // 2, height // 2
+    y = flat[:ysize].reshape(height, width)[y0:y1, x0:x1]
+    u = flat[ysize : ysize + cw * ch].reshape(ch, cw)[y0 // 2 : y1 // 2, x0 // 2 : x1 // 2]
+    v = flat[ysize + cw * ch :].reshape(ch, cw)[y0 // 2 : y1 // 2, x0 // 2 : x1 // 2]
+    return np.concatenate([y.reshape(-1), u.reshape(-1), v.reshape(-1)]).reshape((y1 - y0) * 3 // 2, x1 - x0)
 
 
 class SharedBaseFrames:

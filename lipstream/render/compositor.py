@@ -8,7 +8,7 @@ import cv2
 import numpy as np
 
 from lipstream.avatar.bundle import AvatarBundle
-from lipstream.render.base_frames import BaseFrameStore
+from lipstream.render.base_frames import BaseFrameStore, cut_i420
 
 
 @dataclass(frozen=True)
@@ -116,8 +116,19 @@ class Compositor:
         x0, y0, x1, y1 = geo.rect
         region = self._blend_region(frame_index, patch, self.base.rgb_region(frame_index, geo.rect))
         yuv = cv2.cvtColor(region, cv2.COLOR_RGB2YUV_I420).reshape(-1)
+        if not self.base.rgb_matches_i420:  # keep the mask's zero pixels exactly as decoded
+            yuv = keep_unmasked(yuv, cut_i420(base, self.width, self.height, geo.rect).reshape(-1), geo.alpha)
         write_i420_rect(out, self.width, self.height, (x0, y0, x1, y1), yuv)
         return out
+
+
+def keep_unmasked(rect_yuv: np.ndarray, base_yuv: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    """rect_yuv with the base's samples wherever the mask is 0 (chroma: where all four pixels are 0)."""
+    h, w = alpha.shape[:2]
+    still = alpha[..., 0] == 0
+    still_c = still.reshape(h // 2, 2, w // 2, 2).all(axis=(1, 3)).reshape(-1)
+    keep = np.concatenate([still.reshape(-1), still_c, still_c])
+    return np.where(keep, base_yuv, rect_yuv)
 
 
 def write_i420_rect(

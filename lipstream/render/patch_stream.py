@@ -10,10 +10,11 @@ MACROBLOCK = 16  # H.264 codes 16×16 blocks: a rectangle on their grid wastes n
 
 
 def patch_rect(bundle: AvatarBundle) -> tuple[int, int, int, int]:
-    """x0, y0, x1, y1 in crop space (CROP_SIZE²) covering the mouth mask of every source frame, widened to
-    the macroblock grid; the whole crop when no mask has any pixel."""
-    masks = np.asarray(bundle.masks)
-    union = (masks > 0).any(axis=0) if masks.size else np.zeros((CROP_SIZE, CROP_SIZE), bool)
+    """x0, y0, x1, y1 in crop space (CROP_SIZE²) covering the mouth mask of every frame the idle loop shows,
+    widened to the macroblock grid; the whole crop when no mask has any pixel."""
+    union = np.zeros((CROP_SIZE, CROP_SIZE), bool)
+    for index in bundle.display_frames:
+        union |= np.asarray(bundle.masks[int(index)]) > 0
     rows, cols = np.flatnonzero(union.any(axis=1)), np.flatnonzero(union.any(axis=0))
     if rows.size == 0:
         return 0, 0, CROP_SIZE, CROP_SIZE

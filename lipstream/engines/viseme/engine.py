@@ -8,7 +8,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import cv2
 import numpy as np
 
 from lipstream.audio.levels import DEFAULT_SILENCE_DBFS, SilenceDetector
@@ -34,14 +33,14 @@ from lipstream.engines.viseme.atlas import (
     unit_patch,
 )
 from lipstream.engines.viseme.calibration import OpeningCurve, measure_opening_curve
+from lipstream.engines.viseme.crops import DerivedCrops, source_crop
 from lipstream.engines.viseme.extractor import ArticulationExtractor, StreamingArticulation
 from lipstream.engines.viseme.geometry import GEOMETRY_DIM, MouthGeometry, measure
 from lipstream.engines.viseme.model import load_model
 from lipstream.engines.viseme.warp import WarpConfig, render_patch
-from lipstream.errors import AvatarError
 from lipstream.files import atomic_file
 
-CROPS_FILE = "crops.npy"  # N×256×256×3 uint8: each frame's box resized to crop space
+CROPS_FILE = "crops.npy"  # format-1 bundles: N×256×256×3 uint8, each frame's box resized to crop space
 GEOMETRY_FILE = "geometry.npy"  # N×GEOMETRY_DIM float32: packed MouthGeometry rows
 OPENING_FILE = "opening.npy"  # 2×L float32: warp opening levels and the aperture tracked at each
 CACHE_VERSION = 3
@@ -50,7 +49,7 @@ MOUTH_MODES = ("auto", "drawn", "atlas")  # auto: the atlas when it is rich enou
 
 @dataclass(frozen=True)
 class _AvatarCache:
-    crops: np.ndarray
+    crops: np.ndarray | DerivedCrops
     geometry: np.ndarray
     opening: OpeningCurve
     atlas: MouthAtlas | None = None
@@ -63,13 +62,9 @@ class _AvatarCache:
         return self.atlas is not None and self.quality is not None and self.quality.usable
 
 
-def source_crop(bundle: AvatarBundle, frame_index: int) -> np.ndarray:
-    """The frame's face box resized to CROP_SIZE² (INTER_AREA: boxes are larger than the crop)."""
-    x1, y1, x2, y2 = (int(v) for v in bundle.boxes[frame_index])
-    region = np.asarray(bundle.frames[frame_index][y1:y2, x1:x2])
-    if region.size == 0:
-        raise AvatarError(f"avatar '{bundle.name}' frame {frame_index} has an empty face box; re-prepare it")
-    return cv2.resize(region, (CROP_SIZE, CROP_SIZE), interpolation=cv2.INTER_AREA)
+def stores_crops(bundle: AvatarBundle) -> bool:
+    """Format-1 bundles keep crops.npy; format 2 makes the crops from its videos (~30 MB saved per 6 s)."""
+    return bundle.manifest.format_version < 2
 
 
 class VisemeEngine:
@@ -132,14 +127,7 @@ class VisemeEngine:
         """Cache resized crops and mouth geometry under engines/viseme (idempotent)."""
         folder = bundle.engine_dir(self.name)
         entry = bundle.manifest.engines.get(self.name, {})
-        if (
-            entry.get("version") == CACHE_VERSION
-            and entry.get("frames") == bundle.frame_count
-            and entry.get("warp") == self.cache_key
-            and (folder / CROPS_FILE).is_file()
-            and (folder / GEOMETRY_FILE).is_file()
-            and (folder / OPENING_FILE).is_file()
-        ):
+        if self._cache_valid(bundle):
             self._ensure_atlas(bundle)
             return
         crops, geometry = self._build(bundle)
@@ -148,22 +136,46 @@ class VisemeEngine:
         # Patches cached from the previous crops/calibration would no longer match what render() draws.
         for stale in folder.glob("codebook*.npz"):
             stale.unlink()
-        for name, array in ((CROPS_FILE, crops), (GEOMETRY_FILE, geometry), (OPENING_FILE, opening.pack())):
+        arrays = [(GEOMETRY_FILE, geometry), (OPENING_FILE, opening.pack())]
+        if stores_crops(bundle):
+            arrays.append((CROPS_FILE, crops))
+        for name, array in arrays:
             with atomic_file(folder / name) as fh:
                 np.save(fh, array)
-        bundle.update_engine_entry(
-            self.name,
-            {
-                "version": CACHE_VERSION,
-                "frames": bundle.frame_count,
-                "crops": CROPS_FILE,
-                "geometry": GEOMETRY_FILE,
-                "opening": OPENING_FILE,
-                "warp": self.cache_key,  # the opening calibration was measured with this warp
-            },
-        )
+        entry = {
+            "version": CACHE_VERSION,
+            "frames": bundle.frame_count,
+            "geometry": GEOMETRY_FILE,
+            "opening": OPENING_FILE,
+            "warp": self.cache_key,  # the opening calibration was measured with this warp
+        }
+        if stores_crops(bundle):
+            entry["crops"] = CROPS_FILE
+        bundle.update_engine_entry(self.name, entry)
         self._caches.pop(Path(bundle.path), None)
         self._ensure_atlas(bundle, crops, geometry)
+
+    def _cache_valid(self, bundle: AvatarBundle) -> bool:
+        """The bundle's engines/viseme files are complete and were made by this engine's warp."""
+        folder = bundle.engine_dir(self.name)
+        entry = bundle.manifest.engines.get(self.name, {})
+        files = [GEOMETRY_FILE, OPENING_FILE] + ([CROPS_FILE] if stores_crops(bundle) else [])
+        return (
+            entry.get("version") == CACHE_VERSION
+            and entry.get("frames") == bundle.frame_count
+            and entry.get("warp") == self.cache_key
+            and all((folder / name).is_file() for name in files)
+        )
+
+    def avatar_crops(self, bundle: AvatarBundle) -> np.ndarray | DerivedCrops:
+        """The crops render() draws on, after prepare(): stored (format 1) or made on demand (format 2)."""
+        return self._cache(bundle).crops
+
+    def _crops(self, bundle: AvatarBundle) -> np.ndarray | DerivedCrops:
+        """The stored crops (format 1) or crops made from the frames on demand (format 2)."""
+        if stores_crops(bundle):
+            return np.load(bundle.engine_dir(self.name) / CROPS_FILE, mmap_mode="r")
+        return DerivedCrops(bundle)
 
     def _ensure_atlas(
         self, bundle: AvatarBundle, crops: np.ndarray | None = None, geometry: np.ndarray | None = None
@@ -180,7 +192,7 @@ class VisemeEngine:
                 "`lipstream avatar atlas NAME` does the same ahead of time)",
                 file=sys.stderr,
             )
-            crops = np.load(folder / CROPS_FILE, mmap_mode="r")
+            crops = self._crops(bundle)
             geometry = np.load(folder / GEOMETRY_FILE)
         atlas = self._build_atlas(bundle, crops, geometry)
         quality = judge(atlas, self.atlas_config)
@@ -204,7 +216,9 @@ class VisemeEngine:
         bundle.update_engine_entry(self.name, entry)
         self._caches.pop(Path(bundle.path), None)
 
-    def _build_atlas(self, bundle: AvatarBundle, crops: np.ndarray, geometry: np.ndarray) -> MouthAtlas:
+    def _build_atlas(
+        self, bundle: AvatarBundle, crops: np.ndarray | DerivedCrops, geometry: np.ndarray
+    ) -> MouthAtlas:
         """The mouth atlas of this avatar, in memory."""
         landmarks = np.stack([bundle.crop_landmarks(i) for i in range(bundle.frame_count)])
         tracked = (
@@ -215,7 +229,7 @@ class VisemeEngine:
         typical = np.median(geometry, axis=0)
         geo = MouthGeometry.unpack(typical)
         return build_atlas(
-            np.asarray(crops),
+            crops,
             landmarks,
             tracked,
             (geo.center_x, geo.half_width, geo.nose_y, geo.chin_y),
@@ -234,17 +248,22 @@ class VisemeEngine:
             return f"mouth: atlas ({q.units} filmed mouths, coverage {q.coverage:.2f})"
         return f"mouth: drawn (mouth atlas too poor: {q.reason})"
 
-    def _build(self, bundle: AvatarBundle) -> tuple[np.ndarray, np.ndarray]:
-        """Compute every frame's crop and packed geometry in memory."""
+    def _build(self, bundle: AvatarBundle) -> tuple[np.ndarray | DerivedCrops, np.ndarray]:
+        """Every frame's crop (format 1: computed in memory; format 2: made on demand) and packed geometry."""
         n = bundle.frame_count
-        crops = np.empty((n, CROP_SIZE, CROP_SIZE, 3), dtype=np.uint8)
         geometry = np.empty((n, GEOMETRY_DIM), dtype=np.float32)
         for i in range(n):
-            crops[i] = source_crop(bundle, i)
             geometry[i] = measure(bundle.crop_landmarks(i), float(bundle.nose_base[i])).pack()
+        if not stores_crops(bundle):
+            return DerivedCrops(bundle), geometry
+        crops = np.empty((n, CROP_SIZE, CROP_SIZE, 3), dtype=np.uint8)
+        for i in range(n):
+            crops[i] = source_crop(bundle, i)
         return crops, geometry
 
-    def _calibrate(self, bundle: AvatarBundle, crops: np.ndarray, geometry: np.ndarray) -> OpeningCurve:
+    def _calibrate(
+        self, bundle: AvatarBundle, crops: np.ndarray | DerivedCrops, geometry: np.ndarray
+    ) -> OpeningCurve:
         """Aperture the tracker reads at each warp opening, on a few of this avatar's frames."""
 
         def render_open(level: float, fid: int) -> np.ndarray:
@@ -260,13 +279,8 @@ class VisemeEngine:
         key = Path(bundle.path)
         if key not in self._caches:
             folder = bundle.engine_dir(self.name)
-            entry = bundle.manifest.engines.get(self.name, {})
-            if (
-                entry.get("version") == CACHE_VERSION
-                and entry.get("warp") == self.cache_key
-                and (folder / CROPS_FILE).is_file()
-            ):
-                crops = np.load(folder / CROPS_FILE, mmap_mode="r")
+            if self._cache_valid(bundle):
+                crops = self._crops(bundle)
                 geometry = np.load(folder / GEOMETRY_FILE)
                 opening = OpeningCurve.unpack(np.load(folder / OPENING_FILE))
             else:
@@ -279,6 +293,8 @@ class VisemeEngine:
                     atlas = self._build_atlas(bundle, crops, geometry)
             quality = judge(atlas, self.atlas_config) if atlas is not None else None
             join = join_costs(atlas) if quality is not None and quality.usable else None
+            if isinstance(crops, DerivedCrops):
+                crops.warm()  # the shown frames' crops now, not mid-stream
             self._caches[key] = _AvatarCache(crops, geometry, opening, atlas, quality, join)
         return self._caches[key]
 

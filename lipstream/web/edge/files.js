@@ -59,6 +59,7 @@ export async function loadMouthBases(manifest, baseUrl) {
   ]);
   const bases = [];
   for (let i = 0; i < manifest.frame_count; i++) {
+    if (crops.offsets[i] === crops.offsets[i + 1]) { bases.push(null); continue; } // never shown: not exported
     const [rgba, mask] = await Promise.all([
       decodePackImage(cropBytes, crops.offsets, i, 'image/jpeg', size, crops.file),
       decodePackImage(maskBytes, masks.offsets, i, 'image/png', size, masks.file),

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel
 
-from lipstream.media.gop_video import GopReader, VideoEncoding
+from lipstream.media.gop_video import GopReader, VideoEncoding, even_size, file_codec_string
 
 FOOTAGE = "footage.mp4"  # every frame, in order
 LOOP_VIDEO = "loop.mp4"  # the idle loop as shown: frame k is the source frame idle_loop[k]
@@ -85,3 +85,21 @@ class VideoFrames:
         """Drop the decoded GOPs kept for sequential reading."""
         self._loop.release()
         self._footage.release()
+
+
+def bundle_video(
+    folder: Path, encoding: VideoEncoding, width: int, height: int, loop_frames: int
+) -> BundleVideo:
+    """manifest.json's `video` entry for the two files written in `folder`."""
+    coded_w, coded_h = even_size(width, height)
+    return BundleVideo(
+        codec=file_codec_string(folder / LOOP_VIDEO),
+        crf=encoding.crf,
+        preset=encoding.preset,
+        gop=encoding.gop,
+        coded_width=coded_w,
+        coded_height=coded_h,
+        loop_frames=loop_frames,
+        footage_bytes=(folder / FOOTAGE).stat().st_size,
+        loop_bytes=(folder / LOOP_VIDEO).stat().st_size,
+    )

@@ -85,6 +85,14 @@ def run_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_upgrade(args: argparse.Namespace) -> int:
+    """`lipstream avatar upgrade NAME`: format 1 -> format 2, in place."""
+    from lipstream.avatar.upgrade import upgrade_avatar
+
+    print(upgrade_avatar(args.name, args.avatars_dir, progress=not args.quiet).line())
+    return 0
+
+
 def avatar_info(bundle: bf.AvatarBundle) -> dict:
     """What `avatar info --json` prints: the manifest plus the bundle's path and array shapes."""
     arrays = {
@@ -131,8 +139,8 @@ def run_info(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersAction:
-    """Add `lipstream avatar prepare|sample|list|info`; returns the `avatar` subcommands, for the command
-    layer to add those that combine rooms."""
+    """Add `lipstream avatar prepare|sample|list|upgrade|info`; returns the `avatar` subcommands, for the
+    command layer to add those that combine rooms."""
     avatar = subparsers.add_parser("avatar", help="prepare and inspect avatars")
     sub = avatar.add_subparsers(dest="avatar_command", metavar="ACTION", required=True)
 
@@ -157,6 +165,14 @@ def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersActi
     p = sub.add_parser("list", help="list prepared avatars")
     common(p)
     p.set_defaults(func=run_list)
+
+    p = sub.add_parser(
+        "upgrade", help="rewrite a bundle of format 1 (raw frames, ~6 MB a frame) as format 2, in place"
+    )
+    p.add_argument("name", help="avatar name or bundle folder")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    common(p)
+    p.set_defaults(func=run_upgrade)
 
     p = sub.add_parser("info", help="describe one avatar")
     p.add_argument("name", help="avatar name or bundle folder")

@@ -13,7 +13,7 @@ import numpy as np
 from lipstream.audio.timeline import FPS
 from lipstream.avatar import bundle as bf
 from lipstream.avatar.boxes import BoxConfig, crop_boxes
-from lipstream.avatar.bundle_video import FOOTAGE, LOOP_VIDEO, BundleVideo
+from lipstream.avatar.bundle_video import FOOTAGE, LOOP_VIDEO, bundle_video
 from lipstream.avatar.capacity import MachineRoom, PrepareNeeds, RoomProbe, check_fits
 from lipstream.avatar.gaps import fill_gaps
 from lipstream.avatar.idle import IdleConfig, IdleStretch, choose_idle_stretch
@@ -22,7 +22,7 @@ from lipstream.avatar.progress import frame_progress
 from lipstream.avatar.tracking import LANDMARK_COUNT, LANDMARK_MODEL, FaceTracker, TrackerConfig
 from lipstream.avatar.video_source import VideoInfo, iter_frames, probe_video
 from lipstream.errors import AvatarError, MediaError
-from lipstream.media.gop_video import Mp4FrameWriter, VideoEncoding, coded_i420, even_size, file_codec_string
+from lipstream.media.gop_video import Mp4FrameWriter, VideoEncoding, coded_i420
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -195,21 +195,3 @@ def prepare_avatar(
         )
         bf.write_manifest(folder, manifest)
     return bf.load_avatar(final)
-
-
-def bundle_video(
-    folder: Path, encoding: VideoEncoding, width: int, height: int, loop_frames: int
-) -> BundleVideo:
-    """manifest.json's `video` entry for the two files written in `folder`."""
-    coded_w, coded_h = even_size(width, height)
-    return BundleVideo(
-        codec=file_codec_string(folder / LOOP_VIDEO),
-        crf=encoding.crf,
-        preset=encoding.preset,
-        gop=encoding.gop,
-        coded_width=coded_w,
-        coded_height=coded_h,
-        loop_frames=loop_frames,
-        footage_bytes=(folder / FOOTAGE).stat().st_size,
-        loop_bytes=(folder / LOOP_VIDEO).stat().st_size,
-    )

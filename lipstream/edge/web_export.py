@@ -301,7 +301,7 @@ def avatar_codebook(bundle: AvatarBundle, dim: int) -> SimHashCodebook:
 
 def _write_musetalk(bundle: AvatarBundle, data: Path, config: WebExportConfig) -> dict[str, Any]:
     from lipstream.edge.codebook_seed import write_codebook_seed
-    from lipstream.engines.musetalk.latents import ENGINE, LATENTS_FILE
+    from lipstream.engines.musetalk.latents import ENGINE, LATENTS_FILE, latents_by_frame
 
     if not config.onnx_dirs:
         raise ExportError("--engine musetalk needs --onnx DIR (a folder written by `lipstream export onnx`)")
@@ -318,7 +318,7 @@ def _write_musetalk(bundle: AvatarBundle, data: Path, config: WebExportConfig) -
     dims = {_unet_feature_dim(manifest) for _, manifest in variants.values()}
     if len(dims) != 1:
         raise ExportError(f"--onnx folders disagree on the UNet's audio window {sorted(dims)}; re-export")
-    latents = np.load(latents_path).astype("<f2")
+    latents = latents_by_frame(bundle, np.load(latents_path).astype("<f2"))
     (data / "musetalk").mkdir()
     latents.tofile(data / "musetalk" / "latents.f16")
     entries: dict[str, dict[str, Any]] = {}

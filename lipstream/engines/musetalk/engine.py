@@ -23,6 +23,7 @@ from lipstream.engines.musetalk.latents import (
     ENGINE,
     JAW_MARGIN_PX,
     cached_latents,
+    frame_rows,
     prepare_latents,
     to_bundle_crop,
     vae_fingerprint,
@@ -93,7 +94,7 @@ class MuseTalkEngine:
             compile=compile,
         )
         self._vae_id = vae_fingerprint(self.models.vae)
-        self._latents: dict[str, torch.Tensor] = {}  # bundle path -> latents on the device
+        self._latents: dict[str, tuple[torch.Tensor, np.ndarray]] = {}  # bundle path -> latents, frame rows
 
     @property
     def batch_size(self) -> int:
@@ -117,7 +118,8 @@ class MuseTalkEngine:
         """Incremental features that re-encode at most the current 30 s segment per push."""
         return self.featurizer.stream()
 
-    def _bundle_latents(self, bundle: AvatarBundle) -> torch.Tensor:
+    def _bundle_latents(self, bundle: AvatarBundle) -> tuple[torch.Tensor, np.ndarray]:
+        """The avatar's latents on the device, and each frame's row in them (-1: not encoded)."""
         key = str(Path(bundle.path).resolve())
         if key in self._latents:
             return self._latents[key]
@@ -132,8 +134,8 @@ class MuseTalkEngine:
             latents = prepare_latents(bundle, self.models.vae, version=self.options.version)
         rt = self.models.runtime
         tensor = torch.from_numpy(np.array(latents, dtype=np.float16)).to(device=rt.device, dtype=rt.dtype)
-        self._latents[key] = tensor
-        return tensor
+        self._latents[key] = (tensor, frame_rows(bundle))
+        return self._latents[key]
 
     def render(self, bundle: AvatarBundle, features: np.ndarray, frame_ids: np.ndarray) -> np.ndarray:
         """Mouth patches uint8 RGB [B, 256, 256, 3] for features [B, feature_dim] on source frames ids."""
@@ -149,12 +151,19 @@ class MuseTalkEngine:
             )
         if len(frame_ids) and (frame_ids.min() < 0 or frame_ids.max() >= bundle.frame_count):
             raise AvatarError(f"frame ids must lie in [0, {bundle.frame_count}) for avatar '{bundle.name}'")
-        latents = self._bundle_latents(bundle)
+        latents, rows_of = self._bundle_latents(bundle)
+        rows = rows_of[frame_ids]
+        if len(rows) and rows.min() < 0:
+            missing = int(frame_ids[np.argmin(rows)])
+            raise AvatarError(
+                f"frame {missing} of avatar '{bundle.name}' is not in its idle loop, so it has no latents "
+                "(only the frames the idle loop shows are drawn on)"
+            )
         rt = self.models.runtime
         out = np.empty((len(frame_ids), PATCH_SIZE, PATCH_SIZE, 3), np.uint8)
         step = self.batch_size
         for start in range(0, len(frame_ids), step):
-            ids = torch.from_numpy(frame_ids[start : start + step]).to(rt.device)
+            ids = torch.from_numpy(rows[start : start + step]).to(rt.device)
             audio = torch.from_numpy(features[start : start + step].reshape(-1, tokens, dim)).to(
                 rt.device, rt.dtype
             )

@@ -108,27 +108,45 @@ def cached_latents(bundle: AvatarBundle, fingerprint: str, version: str = "1.5")
         latents = np.load(path, mmap_mode="r")
     except (OSError, ValueError):
         return None
-    if latents.ndim != 4 or latents.shape[0] != bundle.frame_count:
+    if latents.ndim != 4 or latents.shape[0] != len(bundle.display_frames):
         return None
     return latents
+
+
+def frame_rows(bundle: AvatarBundle) -> np.ndarray:
+    """Per source frame, its row in the stored latents (-1: never shown by the idle loop, not encoded)."""
+    rows = np.full(bundle.frame_count, -1, dtype=np.int64)
+    shown = bundle.display_frames
+    rows[shown] = np.arange(len(shown))
+    return rows
+
+
+def latents_by_frame(bundle: AvatarBundle, latents: np.ndarray) -> np.ndarray:
+    """The stored rows spread to one per source frame (zeros for frames never shown), for the web page."""
+    full = np.zeros((bundle.frame_count, *latents.shape[1:]), dtype=latents.dtype)
+    full[bundle.display_frames] = latents
+    return full
 
 
 def prepare_latents(
     bundle: AvatarBundle, vae: Any, progress: bool = True, version: str = "1.5"
 ) -> np.ndarray:
-    """Encode every frame's crops (version_box) once and store them atomically in the bundle; return them."""
+    """Encode the crops (version_box) of every frame the idle loop shows (all of them in a short clip; a
+    long clip's other frames are never drawn on) once, store them atomically in the bundle, return them.
+    Row i belongs to frame display_frames[i] (see frame_rows)."""
     fingerprint = vae_fingerprint(vae)
     existing = cached_latents(bundle, fingerprint, version)
     if existing is not None:
         return existing
-    n = bundle.frame_count
+    shown = bundle.display_frames
+    n = len(shown)
     chunks = []
     from rich.progress import Progress
 
     with Progress(disable=not progress, transient=True) as bar:
         task = bar.add_task(f"MuseTalk latents for '{bundle.name}'", total=n)
         for start in range(0, n, ENCODE_BATCH):
-            idx = range(start, min(n, start + ENCODE_BATCH))
+            idx = [int(i) for i in shown[start : start + ENCODE_BATCH]]
             crops = np.stack(
                 [crop_face(np.asarray(bundle.frames[i]), version_box(bundle.boxes[i], version)) for i in idx]
             )
@@ -144,6 +162,7 @@ def prepare_latents(
         {
             "latents": LATENTS_FILE,
             "shape": list(latents.shape),
+            "rows": "one per frame the idle loop shows, in frame order",
             "dtype": "float16",
             "channels": "0-3 lower-half-masked crop, 4-7 reference crop",
             "posterior": "mean",

@@ -55,7 +55,7 @@ def small_avatar(sample_clip, tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="session")
 def v1_avatar(small_avatar, tmp_path_factory: pytest.TempPathFactory):
-    """The small avatar written as a format-1 bundle (raw frames.npy), as older lipstream versions left them."""
+    """The small avatar written as a format-1 bundle (raw frames.npy), as older lipstream left them."""
     from lipstream.avatar.bundle import load_avatar
     from tests.v1_bundle import write_v1_bundle
 

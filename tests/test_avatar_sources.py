@@ -9,9 +9,9 @@ import numpy as np
 from skimage import data as skdata
 
 from lipstream.avatar.prepare import idle_loop, prepare_avatar
-from lipstream.edge.onnx_gate import psnr_db
 from lipstream.avatar.sample import encode_clip, presenter_frame
 from lipstream.avatar.video_source import iter_frames, probe_video, resample_map
+from lipstream.edge.onnx_gate import psnr_db
 
 
 def presenter() -> np.ndarray:

@@ -149,38 +149,44 @@ def test_prepare_caches_crops_and_is_idempotent(engine: VisemeEngine, v1_avatar)
     assert (folder / entry["crops"]).stat().st_mtime_ns == mtime
 
 
-def test_format_2_stores_no_crops_and_makes_them_from_the_loop(engine: VisemeEngine, small_avatar) -> None:
-    """Format 2: only geometry and calibration are stored; the crops are made from the decoded frames."""
+def test_format_2_keeps_the_shown_crops_as_video(engine: VisemeEngine, small_avatar) -> None:
+    """Format 2: the shown frames' crops are a near-lossless crops.mp4, not raw arrays."""
+    from lipstream.edge.onnx_gate import psnr_db
+
     engine.prepare(small_avatar)
     entry = small_avatar.manifest.engines["viseme"]
     folder = small_avatar.engine_dir("viseme")
-    assert "crops" not in entry and not (folder / "crops.npy").exists()
-    geometry = (folder / entry["geometry"]).stat().st_mtime_ns
+    assert entry["crops"] == "crops.mp4" and not (folder / "crops.npy").exists()
+    assert (folder / "crops.mp4").stat().st_size < small_avatar.frame_count * 60_000
+    mtime = (folder / "crops.mp4").stat().st_mtime_ns
     engine.prepare(small_avatar)
-    assert (folder / entry["geometry"]).stat().st_mtime_ns == geometry
+    assert (folder / "crops.mp4").stat().st_mtime_ns == mtime
     crops = engine.avatar_crops(small_avatar)
     assert crops.shape == (small_avatar.frame_count, 256, 256, 3)
-    np.testing.assert_array_equal(crops[3], source_crop(small_avatar, 3))
+    for fid in (0, 3, 49):
+        assert psnr_db(crops[fid], source_crop(small_avatar, fid)) > 42
 
 
 def test_zero_features_render_the_source_crop_exactly(engine: VisemeEngine, small_avatar) -> None:
     ids = np.array([0, 7, 21])
     patches = engine.render(small_avatar, np.zeros((3, 3), np.float32), ids)
     assert patches.shape == (3, 256, 256, 3) and patches.dtype == np.uint8
+    crops = engine.avatar_crops(small_avatar)
     for patch, fid in zip(patches, ids, strict=True):
-        np.testing.assert_array_equal(patch, source_crop(small_avatar, int(fid)))
+        np.testing.assert_array_equal(patch, crops[int(fid)])
 
 
 def test_speech_moves_only_the_mouth_below_the_nose(engine: VisemeEngine, small_avatar) -> None:
     feats = np.array([[0.9, 0.0, 0.0], [0.4, 0.6, 0.0], [0.3, -0.85, 0.0], [0.0, 0.0, 1.0]], np.float32)
     ids = np.array([5, 5, 12, 30])
     patches = engine.render(small_avatar, feats, ids)
+    crops = engine.avatar_crops(small_avatar)  # what the warp draws on
     for patch, fid in zip(patches, ids, strict=True):
-        src = source_crop(small_avatar, int(fid))
+        src = crops[int(fid)]
         nose = int(np.floor(small_avatar.nose_base[fid]))
         np.testing.assert_array_equal(patch[: nose + 1], src[: nose + 1])
     # Opening changes the mouth and darkens it (cavity); the change lies inside the mouth mask.
-    src = source_crop(small_avatar, 5).astype(int)
+    src = crops[5].astype(int)
     diff = np.abs(patches[0].astype(int) - src).sum(axis=2)
     assert diff.max() > 60
     mask = np.asarray(small_avatar.masks[5])

@@ -23,6 +23,7 @@ class BundleVideo(BaseModel):
     color: str = "bt601-limited"
     crf: int = 18
     preset: str = "veryfast"
+    tune: str = "fastdecode"
     gop: int = 25
     coded_width: int = 0  # the frame size rounded up to even (the last column/row repeated)
     coded_height: int = 0
@@ -33,7 +34,7 @@ class BundleVideo(BaseModel):
     @property
     def encoding(self) -> VideoEncoding:
         """The x264 settings as the writer takes them."""
-        return VideoEncoding(crf=self.crf, preset=self.preset, gop=self.gop)
+        return VideoEncoding(crf=self.crf, preset=self.preset, tune=self.tune, gop=self.gop)
 
 
 def loop_positions(idle_loop: np.ndarray, frame_count: int) -> np.ndarray:
@@ -96,6 +97,7 @@ def bundle_video(
         codec=file_codec_string(folder / LOOP_VIDEO),
         crf=encoding.crf,
         preset=encoding.preset,
+        tune=encoding.tune,
         gop=encoding.gop,
         coded_width=coded_w,
         coded_height=coded_h,

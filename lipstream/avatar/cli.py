@@ -59,10 +59,7 @@ def run_sample(args: argparse.Namespace) -> int:
         print(f"avatar '{args.name}' already exists ({existing.frame_count} frames) at {existing.path}; kept")
         return 0
     bundle = build_sample_avatar(
-        args.name,
-        avatars_root=args.avatars_dir,
-        force=args.force,
-        progress=not args.quiet,
+        args.name, avatars_root=args.avatars_dir, force=args.force, progress=not args.quiet,
         seconds=args.seconds,
     )
     _print_notes(bundle)
@@ -96,12 +93,8 @@ def run_upgrade(args: argparse.Namespace) -> int:
 def avatar_info(bundle: bf.AvatarBundle) -> dict:
     """What `avatar info --json` prints: the manifest plus the bundle's path and array shapes."""
     arrays = {
-        "frames": bundle.frames,
-        "boxes": bundle.boxes,
-        "landmarks": bundle.landmarks,
-        "masks": bundle.masks,
-        "nose_base": bundle.nose_base,
-        "idle_loop": bundle.idle_loop,
+        "frames": bundle.frames, "boxes": bundle.boxes, "landmarks": bundle.landmarks,
+        "masks": bundle.masks, "nose_base": bundle.nose_base, "idle_loop": bundle.idle_loop,
     }
     return {
         **bundle.manifest.model_dump(),
@@ -123,6 +116,11 @@ def run_info(args: argparse.Namespace) -> int:
     print(f"avatar '{m.name}' at {bundle.path} (bundle format {m.format_version})")
     print(f"  source   {m.source_file}, {m.width}×{m.height}, source fps {m.source_fps or 'photo'}")
     print(f"  frames   {m.frame_count} at {m.fps} fps, idle loop {len(bundle.idle_loop)} frames")
+    if m.idle:
+        print(f"  idle     {m.idle.get('reason', '')}")
+    if m.format_version < bf.FORMAT_VERSION:
+        upgrade = f"`lipstream avatar upgrade {m.name}` makes it ~100x smaller"
+        print(f"  note     raw frames (bundle format {m.format_version}): {upgrade}")
     print(f"  face     {m.face_width_px:.0f} px wide, mean crop box {box_w.mean():.0f}×{box_h.mean():.0f} px")
     print(f"  model    {m.landmark_model}")
     print(f"  engines  {', '.join(m.engines) or 'none cached yet'}")

@@ -118,12 +118,8 @@ def write_sample_video(
         for i in range(frames):
             warp = np.array([[scale, 0, dx[i]], [0, scale, top + dy[i]]], dtype=np.float32)
             yield cv2.warpAffine(
-                astronaut,
-                warp,
-                (width, height),
-                flags=cv2.INTER_LINEAR,
-                borderMode=cv2.BORDER_TRANSPARENT,
-                dst=background.copy(),
+                astronaut, warp, (width, height), flags=cv2.INTER_LINEAR,
+                borderMode=cv2.BORDER_TRANSPARENT, dst=background.copy(),
             )
 
     with frame_progress("writing sample clip", frames, progress) as advance:

@@ -45,17 +45,8 @@ DTYPES = ("float16", "float32")
 OPSET = 18
 # int8 dynamic quantization made the UNet ~127x slower in the browser: none of these may appear
 QUANTIZED_OPS = frozenset(
-    {
-        "QuantizeLinear",
-        "DequantizeLinear",
-        "DynamicQuantizeLinear",
-        "QLinearConv",
-        "QLinearMatMul",
-        "MatMulInteger",
-        "ConvInteger",
-        "DynamicQuantizeMatMul",
-        "MatMulIntegerToFloat",
-    }
+    {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul",
+     "MatMulInteger", "ConvInteger", "DynamicQuantizeMatMul", "MatMulIntegerToFloat"}
 )
 EXTERNAL_THRESHOLD = 1024  # bytes; 0 would push small int64 shape tensors out too, which ORT-web rejects
 

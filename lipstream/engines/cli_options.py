@@ -19,9 +19,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser, with_engine: bool = Tr
     parser.add_argument("--batch-size", type=int, default=None, help="musetalk: frames per neural call")
     parser.add_argument("--models-dir", default=None, help="musetalk: weights folder")
     parser.add_argument(
-        "--compile",
-        action="store_true",
-        default=None,
+        "--compile", action="store_true", default=None,
         help="musetalk: torch.compile the UNet and VAE (1.8x faster on an H200, 60-90 s at load)",
     )
 

@@ -32,6 +32,9 @@ class VideoEncoding:
 
     crf: int = 18
     preset: str = "veryfast"
+    # no CABAC and no deblocking: decodes twice as fast (9 vs 19 ms a 1080×1920 frame measured here) for
+    # ~14 % more bytes at the same PSNR; frames are decoded on every server start, encoded once
+    tune: str = "fastdecode"
     gop: int = 25  # one key frame a second: a random frame costs at most 25 decodes
     still_crf: int = 8  # a photo is one intra frame: near-lossless costs a few hundred kB, once
 
@@ -95,7 +98,7 @@ class Mp4FrameWriter:
             rate=fps,
             options={
                 "crf": str(enc.crf), "preset": enc.preset, "bf": "0", "g": str(enc.gop),
-                "keyint_min": str(enc.gop), "sc_threshold": "0",
+                "keyint_min": str(enc.gop), "sc_threshold": "0", **({"tune": enc.tune} if enc.tune else {}),
             },
         )  # fmt: skip
         self._stream.width, self._stream.height = self.coded_size
@@ -249,11 +252,14 @@ class GopReader:
             raise IndexError(f"frame {position} is outside {self.path.name} (0..{self.frame_count - 1})")
         g, offset = divmod(position, self.gop)
         frames = self._gop(g)
-        if self._prefetch is not None:
-            for neighbour in (g + 1, g - 1):
-                if 0 <= neighbour * self.gop < self.frame_count and not self._has(neighbour):
-                    self._prefetch.put(neighbour)
+        for neighbour in (g + 1, g - 1):
+            self.decode_ahead(neighbour)
         return frames[offset]
+
+    def decode_ahead(self, g: int) -> None:
+        """Have GOP `g` decoded on the decode-ahead thread (no-op without one, or when it is there)."""
+        if self._prefetch is not None and 0 <= g * self.gop < self.frame_count and not self._has(g):
+            self._prefetch.put(g)
 
     def release(self) -> None:
         """Drop every decoded picture (they are decoded again when asked for)."""

@@ -46,9 +46,7 @@ class AccelConfig(BaseModel):
     planner: PlannerConfig = Field(default_factory=PlannerConfig)
     codebook: bool = True
     codebook_threshold: int | None = Field(
-        None,
-        ge=0,
-        le=16,
+        None, ge=0, le=16,
         description="max Hamming distance of a hit; None: 2 for rich features (MuseTalk's Whisper windows), "
         "1 for low-dimensional ones (the viseme engine's 3 values), whose 64 bits are largely redundant",
     )
@@ -154,12 +152,8 @@ def new_codebook(engine: Engine, config: AccelConfig) -> SimHashCodebook:
     # lifted low-dim vectors are already centred by construction; high-dim ones use a running mean
     mean = np.zeros(dim, np.float32) if engine.feature_dim < LOW_DIM else None
     return SimHashCodebook(
-        dim,
-        bits=config.codebook_bits,
-        seed=config.seed,
-        max_entries=config.codebook_entries,
-        threshold=hit_threshold(engine, config),
-        mean=mean,
+        dim, bits=config.codebook_bits, seed=config.seed, max_entries=config.codebook_entries,
+        threshold=hit_threshold(engine, config), mean=mean,
     )
 
 

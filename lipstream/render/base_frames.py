@@ -52,7 +52,9 @@ def i420_shape(width: int, height: int) -> tuple[int, int]:
     return height * 3 // 2, width
 
 
-DEFAULT_FRAME_CACHE_MB = 512  # decoded pictures of a format-2 avatar kept per size: 6 s of 1080×1920
+# decoded pictures of a format-2 avatar kept per size: a 6 s idle loop of 1080×1920 (466 MB) fits, and the
+# 8 s loop of an upgraded format-1 sample (620 MB)
+DEFAULT_FRAME_CACHE_MB = 640
 
 
 class BaseFrameStore:
@@ -91,6 +93,7 @@ class BaseFrameStore:
             self._loop = GopReader(
                 bundle.loop_video, video.loop_frames, (src_w, src_h), video.gop, fmt, budget, prefetch=True
             )
+            self._loop.decode_ahead(0)  # the loop starts there: decode it while the engine works
         self._built: np.ndarray | None = None  # scaled stores: which in-memory I420 frames exist yet
         self._alloc_lock = threading.Lock()
         self._regions: dict[int, np.ndarray] = {}  # scaled RGB under each frame's mouth rectangle

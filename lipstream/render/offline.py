@@ -200,13 +200,7 @@ def render_speech_to_mp4(
     ttff_ms: float | None = None
     done = 0
     with Mp4Writer(
-        out_path,
-        width,
-        height,
-        fps=FPS,
-        preset=settings.preset,
-        crf=settings.crf,
-        threads=settings.threads,
+        out_path, width, height, fps=FPS, preset=settings.preset, crf=settings.crf, threads=settings.threads,
         tune=settings.tune,
     ) as writer:
         sink = _EncoderThread(writer, timer)

@@ -228,11 +228,8 @@ class Session:
         self._stats.interrupts += 1
         self._pending_events.append(
             SessionEvent(
-                "playback_finished",
-                utterance_id=active,
-                position_samples=self._tick * SAMPLES_PER_FRAME,
-                interrupted=True,
-                message="" if had_speech else "nothing was playing",
+                "playback_finished", utterance_id=active, position_samples=self._tick * SAMPLES_PER_FRAME,
+                interrupted=True, message="" if had_speech else "nothing was playing",
             )
         )
         self._poke()
@@ -458,20 +455,12 @@ class Session:
                 # a player's jitter buffer (150 ms in ours) absorbs small lateness; more is worth a warning
                 level = logging.WARNING if due_late > LATE_WARNING_SECONDS else logging.INFO
                 log.log(
-                    level,
-                    "session %s: production behind the audio clock by %.0f ms (%d late frames so far)",
-                    self.avatar.name,
-                    due_late * 1000.0,
-                    self._stats.late_frames,
+                    level, "session %s: production behind the audio clock by %.0f ms (%d late frames so far)",
+                    self.avatar.name, due_late * 1000.0, self._stats.late_frames,
                 )
         item = AvatarFrame(
-            index=tick,
-            pts=tick * SAMPLES_PER_FRAME,
-            base_index=base_id,
-            audio=audio,
-            speaking=speaking,
-            end_of_speech=end,
-            utterance_id=uid,
+            index=tick, pts=tick * SAMPLES_PER_FRAME, base_index=base_id, audio=audio,
+            speaking=speaking, end_of_speech=end, utterance_id=uid,
             loop_index=tick % len(self.avatar.idle_loop),
         )
         self._sink.fill(item, frame)

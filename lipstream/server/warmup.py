@@ -42,7 +42,8 @@ def warm_up(engine: Any, avatars_dir: Path | None) -> WarmupReport:
         pcm = _warm_tone()
         features = engine.features(Speech(pcm))
         count = min(len(features), int(getattr(engine, "batch_size", 8) or 8))
-        frame_ids = np.arange(count, dtype=np.int64) % bundles[0].manifest.frame_count
+        # frames the idle loop shows: the only ones anything is drawn on
+        frame_ids = bundles[0].base_frame_indices(0, count)
         engine.render(bundles[0], features[:count], frame_ids)
     report = WarmupReport(avatars=names, seconds=round(time.perf_counter() - started, 3))
     log.info("warm-up done in %.2f s (%d avatars)", report.seconds, len(names))

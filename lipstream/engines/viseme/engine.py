@@ -33,7 +33,7 @@ from lipstream.engines.viseme.atlas import (
     unit_patch,
 )
 from lipstream.engines.viseme.calibration import OpeningCurve, measure_opening_curve
-from lipstream.engines.viseme.crops import DerivedCrops, source_crop
+from lipstream.engines.viseme.crops import CROPS_VIDEO, DerivedCrops, source_crop, write_crops_video
 from lipstream.engines.viseme.extractor import ArticulationExtractor, StreamingArticulation
 from lipstream.engines.viseme.geometry import GEOMETRY_DIM, MouthGeometry, measure
 from lipstream.engines.viseme.model import load_model
@@ -63,7 +63,8 @@ class _AvatarCache:
 
 
 def stores_crops(bundle: AvatarBundle) -> bool:
-    """Format-1 bundles keep crops.npy; format 2 makes the crops from its videos (~30 MB saved per 6 s)."""
+    """Format-1 bundles keep every frame's crop raw (crops.npy); format 2 keeps the shown frames' crops in a
+    near-lossless crops.mp4 (~4 MB for a 6 s loop instead of ~30 MB), others are made when asked for."""
     return bundle.manifest.format_version < 2
 
 
@@ -124,39 +125,46 @@ class VisemeEngine:
 
     # ---- avatar caches
     def prepare(self, bundle: AvatarBundle) -> None:
-        """Cache resized crops and mouth geometry under engines/viseme (idempotent)."""
+        """Cache resized crops and mouth geometry under engines/viseme (idempotent), then load them, so the
+        first render does not wait for them."""
         folder = bundle.engine_dir(self.name)
-        entry = bundle.manifest.engines.get(self.name, {})
-        if self._cache_valid(bundle):
-            self._ensure_atlas(bundle)
-            return
-        crops, geometry = self._build(bundle)
-        opening = self._calibrate(bundle, crops, geometry)
-        folder.mkdir(parents=True, exist_ok=True)
-        # Patches cached from the previous crops/calibration would no longer match what render() draws.
-        for stale in folder.glob("codebook*.npz"):
-            stale.unlink()
-        arrays = [(GEOMETRY_FILE, geometry), (OPENING_FILE, opening.pack())]
-        if stores_crops(bundle):
-            arrays.append((CROPS_FILE, crops))
-        for name, array in arrays:
-            with atomic_file(folder / name) as fh:
-                np.save(fh, array)
-        entry = {
-            "version": CACHE_VERSION,
-            "frames": bundle.frame_count,
-            "geometry": GEOMETRY_FILE,
-            "opening": OPENING_FILE,
-            "warp": self.cache_key,  # the opening calibration was measured with this warp
-        }
-        if stores_crops(bundle):
-            entry["crops"] = CROPS_FILE
-        bundle.update_engine_entry(self.name, entry)
-        self._caches.pop(Path(bundle.path), None)
+        crops = geometry = None
+        if not self._cache_valid(bundle):
+            crops, geometry = self._build(bundle)
+            opening = self._calibrate(bundle, crops, geometry)
+            folder.mkdir(parents=True, exist_ok=True)
+            # Patches cached from the previous crops/calibration would no longer match what render() draws.
+            for stale in folder.glob("codebook*.npz"):
+                stale.unlink()
+            arrays = [(GEOMETRY_FILE, geometry), (OPENING_FILE, opening.pack())]
+            if stores_crops(bundle):
+                arrays.append((CROPS_FILE, crops))
+            for name, array in arrays:
+                with atomic_file(folder / name) as fh:
+                    np.save(fh, array)
+            entry = {
+                "version": CACHE_VERSION,
+                "frames": bundle.frame_count,
+                "geometry": GEOMETRY_FILE,
+                "opening": OPENING_FILE,
+                "warp": self.cache_key,  # the opening calibration was measured with this warp
+            }
+            if stores_crops(bundle):
+                entry["crops"] = CROPS_FILE
+            bundle.update_engine_entry(self.name, entry)
+            self._caches.pop(Path(bundle.path), None)
+        if not stores_crops(bundle) and not (folder / CROPS_VIDEO).is_file():
+            write_crops_video(bundle, folder / CROPS_VIDEO)  # an upgraded bundle keeps its calibration
+            bundle.update_engine_entry(
+                self.name, {**bundle.manifest.engines[self.name], "crops": CROPS_VIDEO}
+            )
+            self._caches.pop(Path(bundle.path), None)
         self._ensure_atlas(bundle, crops, geometry)
+        self._cache(bundle)
 
     def _cache_valid(self, bundle: AvatarBundle) -> bool:
-        """The bundle's engines/viseme files are complete and were made by this engine's warp."""
+        """The bundle's engines/viseme geometry and calibration (and format 1's crops) are there and were
+        made by this engine's warp (format 2's crops.mp4 is checked on its own)."""
         folder = bundle.engine_dir(self.name)
         entry = bundle.manifest.engines.get(self.name, {})
         files = [GEOMETRY_FILE, OPENING_FILE] + ([CROPS_FILE] if stores_crops(bundle) else [])
@@ -173,9 +181,10 @@ class VisemeEngine:
 
     def _crops(self, bundle: AvatarBundle) -> np.ndarray | DerivedCrops:
         """The stored crops (format 1) or crops made from the frames on demand (format 2)."""
+        folder = bundle.engine_dir(self.name)
         if stores_crops(bundle):
-            return np.load(bundle.engine_dir(self.name) / CROPS_FILE, mmap_mode="r")
-        return DerivedCrops(bundle)
+            return np.load(folder / CROPS_FILE, mmap_mode="r")
+        return DerivedCrops(bundle, folder / CROPS_VIDEO if (folder / CROPS_VIDEO).is_file() else None)
 
     def _ensure_atlas(
         self, bundle: AvatarBundle, crops: np.ndarray | None = None, geometry: np.ndarray | None = None

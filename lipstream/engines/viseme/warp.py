@@ -151,7 +151,7 @@ def render_patch(
             borderMode=cv2.BORDER_REPLICATE,
         )
         c = lip_cover[ra:rb, :, None]
-        mixed = warped[ra:rb].astype(np.float32) * c + above_px.astype(np.float32) * (1.0 - c) + 0.5
+        mixed = (warped[ra:rb].astype(np.float32) * c + above_px.astype(np.float32) * (1.0 - c) + 0.5)
         warped[ra:rb] = np.where(band[ra:rb, :, None], mixed.astype(np.uint8), warped[ra:rb])
 
     # Mouth interior below the source's own gap, shaded rather than filled (docs/engines.md "drawn mouth").
@@ -169,18 +169,8 @@ def render_patch(
         lip_rows = np.clip((lower_dst + 2.5).astype(np.int32) - r0, 0, warped.shape[0] - 1)
         lip = np.take_along_axis(warped[:, cut], lip_rows[:, cut, None], axis=0).astype(np.float32)
         interior = _shade_interior(
-            ys[ra:rb],
-            u[:, cut],
-            top[:, cut],
-            lower_dst[:, cut],
-            span[:, cut],
-            shown[:, cut],
-            lip,
-            w_half,
-            cfg,
-            full=float((lower_dst - top).max()),
-            floor=float(lower_dst.max()),
-            labio=labio,
+            ys[ra:rb], u[:, cut], top[:, cut], lower_dst[:, cut], span[:, cut], shown[:, cut], lip,
+            w_half, cfg, full=float((lower_dst - top).max()), floor=float(lower_dst.max()), labio=labio,
         )
         a = alpha[sub]
         warped[sub] = (warped[sub].astype(np.float32) * (1.0 - a) + interior * a + 0.5).astype(np.uint8)

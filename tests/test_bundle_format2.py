@@ -220,3 +220,20 @@ def test_photo_bundle_round_trips(tmp_path: Path) -> None:
     assert list(bundle.idle_loop) == [0]
     streamed = cv2.cvtColor(cv2.cvtColor(photo, cv2.COLOR_RGB2YUV_I420), cv2.COLOR_YUV2RGB_I420)
     assert psnr_db(np.asarray(bundle.frames[0]), streamed) > 42
+
+
+def test_server_sessions_share_one_open_bundle(small_avatar, tmp_path: Path) -> None:
+    """SharedBundles: one object per avatar (masks made once, at open); reopened after a re-prepare."""
+    import os
+
+    _copy_bundle(small_avatar, tmp_path)
+    bundles = bf.SharedBundles(tmp_path)
+    first = bundles.get("small")
+    assert bundles.get("small") is first
+    assert len(first.masks._made) == len(first.display_frames)  # made before any session asks
+    manifest = tmp_path / "small" / bf.MANIFEST
+    stat = manifest.stat()
+    os.utime(manifest, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    assert bundles.get("small") is not first
+    with pytest.raises(AvatarError, match="unknown avatar"):
+        bundles.get("nobody")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -71,7 +72,7 @@ class AvatarBundle:
     nose_base: np.ndarray
     idle_loop: np.ndarray
     tracked: np.ndarray | None = None  # None for bundles prepared before tracked.npy existed
-    _extra: dict = field(default_factory=dict, repr=False)
+    derived: dict = field(default_factory=dict, repr=False)  # values computed from the bundle, kept with it
 
     @property
     def name(self) -> str:
@@ -153,6 +154,33 @@ def list_avatars(root: str | os.PathLike | None = None) -> list[str]:
     if not base.is_dir():
         return []
     return sorted(p.name for p in base.iterdir() if not p.name.startswith(".") and (p / MANIFEST).is_file())
+
+
+class SharedBundles:
+    """The avatars open on a server, one AvatarBundle per avatar for all its sessions, so what a bundle
+    derives on load (format 2's masks) is made once and held once. A bundle is reopened when its
+    manifest.json changes (a re-prepare or an upgrade). `get` reads files: call it off the event loop."""
+
+    def __init__(self, root: str | os.PathLike | None = None) -> None:
+        self.root = root
+        self._open: dict[str, tuple[int, AvatarBundle]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, name: str) -> AvatarBundle:
+        """The avatar called `name`, its shown frames' masks made (AvatarError as load_avatar)."""
+        try:
+            stamp = (bundle_path(name, self.root) / MANIFEST).stat().st_mtime_ns
+        except OSError:
+            return load_avatar(name, self.root)  # raises the unknown-avatar error
+        with self._lock:
+            held = self._open.get(name)
+            if held is not None and held[0] == stamp:
+                return held[1]
+            bundle = load_avatar(name, self.root)
+            for index in bundle.display_frames:  # the first session must not wait for them
+                bundle.masks[int(index)]
+            self._open[name] = (stamp, bundle)
+            return bundle
 
 
 def load_avatar(name_or_path: str | os.PathLike, root: str | os.PathLike | None = None) -> AvatarBundle:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -98,6 +99,7 @@ class MaskSequence:
         self._size = size
         self._config = config or MaskConfig()
         self._made: dict[int, np.ndarray] = {}
+        self._lock = threading.Lock()  # sessions sharing the bundle: each mask is made once
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -119,7 +121,10 @@ class MaskSequence:
         index %= self._count
         mask = self._made.get(index)
         if mask is None:
-            mask, _ = mouth_mask(self._crop_landmarks(index), self._size, self._config)
-            mask.flags.writeable = False
-            self._made[index] = mask
+            with self._lock:
+                mask = self._made.get(index)
+                if mask is None:
+                    mask, _ = mouth_mask(self._crop_landmarks(index), self._size, self._config)
+                    mask.flags.writeable = False
+                    self._made[index] = mask
         return mask

@@ -13,7 +13,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from lipstream import __version__
-from lipstream.avatar.bundle import AvatarBundle, list_avatars, load_avatar
+from lipstream.avatar.bundle import AvatarBundle, SharedBundles, list_avatars, load_avatar
 from lipstream.errors import LipstreamError
 from lipstream.render.base_frames import SharedBaseFrames
 from lipstream.render.workers import WorkerPools
@@ -129,6 +129,7 @@ def create_app(
     else:
         factory_speaker, pools = factory.speaker, factory.pools
     voices = factory_speaker.voices  # one loaded voice for sessions and POST /api/tts
+    bundles = SharedBundles(config.avatars_dir)  # one open bundle per avatar for all sessions
     app.state.registry = registry
     app.state.metrics = metrics
 
@@ -199,7 +200,7 @@ def create_app(
         """One live session per connection (docs/protocol.md)."""
         await Connection(
             ws, config, engine, registry, factory, agent=agent, metrics=metrics, edge_exports=edge_exports,
-            speaker=factory_speaker, pools=pools,
+            speaker=factory_speaker, pools=pools, bundles=bundles,
         ).run()  # fmt: skip
         if heap is not None:
             await asyncio.to_thread(heap.trim)

@@ -15,7 +15,7 @@ from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from lipstream.audio.decode import decode_upload
 from lipstream.audio.timeline import SAMPLE_RATE
-from lipstream.avatar.bundle import CROP_SIZE, AvatarBundle, list_avatars, load_avatar
+from lipstream.avatar.bundle import CROP_SIZE, AvatarBundle, SharedBundles, list_avatars
 from lipstream.errors import LipstreamError, QueueFullError
 from lipstream.render.workers import WorkerPools
 from lipstream.server.auth import extract_token, token_ok
@@ -83,11 +83,13 @@ class Connection:
         *,
         speaker: Speaker,
         pools: WorkerPools,
+        bundles: SharedBundles,
     ) -> None:
         """`agent`: the server's AgentServices when it runs with --agent (sessions may ask for it);
         `metrics`: the server's Prometheus metrics; `edge_exports`: the avatars' base-loop data (EdgeExports)
         a patch-stream client downloads; `speaker`: turns `speak` text into speech (the server's voices);
-        `pools`: where blocking speech work (decoding an upload) runs."""
+        `pools`: where blocking speech work (decoding an upload) runs; `bundles`: the avatars open on this
+        server, shared by its sessions."""
         self.ws = ws
         self.config = config
         self.limits = config.limits
@@ -101,6 +103,7 @@ class Connection:
         self.edge_exports = edge_exports
         self.speaker = speaker
         self.pools = pools
+        self.bundles = bundles
         self._patch_pending = False  # patch mode was asked, but the avatar's base loop is still being built
         self.conversation: Any = None  # in an agent session: the microphone goes here
         self._send_lock = asyncio.Lock()
@@ -179,7 +182,7 @@ class Connection:
                 f"unknown avatar {name!r}; known: {', '.join(known) or 'none'} "
                 "(create one with `lipstream avatar sample`)"
             )
-        return load_avatar(name, self.config.avatars_dir)
+        return self.bundles.get(name)
 
     async def run(self) -> None:
         """The whole life of the connection; returns when it is over and everything is freed."""

@@ -104,7 +104,7 @@ def sample_side_by_side(args: argparse.Namespace) -> dict:
                     round(asyncio.run(ttff(url, name)), 1) for _ in range(args.ttff)
                 )
                 figures[name]["patch_sessions"].append(patch_sessions(name, args.patch_counts, args.seconds))
-                print(f"round {r} {name}: {figures[name]}")
+                print(f"round {r} {name}: {figures[name]}", flush=True)
     finally:
         proc.terminate()
         proc.wait(10)
@@ -152,10 +152,15 @@ async def live_memory(url: str, name: str, stream: str, seconds: float, pid: int
     from lipstream.server.protocol import Kind
 
     samples = [rss_mib(pid)]
-    ws = await websockets.connect(url.replace("http", "ws") + "/ws", max_size=None)
     hello = {"type": "hello", "version": 1, "avatar": name, "output_width": None, "stream": stream}
-    await ws.send(json.dumps(hello))
-    ready = json.loads(await ws.recv())
+    for _ in range(60):  # a patch stream waits for the avatar's base loop export (built on first ask)
+        ws = await websockets.connect(url.replace("http", "ws") + "/ws", max_size=None)
+        await ws.send(json.dumps(hello))
+        ready = json.loads(await ws.recv())
+        if not ready.get("patch_pending"):
+            break
+        await ws.close()
+        await asyncio.sleep(2.0)
     await ws.send(json.dumps({"type": "speak", "text": " ".join([TEXT] * 3)}))
     stop = asyncio.Event()
 
@@ -190,10 +195,13 @@ def long_clip(args: argparse.Namespace) -> dict:
     engine = create_engine("viseme")
     speech = create_tts("piper").synthesize(SCRIPT)
     result["render_x"] = render_factor(name, engine, speech, clip.with_name("render.mp4"))
+    print(f"long clip so far: {result}", flush=True)
     for stream in ("full", "patch"):
         proc, url, _ = start_server(["--avatars-dir", str(avatars_dir()), "--workers", "1"], REPO)
         try:
-            result[f"live_{stream}"] = asyncio.run(live_memory(url, name, stream, args.seconds, proc.pid))
+            measuring = live_memory(url, name, stream, args.seconds, proc.pid)
+            result[f"live_{stream}"] = asyncio.run(asyncio.wait_for(measuring, 180))
+            print(f"live {stream}: {result[f'live_{stream}']}", flush=True)
         finally:
             proc.terminate()
             proc.wait(10)
@@ -216,12 +224,12 @@ def main() -> None:
     os.environ.setdefault("LIPSTREAM_HOME", str(Path.home() / ".lipstream"))
     result: dict = {"date": time.strftime("%Y-%m-%d"), "cpu_model": cpu_model(), "cpus": os.cpu_count(),
                     "load_average_start": [round(v, 2) for v in os.getloadavg()]}  # fmt: skip
-    if "sample" not in args.skip:
-        result["sample"] = sample_side_by_side(args)
-        print(json.dumps(result["sample"], indent=2))
     if "long" not in args.skip:
         result["long"] = long_clip(args)
-        print(json.dumps(result["long"], indent=2))
+        print(json.dumps(result["long"], indent=2), flush=True)
+    if "sample" not in args.skip:
+        result["sample"] = sample_side_by_side(args)
+        print(json.dumps(result["sample"], indent=2), flush=True)
     result["load_average_end"] = [round(v, 2) for v in os.getloadavg()]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -204,13 +204,7 @@ class GopReader:
         self._lock = threading.Lock()
         self._pending: dict[int, threading.Event] = {}
         self._prefetch: queue.Queue[int] | None = None
-        if prefetch:
-            self._prefetch = queue.Queue()
-            # the thread holds only a weak reference: a reader nobody uses any more is freed, thread and all
-            threading.Thread(
-                target=_prefetch_loop, args=(weakref.ref(self), self._prefetch),
-                name=f"{self.path.name} decode-ahead", daemon=True,
-            ).start()  # fmt: skip
+        self._wants_prefetch = prefetch  # the thread starts with the first decode-ahead request
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -258,8 +252,18 @@ class GopReader:
 
     def decode_ahead(self, g: int) -> None:
         """Have GOP `g` decoded on the decode-ahead thread (no-op without one, or when it is there)."""
-        if self._prefetch is not None and 0 <= g * self.gop < self.frame_count and not self._has(g):
-            self._prefetch.put(g)
+        if not self._wants_prefetch or not 0 <= g * self.gop < self.frame_count or self._has(g):
+            return
+        if self._prefetch is None:
+            with self._lock:
+                if self._prefetch is None:
+                    self._prefetch = queue.Queue()
+                    # the thread holds only a weak reference: a reader nobody uses any more is freed with it
+                    threading.Thread(
+                        target=_prefetch_loop, args=(weakref.ref(self), self._prefetch),
+                        name=f"{self.path.name} decode-ahead", daemon=True,
+                    ).start()  # fmt: skip
+        self._prefetch.put(g)
 
     def release(self) -> None:
         """Drop every decoded picture (they are decoded again when asked for)."""

@@ -65,6 +65,10 @@ def test_gop_reader_gives_the_same_frames_in_any_order(tmp_path: Path) -> None:
     assert small.cached_bytes <= one_gop
     with pytest.raises(IndexError):
         small[23]
+    ahead = GopReader(tmp_path / "f.mp4", 23, (41, 66), 5, prefetch=True)  # decode-ahead, smallest budget
+    for k in range(23):
+        assert np.array_equal(ahead[k], seq[k])
+    assert ahead.decoded_gops <= 6  # 5 GOPs: the ones decoded ahead are not evicted before they are read
 
 
 # ---- format 1 still read, and upgraded ---------------------------------------------------------------

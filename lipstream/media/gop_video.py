@@ -174,9 +174,10 @@ class GopReader:
     """Frames of an MP4 written by Mp4FrameWriter, by position (0-based), as read-only arrays.
 
     Whole GOPs are decoded and kept as I420 (half the bytes of RGB), the most recently used ones within
-    `budget_bytes` (at least one); `pixel_format` says what an index returns. With `prefetch`, the GOPs on
-    either side of the one just read are decoded ahead on a low-priority thread, so a reader moving through
-    the file in either direction rarely waits for a decode. Safe to share between threads."""
+    `budget_bytes` (at least one, three with decode-ahead); `pixel_format` says what an index returns. With
+    `prefetch`, the GOPs on either side of the one just read are decoded ahead on a low-priority thread, so
+    a reader moving through the file in either direction rarely waits for a decode. Safe to share between
+    threads."""
 
     def __init__(
         self,
@@ -303,7 +304,9 @@ class GopReader:
     def _store(self, g: int, frames: list[np.ndarray]) -> None:
         self._gops[g] = frames
         self._bytes += sum(f.nbytes for f in frames)
-        while self._bytes > self.budget_bytes and len(self._gops) > 1:
+        # with decode-ahead, the GOPs either side of the one in use are kept too (else they evict each other)
+        keep = 3 if self._wants_prefetch else 1
+        while self._bytes > self.budget_bytes and len(self._gops) > keep:
             _, dropped = self._gops.popitem(last=False)
             self._bytes -= sum(f.nbytes for f in dropped)
 

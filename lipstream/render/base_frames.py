@@ -82,6 +82,7 @@ class BaseFrameStore:
         self._i420: np.ndarray | None = None
         self._loop: GopReader | None = None  # format 2: loop.mp4, decoded on demand
         self._positions: np.ndarray | None = None
+        self._decoding = False  # nothing is decoded until asked for (a patch-mode session never asks)
         video = bundle.manifest.video
         if video is not None and bundle.loop_video is not None:
             # scaled stores decode at the avatar's size too (then scale once per frame): the same reader
@@ -93,7 +94,6 @@ class BaseFrameStore:
             self._loop = GopReader(
                 bundle.loop_video, video.loop_frames, (src_w, src_h), video.gop, fmt, budget, prefetch=True
             )
-            self._decoding = False  # nothing is decoded until a picture is asked for (patch mode never does)
         self._built: np.ndarray | None = None  # scaled stores: which in-memory I420 frames exist yet
         self._alloc_lock = threading.Lock()
         self._regions: dict[int, np.ndarray] = {}  # scaled RGB under each frame's mouth rectangle
@@ -108,24 +108,26 @@ class BaseFrameStore:
         return cv2.cvtColor(self._loop.i420(position), cv2.COLOR_YUV2RGB_I420)
 
     def _loop_position(self, index: int) -> int:
-        assert self._positions is not None and self._loop is not None
-        if not self._decoding:
-            self._decoding = True
-            self._decode_whole_loop_ahead()
+        assert self._positions is not None
+        self.decode_ahead()
         position = int(self._positions[index])
         if position < 0:
             raise IndexError(f"frame {index} of avatar '{self.bundle.name}' is not in its idle loop")
         return position
 
-    def _decode_whole_loop_ahead(self) -> None:
-        """Queue every picture of the loop on the decode-ahead thread when they all fit the cache: the
-        first session's frames then rarely wait for a decode."""
-        assert self._positions is not None and self._loop is not None
+    def decode_ahead(self) -> None:
+        """Start decoding the loop's pictures on the decode-ahead thread (format 2; once; all of them when
+        they fit the cache), so that what comes next (features, the engine) overlaps it. Asking for any
+        picture does this too; a patch-mode session never does."""
+        if self._loop is None or self._decoding:
+            return
+        self._decoding = True
+        assert self._positions is not None
         shown = int(self._positions.max()) + 1  # the loop's first pass holds every shown frame
         width, height = self.bundle.size
-        if shown * width * height * 3 // 2 <= self._loop.budget_bytes:
-            for g in range(-(-shown // self._loop.gop)):
-                self._loop.decode_ahead(g)
+        fits = shown * width * height * 3 // 2 <= self._loop.budget_bytes
+        for g in range(-(-shown // self._loop.gop) if fits else 1):
+            self._loop.decode_ahead(g)
 
     def rgb(self, index: int) -> np.ndarray:
         """Base frame `index` as H×W×3 RGB at the output size (read-only when not scaled; a scaled frame

@@ -185,6 +185,8 @@ def render_speech_to_mp4(
     timer = StageTimer()
     started = time.perf_counter()
     n = speech.frame_count
+    compositor = Compositor(bundle, engine.patch_size)
+    compositor.base.decode_ahead()  # the base pictures decode while the features are made
     with timer.stage("features"):
         frames = utterance_frames(bundle, engine, speech, accel, silence or SilenceDetector())
     notes: list[str] = []
@@ -193,7 +195,6 @@ def render_speech_to_mp4(
         log.warning(notes[-1])
     codebook = load_codebook(bundle, engine, accel) if accel.enabled and accel.codebook else None
     scheduler = PatchScheduler(bundle, engine, accel, codebook, timer)
-    compositor = Compositor(bundle, engine.patch_size)
     pcm16 = to_int16(speech.pcm[: n * SAMPLES_PER_FRAME])
     width, height = bundle.size
     batch = max(1, int(engine.batch_size)) * 2

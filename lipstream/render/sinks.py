@@ -155,6 +155,7 @@ class WholeFrameH264(_H264Sink):
 
     def warm_up(self, idle_loop: np.ndarray) -> None:
         """The avatar's I420 pictures at this size, and the blend geometry of the first frames."""
+        self.compositor.base.decode_ahead()
         self.compositor.base.i420(int(idle_loop[0]))  # the first frame the loop shows
         warm_geometry(self.compositor, idle_loop)
 

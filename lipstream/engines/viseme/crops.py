@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 from pathlib import Path
 
@@ -28,8 +29,11 @@ def source_crop(bundle: AvatarBundle, frame_index: int) -> np.ndarray:
 
 
 def write_crops_video(bundle: AvatarBundle, path: Path) -> None:
-    """crops.mp4: the crop of every frame the idle loop shows, in frame order (written, then renamed)."""
-    partial = path.with_name(f".{path.name}.partial")
+    """crops.mp4: the crop of every frame the idle loop shows, in frame order (written, then renamed; the
+    temp name is unique, so workers preparing the same avatar at once never write into one file)."""
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".partial.mp4")
+    os.close(fd)
+    partial = Path(name)
     writer = Mp4FrameWriter(partial, CROP_SIZE, CROP_SIZE, bundle.manifest.fps, CROPS_ENCODING)
     try:
         for index in bundle.display_frames:

@@ -31,11 +31,6 @@ class BundleVideo(BaseModel):
     footage_bytes: int = 0
     loop_bytes: int = 0
 
-    @property
-    def encoding(self) -> VideoEncoding:
-        """The x264 settings as the writer takes them."""
-        return VideoEncoding(crf=self.crf, preset=self.preset, tune=self.tune, gop=self.gop)
-
 
 def loop_positions(idle_loop: np.ndarray, frame_count: int) -> np.ndarray:
     """Per source frame, its first position in the idle loop (-1: never shown)."""

@@ -22,6 +22,7 @@ from lipstream.avatar.progress import frame_progress
 from lipstream.avatar.tracking import LANDMARK_COUNT, LANDMARK_MODEL, FaceTracker, TrackerConfig
 from lipstream.avatar.video_source import VideoInfo, iter_frames, probe_video
 from lipstream.errors import AvatarError, MediaError
+from lipstream.heap import HeapTrimmer
 from lipstream.media.gop_video import Mp4FrameWriter, VideoEncoding, coded_i420
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -160,6 +161,7 @@ def prepare_avatar(
             f"{config.min_seconds:g} s of video, or a single photo"
         )
     check_fits(_needs(info, config), room(final.parent), info.path.name, info.frame_count / FPS)
+    HeapTrimmer().tune()  # thousands of frames cross threads: keep freed ones from staying resident
     encoding = config.video.for_frames(info.frame_count)
     with bf.atomic_bundle_dir(final, force=force) as folder:
         landmarks, found, notes = _track_frames(info, folder, encoding, config, progress)

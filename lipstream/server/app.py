@@ -15,13 +15,13 @@ from fastapi.staticfiles import StaticFiles
 from lipstream import __version__
 from lipstream.avatar.bundle import AvatarBundle, SharedBundles, list_avatars, load_avatar
 from lipstream.errors import LipstreamError
+from lipstream.heap import HeapTrimmer
 from lipstream.render.base_frames import SharedBaseFrames
 from lipstream.render.workers import WorkerPools
 from lipstream.server.auth import extract_token, token_ok
 from lipstream.server.config import ServerConfig
 from lipstream.server.connection import Connection, SessionFactory
 from lipstream.server.edge_routes import EdgeExports, add_edge_routes
-from lipstream.server.memory import HeapTrimmer
 from lipstream.server.metrics import CONTENT_TYPE, ServerMetrics
 from lipstream.server.registry import SessionRegistry
 from lipstream.server.tts_http import add_tts_routes

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from lipstream.heap import HeapTrimmer
 from lipstream.server.config import Limits, ServerConfig
-from lipstream.server.memory import HeapTrimmer
 from lipstream.server.metrics import ServerMetrics
 from lipstream.server.tally import SharedTally
 

@@ -1,10 +1,10 @@
-"""Keep a long-running server's heap from holding on to memory that sessions have given back.
+"""Keep a process's heap from holding on to frame-sized memory it has given back.
 
 glibc's malloc raises its mmap threshold each time a large block is freed, after which frame-sized
 buffers come from the heap, where fragmentation keeps them resident; and every worker thread may get an
 arena of its own. A server that opens and closes sessions for days then sits on hundreds of MB it does
-not use. Fixing the threshold, capping arenas and trimming after each session keeps RSS near what live
-sessions need.
+not use, and a prepare that passes thousands of frames between threads can too. Fixing the threshold,
+capping arenas and trimming (after each session) keeps RSS near what is in use.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ class HeapTrimmer:
         return self._libc is not None
 
     def tune(self) -> None:
-        """Fixed mmap and trim thresholds, few arenas (call once at server start, before threads)."""
+        """Fixed mmap and trim thresholds, few arenas (call once, before threads start: at server start, at
+        the start of a prepare)."""
         if self._libc is None:
             return
         for option, value in (

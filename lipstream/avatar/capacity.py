@@ -35,7 +35,9 @@ class PrepareNeeds:
         pixels = width * height
         video = int((frames + loop_frames) * pixels * FOOTAGE_BITS_PER_PIXEL / 8)
         disk = video + frames * LANDMARK_BYTES_PER_FRAME
-        memory = FIXED_MEMORY_BYTES + FRAMES_IN_FLIGHT * pixels * 3 + frames * LANDMARK_BYTES_PER_FRAME * 2
+        stretch = loop_frames // 2 * pixels * 3 // 2  # held as I420 while loop.mp4 is written
+        per_frame = frames * LANDMARK_BYTES_PER_FRAME * 2
+        memory = FIXED_MEMORY_BYTES + FRAMES_IN_FLIGHT * pixels * 3 + stretch + per_frame
         return cls(frames, width, height, loop_frames, disk, memory)
 
 

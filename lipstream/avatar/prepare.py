@@ -83,24 +83,19 @@ def _track_frames(
     """Decode every output frame once: track the face and encode footage.mp4 on the writer's thread, so
     no more than a few frames are in memory. Returns landmarks, found mask, notes."""
     n = info.frame_count
-    footage = Mp4FrameWriter(folder / FOOTAGE, info.width, info.height, FPS, encoding)
     landmarks = np.zeros((n, LANDMARK_COUNT, 2), dtype=np.float32)
     found = np.zeros(n, dtype=bool)
-    try:
-        bar = frame_progress("tracking the face", n, progress)
-        with FaceTracker(config.tracker) as tracker, bar as advance:
-            for k, rgb in iter_frames(info):
-                footage.append(rgb)
-                points = tracker.track(rgb)
-                if points is not None:
-                    landmarks[k] = points
-                    found[k] = True
-                advance()
-            note = tracker.multiple_faces_note
-    except BaseException:
-        footage.abort()
-        raise
-    footage.close()
+    bar = frame_progress("tracking the face", n, progress)
+    footage = Mp4FrameWriter(folder / FOOTAGE, info.width, info.height, FPS, encoding)
+    with footage, FaceTracker(config.tracker) as tracker, bar as advance:
+        for k, rgb in iter_frames(info):
+            footage.append(rgb)
+            points = tracker.track(rgb)
+            if points is not None:
+                landmarks[k] = points
+                found[k] = True
+            advance()
+        note = tracker.multiple_faces_note
     return landmarks, found, [note] if note else []
 
 
@@ -110,23 +105,19 @@ def _write_loop(
     """loop.mp4: the stretch decoded again from the source (no second generation of compression), forward
     then back; the stretch is held as I420 meanwhile (at most max_seconds of frames). Returns its frames."""
     loop = stretch.loop()
-    writer = Mp4FrameWriter(folder / LOOP_VIDEO, info.width, info.height, FPS, encoding)
     pictures: dict[int, np.ndarray] = {}
-    try:
-        with frame_progress("encoding the idle loop", stretch.stop + len(loop), progress) as advance:
-            for k, rgb in iter_frames(info):
-                if k >= stretch.start:
-                    pictures[k] = coded_i420(rgb, *writer.coded_size)
-                advance()
-                if k + 1 >= stretch.stop:
-                    break
-            for k in loop:
-                writer.append_i420(pictures[int(k)])
-                advance()
-    except BaseException:
-        writer.abort()
-        raise
-    writer.close()
+    bar = frame_progress("encoding the idle loop", stretch.stop + len(loop), progress)
+    writer = Mp4FrameWriter(folder / LOOP_VIDEO, info.width, info.height, FPS, encoding)
+    with writer, bar as advance:
+        for k, rgb in iter_frames(info):
+            if k >= stretch.start:
+                pictures[k] = coded_i420(rgb, *writer.coded_size)
+            advance()
+            if k + 1 >= stretch.stop:
+                break
+        for k in loop:
+            writer.append_i420(pictures[int(k)])
+            advance()
     return len(loop)
 
 

@@ -62,16 +62,11 @@ def folder_bytes(folder: Path) -> int:
 def _encode(path: Path, bundle: bf.AvatarBundle, order: np.ndarray, encoding: VideoEncoding, label: str,
             progress: bool) -> None:  # fmt: skip
     width, height = bundle.size
-    writer = Mp4FrameWriter(path, width, height, bundle.manifest.fps, encoding)
-    try:
-        with frame_progress(label, len(order), progress) as advance:
-            for index in order:
-                writer.append(np.asarray(bundle.frames[int(index)]))
-                advance()
-    except BaseException:
-        writer.abort()
-        raise
-    writer.close()
+    bar = frame_progress(label, len(order), progress)
+    with Mp4FrameWriter(path, width, height, bundle.manifest.fps, encoding) as writer, bar as advance:
+        for index in order:
+            writer.append(np.asarray(bundle.frames[int(index)]))
+            advance()
 
 
 def _carry_engines(old: bf.AvatarBundle, folder: Path) -> dict[str, dict]:

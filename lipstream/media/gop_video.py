@@ -20,7 +20,7 @@ import cv2
 import numpy as np
 
 from lipstream.errors import MediaError
-from lipstream.media.yuv import tag_bt601
+from lipstream.media.yuv import cut_i420, tag_bt601
 from lipstream.threads import lower_thread_priority
 
 PIXEL_FORMATS = ("rgb24", "yuv420p")  # what a reader returns: H×W×3 RGB, or an I420 picture [(H*3/2), W]
@@ -162,6 +162,16 @@ class Mp4FrameWriter:
         self._thread.join()
         if self._error is not None:
             raise MediaError(f"cannot write {self.path}: {self._error}") from self._error
+
+    def __enter__(self) -> Mp4FrameWriter:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        """Finish the file, or abort it when the block raised (Ctrl-C included)."""
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
 
     def abort(self) -> None:
         """Stop after a failure elsewhere (the partial file is the caller's to remove)."""
@@ -373,6 +383,4 @@ def crop_i420(i420: np.ndarray, coded_w: int, coded_h: int, width: int, height: 
     """An I420 picture of coded_w×coded_h cut to width×height (both even); a copy only when it shrinks."""
     if (coded_w, coded_h) == (width, height):
         return i420
-    y = i420[:coded_h, :coded_w][:height, :width]
-    chroma = i420[coded_h:].reshape(2, coded_h // 2, coded_w // 2)[:, : height // 2, : width // 2]
-    return np.concatenate([y.reshape(-1), chroma.reshape(-1)]).reshape(height * 3 // 2, width)
+    return cut_i420(i420, coded_w, coded_h, (0, 0, width, height))

@@ -34,14 +34,12 @@ def write_crops_video(bundle: AvatarBundle, path: Path) -> None:
     fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".partial.mp4")
     os.close(fd)
     partial = Path(name)
-    writer = Mp4FrameWriter(partial, CROP_SIZE, CROP_SIZE, bundle.manifest.fps, CROPS_ENCODING)
     try:
-        for index in bundle.display_frames:
-            writer.append(source_crop(bundle, int(index)))
-        writer.close()
+        with Mp4FrameWriter(partial, CROP_SIZE, CROP_SIZE, bundle.manifest.fps, CROPS_ENCODING) as writer:
+            for index in bundle.display_frames:
+                writer.append(source_crop(bundle, int(index)))
         os.replace(partial, path)
     except BaseException:
-        writer.abort()
         partial.unlink(missing_ok=True)
         raise
 

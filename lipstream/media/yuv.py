@@ -57,3 +57,14 @@ def to_video_frame(image: np.ndarray, width: int, height: int) -> av.VideoFrame:
     if is_i420(image, width, height):
         return av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="yuv420p")
     return rgb_to_yuv420p(check_rgb(image, width, height))
+
+
+def cut_i420(picture: np.ndarray, width: int, height: int, rect: tuple[int, int, int, int]) -> np.ndarray:
+    """The even-aligned rectangle (x0, y0, x1, y1) of an I420 picture, as an I420 picture of its own."""
+    x0, y0, x1, y1 = rect
+    flat = picture.reshape(-1)
+    ysize, cw, ch = width * height, width // 2, height // 2
+    y = flat[:ysize].reshape(height, width)[y0:y1, x0:x1]
+    u = flat[ysize : ysize + cw * ch].reshape(ch, cw)[y0 // 2 : y1 // 2, x0 // 2 : x1 // 2]
+    v = flat[ysize + cw * ch :].reshape(ch, cw)[y0 // 2 : y1 // 2, x0 // 2 : x1 // 2]
+    return np.concatenate([y.reshape(-1), u.reshape(-1), v.reshape(-1)]).reshape((y1 - y0) * 3 // 2, x1 - x0)

@@ -15,6 +15,7 @@ import numpy as np
 from lipstream.avatar.bundle import AvatarBundle
 from lipstream.avatar.bundle_video import loop_positions
 from lipstream.media.gop_video import GopReader
+from lipstream.media.yuv import cut_i420
 
 log = logging.getLogger(__name__)
 
@@ -236,17 +237,6 @@ class BaseFrameStore:
             if os.path.exists(tmp):
                 os.unlink(tmp)
         return np.load(path, mmap_mode="r")
-
-
-def cut_i420(picture: np.ndarray, width: int, height: int, rect: tuple[int, int, int, int]) -> np.ndarray:
-    """The even-aligned rectangle (x0, y0, x1, y1) of an I420 picture, as an I420 picture of its own."""
-    x0, y0, x1, y1 = rect
-    flat = picture.reshape(-1)
-    ysize, cw, ch = width * height, width // 2, height // 2
-    y = flat[:ysize].reshape(height, width)[y0:y1, x0:x1]
-    u = flat[ysize : ysize + cw * ch].reshape(ch, cw)[y0 // 2 : y1 // 2, x0 // 2 : x1 // 2]
-    v = flat[ysize + cw * ch :].reshape(ch, cw)[y0 // 2 : y1 // 2, x0 // 2 : x1 // 2]
-    return np.concatenate([y.reshape(-1), u.reshape(-1), v.reshape(-1)]).reshape((y1 - y0) * 3 // 2, x1 - x0)
 
 
 class SharedBaseFrames:

@@ -8,7 +8,8 @@ import cv2
 import numpy as np
 
 from lipstream.avatar.bundle import AvatarBundle
-from lipstream.render.base_frames import BaseFrameStore, cut_i420
+from lipstream.media.yuv import cut_i420
+from lipstream.render.base_frames import BaseFrameStore
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,7 @@ class FrameGeometry:
     box: tuple[int, int, int, int]  # x1, y1, x2, y2 of the face box at the output size
     rect: tuple[int, int, int, int]  # x0, y0, x1, y1 of the (even-aligned) region that can change
     alpha: np.ndarray  # rect-sized h×w×1 uint16 mask, 0..255
+    unmasked: np.ndarray  # the rectangle's I420 samples (flat, Y then U then V) the mask leaves alone
 
 
 class Compositor:
@@ -70,7 +72,10 @@ class Compositor:
         sy0, sx0 = max(y0, by1), max(x0, bx1)
         sy1, sx1 = min(y1, by2), min(x1, bx2)
         full[sy0 - y0 : sy1 - y0, sx0 - x0 : sx1 - x0] = mask[sy0 - by1 : sy1 - by1, sx0 - bx1 : sx1 - bx1]
-        return FrameGeometry(box=(bx1, by1, bx2, by2), rect=(x0, y0, x1, y1), alpha=full[..., None])
+        return FrameGeometry(
+            box=(bx1, by1, bx2, by2), rect=(x0, y0, x1, y1), alpha=full[..., None],
+            unmasked=unmasked_i420(full),
+        )  # fmt: skip
 
     def _blend_region(self, frame_index: int, patch: np.ndarray, base_region: np.ndarray) -> np.ndarray:
         """The blended RGB of the geometry's rectangle (base pixels where the mask is 0)."""
@@ -117,18 +122,19 @@ class Compositor:
         region = self._blend_region(frame_index, patch, self.base.rgb_region(frame_index, geo.rect))
         yuv = cv2.cvtColor(region, cv2.COLOR_RGB2YUV_I420).reshape(-1)
         if not self.base.rgb_matches_i420:  # keep the mask's zero pixels exactly as decoded
-            yuv = keep_unmasked(yuv, cut_i420(base, self.width, self.height, geo.rect).reshape(-1), geo.alpha)
+            decoded = cut_i420(base, self.width, self.height, geo.rect).reshape(-1)
+            yuv = np.where(geo.unmasked, decoded, yuv)
         write_i420_rect(out, self.width, self.height, (x0, y0, x1, y1), yuv)
         return out
 
 
-def keep_unmasked(rect_yuv: np.ndarray, base_yuv: np.ndarray, alpha: np.ndarray) -> np.ndarray:
-    """rect_yuv with the base's samples wherever the mask is 0 (chroma: where all four pixels are 0)."""
+def unmasked_i420(alpha: np.ndarray) -> np.ndarray:
+    """Which samples of an even-sized rectangle's I420 picture (flat, as cv2 lays it out) a mask leaves
+    alone: luma where the mask is 0, chroma where all four pixels it covers are 0."""
     h, w = alpha.shape[:2]
-    still = alpha[..., 0] == 0
+    still = alpha == 0
     still_c = still.reshape(h // 2, 2, w // 2, 2).all(axis=(1, 3)).reshape(-1)
-    keep = np.concatenate([still.reshape(-1), still_c, still_c])
-    return np.where(keep, base_yuv, rect_yuv)
+    return np.concatenate([still.reshape(-1), still_c, still_c])
 
 
 def write_i420_rect(

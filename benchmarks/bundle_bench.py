@@ -86,6 +86,9 @@ def sample_side_by_side(args: argparse.Namespace) -> dict:
     v1, v2 = args.v1, f"{args.v1}_v2"
     shutil.rmtree(root / v2, ignore_errors=True)
     shutil.copytree(root / v1, root / v2, ignore=shutil.ignore_patterns("cache"))
+    manifest = json.loads((root / v2 / "manifest.json").read_text())
+    manifest["name"] = v2  # a bundle's name is its folder's (the server builds the patch base loop by name)
+    (root / v2 / "manifest.json").write_text(json.dumps(manifest, indent=2))
     upgrade = upgrade_avatar(v2, progress=False)
     engine = create_engine("viseme")
     speech = create_tts("piper").synthesize(SCRIPT)

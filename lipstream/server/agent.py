@@ -11,15 +11,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from pydantic import BaseModel, Field
 
 from lipstream.errors import LipstreamError
 from lipstream.talk.conversation import Conversation
 from lipstream.talk.conversation_types import DEFAULT_SYSTEM_PROMPT, ConversationConfig, Emit
-from lipstream.talk.llm import LanguageModel
+from lipstream.talk.llm import ChatMessage, LanguageModel
 from lipstream.talk.session_port import AvatarSession
 from lipstream.talk.speaker import Speaker
 from lipstream.talk.stt import SpeechToText
+from lipstream.talk.turn_end import TextTurnDetector, TurnDetector, TurnEndConfig
 from lipstream.threads import background_pool
 
 log = logging.getLogger(__name__)
@@ -36,7 +38,8 @@ class AgentConfig(BaseModel):
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     max_reply_tokens: int = Field(120, ge=8, le=1024)
     max_history_messages: int = Field(12, ge=0, le=200)
-    end_silence_ms: float = Field(500, ge=100, le=5000)
+    end_silence_ms: float = Field(500, ge=100, le=5000)  # the silence rule's end of turn
+    turn: TurnEndConfig = Field(default_factory=TurnEndConfig)  # the end-of-turn detector (default: text)
     echo_cancel: bool = True
 
 
@@ -63,6 +66,8 @@ class AgentServices:
     llm: LanguageModel
     vad_model: Any  # silero-vad's loaded model (no public type), shared by the sessions' detectors
     partial_stt: SpeechToText | None = None  # partial transcripts on their own model (None: `stt`)
+    detector: TurnDetector | None = None  # judges the user's pauses (None: the silence rule)
+    turn_model: Any = None  # a SmolLM2 process started only to judge turns (answers come from an endpoint)
     # transcription threads shared by the server's conversations: off the sessions' speech pool, two so a
     # final transcript never waits behind a partial one; nicer than frame work, like the speech pool
     recogniser: Executor = field(default_factory=lambda: background_pool(2, "lipstream-stt"))
@@ -79,17 +84,25 @@ class AgentServices:
             max_reply_tokens=self.config.max_reply_tokens,
             max_history_messages=self.config.max_history_messages,
             end_silence_ms=self.config.end_silence_ms,
+            turn=self.config.turn if self.detector is not None else TurnEndConfig(detector="silence"),
             voice=voice,
         )
         vad = VoiceActivityDetector(
-            start_ms=cfg.start_ms, end_silence_ms=cfg.end_silence_ms, pause_ms=cfg.pause_ms,
+            start_ms=cfg.start_ms, end_silence_ms=cfg.vad_end_silence_ms, pause_ms=cfg.pause_ms,
             model=self.vad_model,
         )
         echo = _echo_canceller(self.config)
         return Conversation(
             session, self.stt, self.llm, emit, cfg, vad=vad, echo=echo, partial_stt=self.partial_stt,
-            speaker=speaker, recogniser=self.recogniser,
+            speaker=speaker, recogniser=self.recogniser, detector=self.detector,
         )  # fmt: skip
+
+    def turn_status(self) -> dict[str, Any]:
+        """The end-of-turn rule in use, for /healthz."""
+        turn = self.config.turn
+        if self.detector is None:
+            return {"detector": "silence", "silence_ms": self.config.end_silence_ms}
+        return {"detector": self.detector.name, **turn.model_dump(exclude={"detector"})}
 
     def model_status(self) -> dict[str, Any] | None:
         """The embedded language model process's state and restarts (None for an HTTP endpoint)."""
@@ -99,9 +112,10 @@ class AgentServices:
     async def aclose(self) -> None:
         """Close the language model's connections (and stop the embedded model's process)."""
         self.recogniser.shutdown(wait=False, cancel_futures=True)
-        close = getattr(self.llm, "aclose", None)
-        if close is not None:
-            await close()
+        for model in (self.llm, self.turn_model):
+            close = getattr(model, "aclose", None)
+            if close is not None:
+                await close()
 
 
 def _echo_canceller(config: AgentConfig) -> Any:
@@ -110,6 +124,37 @@ def _echo_canceller(config: AgentConfig) -> Any:
     from lipstream.talk.echo import EchoCanceller
 
     return EchoCanceller()
+
+
+def _turn_detector(turn: TurnEndConfig, llm: Any) -> tuple[TurnDetector | None, Any]:
+    """The configured turn detector, and the model started only for it (to be closed with the agent)."""
+    if turn.detector == "smart-turn":
+        from lipstream.talk.smart_turn import SmartTurnModel
+        from lipstream.talk.turn_end import SmartTurnDetector
+
+        return SmartTurnDetector(SmartTurnModel(), background_pool(1, "lipstream-turn")), None
+    if turn.detector != "text":
+        return None, None
+    if hasattr(llm, "end_of_turn"):  # the embedded model judges turns too, sharing its KV cache
+        return TextTurnDetector(llm), None
+    from lipstream.talk.llm_embedded import EmbeddedChatModel
+
+    judge = EmbeddedChatModel()  # answers come from an endpoint: a SmolLM2 process of its own judges turns
+    try:
+        judge.warm_up()
+    except LipstreamError as exc:
+        log.error("%s; turns end after %.0f ms of silence", exc, turn.max_wait_ms)
+    return TextTurnDetector(judge), judge
+
+
+def _warm_judge(detector: TextTurnDetector, system_prompt: str) -> None:
+    import asyncio
+
+    messages = [ChatMessage("system", system_prompt), ChatMessage("user", "Hello")]
+    try:
+        asyncio.run(detector.score(np.zeros(0, np.float32), messages))
+    except LipstreamError as exc:
+        log.error("the text turn detector could not warm up: %s", exc)
 
 
 def load_agent(config: AgentConfig) -> AgentServices:
@@ -137,8 +182,12 @@ def load_agent(config: AgentConfig) -> AgentServices:
             llm.warm_up()
         except LipstreamError as exc:  # the server still serves; each turn says the model is unavailable
             log.error("%s; conversations will answer that the language model is unavailable", exc)
+    detector, turn_model = _turn_detector(config.turn, llm)
+    if isinstance(detector, TextTurnDetector):  # the system prompt's KV cache, so a first judgement is quick
+        _warm_judge(detector, config.system_prompt)
     services = AgentServices(
-        config=config, stt=stt, llm=llm, vad_model=SileroModel(), partial_stt=partial_stt
+        config=config, stt=stt, llm=llm, vad_model=SileroModel(), partial_stt=partial_stt, detector=detector,
+        turn_model=turn_model,
     )
     log.info("agent ready in %.1f s (%s)", time.perf_counter() - started, getattr(llm, "name", "llm"))
     return services

@@ -152,6 +152,8 @@ def create_app(
         }
         if model_status is not None and (model := model_status()) is not None:
             body["language_model"] = model
+        if agent is not None and hasattr(agent, "turn_status"):
+            body["turn"] = agent.turn_status()
         return body
 
     @app.get("/metrics")

@@ -67,7 +67,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="use the microphone as it comes (headsets; by default the avatar's own voice is cancelled)",
     )
     agent.add_argument(
-        "--end-of-turn-ms", type=int, default=500, help="silence that ends the user's turn (default 500 ms)"
+        "--turn-detector", choices=["text", "smart-turn", "silence"], default="text",
+        help="what decides that the user has finished: text (the pause's transcript judged by the embedded "
+        "SmolLM2; default), smart-turn (the Smart Turn v3.2 audio model: `lipstream models turn` installs "
+        "it) or silence (--end-of-turn-ms of silence)",
+    )
+    agent.add_argument(
+        "--turn-threshold", type=float, default=None,
+        help="a detector score at or above this ends the turn (default: 0.015 text, 0.5 smart-turn)",
+    )
+    agent.add_argument(
+        "--turn-finished-ms", type=int, default=200,
+        help="silence before a turn the detector judged finished is answered (default 200 ms)",
+    )
+    agent.add_argument(
+        "--turn-max-wait-ms", type=int, default=1600,
+        help="silence that ends a turn the detector judged unfinished: the hard cap (default 1600 ms)",
+    )
+    agent.add_argument(
+        "--end-of-turn-ms", type=int, default=500,
+        help="with --turn-detector silence: the silence that ends the user's turn (default 500 ms)",
     )
     scale = serve.add_argument_group("scale out over a Ray Serve cluster (pip install 'lipstream[ray]')")
     scale.add_argument(
@@ -246,6 +265,10 @@ def _agent_config(args: argparse.Namespace):
         "max_reply_tokens": args.max_reply_tokens,
         "end_silence_ms": args.end_of_turn_ms,
         "echo_cancel": args.echo_cancel,
+        "turn": {
+            "detector": args.turn_detector, "threshold": args.turn_threshold,
+            "finished_ms": args.turn_finished_ms, "max_wait_ms": args.turn_max_wait_ms,
+        },
     }
     if args.system_prompt:
         options["system_prompt"] = read_system_prompt(args.system_prompt)
@@ -255,7 +278,9 @@ def _agent_config(args: argparse.Namespace):
         config = AgentConfig(**options)
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise LipstreamError(f"--{str(first['loc'][0]).replace('_', '-')}: {first['msg']}") from None
+        loc = [str(part) for part in first["loc"]]
+        name = f"turn-{loc[1]}" if loc[0] == "turn" and len(loc) > 1 else loc[0]
+        raise LipstreamError(f"--{name.replace('_', '-')}: {first['msg']}") from None
     return config
 
 
@@ -327,7 +352,7 @@ def _run_converse(args: argparse.Namespace, url: str) -> int:
         args.report.write_text(report.model_dump_json(indent=2) + "\n")
     summary = {
         k: getattr(report, k)
-        for k in ("final_transcript", "reply", "speech_end_to_first_frame_ms",
+        for k in ("final_transcript", "reply", "end_rule", "end_score", "speech_end_to_first_frame_ms",
                   "end_of_turn_to_first_frame_ms", "frames_recorded", "out")
     }  # fmt: skip
     summary["turn_metrics_ms"] = (report.turn_metrics or {}).get("ms")

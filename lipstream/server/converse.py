@@ -29,6 +29,7 @@ from lipstream.server.protocol import Flags, Kind, MediaMessage, decode_media
 CHUNK = 320  # 20 ms of microphone at 16 kHz, what the page sends
 JITTER_SECONDS = 0.15  # the player's buffer before it starts playing (the page's, and sessions_bench's)
 POSITION_EVERY = 0.1  # seconds between `position` reports (the protocol asks for 100-250 ms)
+EARLY_END_SAMPLES = 4800  # a turn ended 0.3 s or more before the question's speech did ended early
 METRICS_GRACE = 3.0  # seconds to wait for turn_metrics once the answer has finished playing
 WINDOW = 320  # energy windows of 20 ms for finding speech in the question
 FLOOR_DBFS = -45.0  # quieter than this is never speech
@@ -67,6 +68,15 @@ class ConverseReport(BaseModel):
     reply_texts: list[dict[str, Any]] = Field(default_factory=list)
     reply: str = ""
     turn_metrics: dict[str, Any] | None = None  # the server's message for the answered turn
+    # what ended the user's turn (user_speech_ended.rule: detector, max_wait, silence, turn_limit) and the
+    # turn detector's score; every turn_decision the server sent (a detector judging a pause)
+    end_rule: str | None = None
+    end_score: float | None = None
+    turn_decisions: list[dict[str, Any]] = Field(default_factory=list)
+    # the server ended the user's turn before the speech was over (a pause taken for the end), and the
+    # avatar's answer started before it was over
+    early_turn_ends: int = 0
+    answered_early: bool = False
     interrupted: bool | None = None
     frames_recorded: int = 0
     speech_frames: int = 0
@@ -296,9 +306,14 @@ def _on_control(turn: _Turn, message: dict[str, Any], now: float, at_ms: float) 
         report.errors.append(message)
         if message.get("fatal"):
             raise ClientError(f"server error ({message.get('code')}): {message.get('message')}")
-    elif kind == "user_speech_ended" and turn.end_of_turn_at is None:
+    elif kind == "user_speech_ended":  # the last one counts: a turn ended early may be continued
         turn.end_of_turn_at = now
         report.server_speech_end_samples = message.get("mic_samples")
+        report.end_rule, report.end_score = message.get("rule"), message.get("score")
+        if (report.server_speech_end_samples or 0) < report.speech_end_samples - EARLY_END_SAMPLES:
+            report.early_turn_ends += 1
+    elif kind == "turn_decision":
+        report.turn_decisions.append({**_without_type(message), "at_ms": at_ms})
     elif kind == "transcript":
         report.transcripts.append({**_without_type(message), "at_ms": at_ms})
         if message.get("kind") == "final":
@@ -332,6 +347,8 @@ def _summarise(turn: _Turn) -> None:
     report.reply = " ".join(r.get("text", "") for r in report.reply_texts).strip()
     end_at = turn.chunk_time(turn.speech_end)
     report.speech_end_to_first_frame_ms = _ms(end_at, turn.first_frame_at)
+    first = turn.first_frame_at
+    report.answered_early = first is not None and end_at is not None and first < end_at
     report.speech_end_to_first_frame_due_ms = _ms(end_at, turn.first_frame_due)
     report.player_stall_ms = round(turn.stalled * 1000, 1)
     if report.server_speech_end_samples is not None:

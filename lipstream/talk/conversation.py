@@ -33,12 +33,23 @@ from lipstream.talk.sentences import SentenceStream, speakable
 from lipstream.talk.session_port import AvatarSession
 from lipstream.talk.speaker import Speaker
 from lipstream.talk.stt import SpeechToText
+from lipstream.talk.turn_end import TurnDetector, TurnRule
 from lipstream.talk.vad import VadEvent, VoiceActivityDetector
 from lipstream.threads import background_pool
 
 log = logging.getLogger(__name__)
 
 _END = object()  # end of a model's reply in a _Prepared queue
+TURN_AUDIO_SAMPLES = 8 * SAMPLE_RATE  # what an audio turn detector hears: the last 8 s
+
+
+@dataclass(frozen=True)
+class _EndedTurn:
+    """The last turn that ended: a continuation that starts soon after joins it."""
+
+    turn: int
+    start: int  # stream samples
+    end: int
 
 
 @dataclass
@@ -56,6 +67,9 @@ class _Prepared:
     transcript_at: float | None = None  # when the transcript was ready (often before the turn is decided)
     error: LLMError | None = None  # the model failed while writing this answer
     error_reported: bool = False  # ... and the client was told (an `error` event)
+    score: float | None = None  # the turn detector's judgement of this pause (None: not judged)
+    created_at: float = field(default_factory=time.perf_counter)
+    tokens: int = 0  # text deltas the model wrote for it (wasted when it is dropped)
 
     def cancel(self) -> None:
         """Drop it (the user went on, or the answer was interrupted)."""
@@ -80,13 +94,15 @@ class Conversation:
         partial_stt: SpeechToText | None = None,
         speaker: Speaker | None = None,
         recogniser: Executor | None = None,
+        detector: TurnDetector | None = None,
     ) -> None:
         """`session`: a started lipstream Session; `emit`: sends an event dict to the client; `echo`: an
         echo canceller fed with what the avatar plays (None: the microphone is used as it comes);
         `partial_stt`: the recogniser for partial transcripts (default `stt`), so a final transcript, on the
         critical path, never shares its model with them; `speaker`: the voices answers are spoken with (a
         server's, shared); `recogniser`: the threads transcription runs on (default: two of its own, one for
-        the final transcript while a partial one runs)."""
+        the final transcript while a partial one runs); `detector`: judges each pause when the config's
+        turn rule uses one (`config.turn`)."""
         self.session = session
         self.speaker = speaker or Speaker()
         self._own_recogniser = recogniser is None
@@ -96,8 +112,11 @@ class Conversation:
         self.llm = llm
         self.emit = emit
         self.config = config or ConversationConfig()
+        if self.config.turn.uses_detector and detector is None:
+            raise ValueError(f"the {self.config.turn.detector!r} turn rule needs a detector")
+        self.detector = detector if self.config.turn.uses_detector else None
         self.vad = vad or VoiceActivityDetector(
-            start_ms=self.config.start_ms, end_silence_ms=self.config.end_silence_ms,
+            start_ms=self.config.start_ms, end_silence_ms=self.config.vad_end_silence_ms,
             pause_ms=self.config.pause_ms,
         )
         self.echo = echo
@@ -121,7 +140,12 @@ class Conversation:
         self._uid_turn: dict[int, int] = {}
         self._references: deque[tuple[int, np.ndarray]] = deque()  # frames sent, for the echo canceller
         self._mic_clock = 0.0  # microphone samples (16 kHz) received so far
-        self._echo_gate = EchoGate(echo, self.vad, self.config.start_ms, self.config.end_silence_ms)
+        self._echo_gate = EchoGate(echo, self.vad, self.config.start_ms, self.config.vad_end_silence_ms)
+        # a pause the detector judged finished: the listener ends the turn once its silence is long enough
+        self._end_requested = False
+        self._last_ended: _EndedTurn | None = None
+        self._dropped = [0, 0]  # speculative answers dropped in the open turn, and the tokens they cost
+        self._joined = False  # the open turn continues one whose answer had started
         self._mic_offsets: deque[float] | None = deque(maxlen=100) if echo is not None else None
         # the microphone is analysed on a thread of its own: it must keep up with real time even while
         # the speech pool is busy transcribing or synthesising
@@ -139,12 +163,15 @@ class Conversation:
         for event in events:
             await self._on_vad(event)
         if self._turn_start is None:
-            self._mic.keep_from(self._mic.end - int(SAMPLE_RATE * 2))
+            keep = self._mic.end - int(SAMPLE_RATE * 2)
+            if self._joinable(self._mic.end):  # a continuation would need the whole last turn
+                keep = min(keep, self._last_ended.start - int(self.config.preroll_seconds * SAMPLE_RATE))
+            self._mic.keep_from(keep)
             return
         if self._mic.end - self._turn_start > self.config.max_turn_seconds * SAMPLE_RATE:
             log.info("turn %d over %.0f s: cut and answered", self._turn, self.config.max_turn_seconds)
             self._ignore_until_end = True
-            await self._end_turn(self._mic.end)
+            await self._end_turn(self._mic.end, "turn_limit")
             return
         self._maybe_partial()
 
@@ -176,7 +203,12 @@ class Conversation:
                 audio = np.asarray(cleaned, dtype=np.float32)
                 # the VAD hears silence where only residual echo is left (STT still gets all of it)
                 heard = np.where(echo_only, np.float32(0.0), audio)
-        return audio, self._echo_gate.gate(self.vad.push(heard), len(heard))
+        events = self._echo_gate.gate(self.vad.push(heard), len(heard))
+        if self._end_requested and self.vad.silence_ms >= self.config.turn.finished_ms:
+            ended = self.vad.end_turn()  # None when the user spoke again
+            if ended is not None:
+                events.append(ended)
+        return audio, events
 
     def add_reference(self, pts: int, pcm: np.ndarray) -> None:
         """The audio of a frame the avatar plays at `pts` (what the echo canceller removes)."""
@@ -196,34 +228,75 @@ class Conversation:
             self._cancel(self._partial_task)  # the final transcript matters more now
             self._prepare(event.sample)
         elif event.kind == "resume" and self._prepared is not None:
-            self._prepared.cancel()
+            self._end_requested = False
+            self._drop(self._prepared)
             self._prepared = None
         elif event.kind == "speech_end":
+            rule: TurnRule = "detector" if self._end_requested else "max_wait" if self.detector else "silence"
+            self._end_requested = False
             if self._ignore_until_end:
                 self._ignore_until_end = False
                 return
             if self._turn_start is not None:
-                await self._end_turn(event.sample)
+                await self._end_turn(event.sample, rule)
+
+    def _drop(self, prepared: _Prepared) -> None:
+        """A speculative answer the user talked over: cancelled, its cost counted for the turn's figures."""
+        prepared.cancel()
+        self._dropped[0] += 1
+        self._dropped[1] += prepared.tokens
+
+    def _joinable(self, sample: int) -> bool:
+        """Speech starting at `sample` would continue the last turn: it ended less than `join_seconds`
+        before, and its answer is still to come or playing (a pause judged wrongly, not a new question)."""
+        last = self._last_ended
+        if last is None or sample - last.end > self.config.join_seconds * SAMPLE_RATE:
+            return False
+        answering = self._reply_task is not None and not self._reply_task.done()
+        return answering or self.session.is_speaking()
 
     async def _start_turn(self, sample: int) -> None:
+        joined = self._joinable(sample)
         if self.session.is_speaking() or (self._reply_task is not None and not self._reply_task.done()):
-            await self.interrupt()
-        self._turn += 1
-        self._turn_start = sample
+            await self.interrupt(continued=joined)
+        message: dict[str, Any] = {"type": "user_speech_started", "mic_samples": sample}
+        if joined:
+            last = self._last_ended
+            assert last is not None
+            gap = (sample - last.end) / SAMPLE_RATE
+            log.info("turn %d goes on after %.2f s: its answer is dropped", last.turn, gap)
+            if self.history and self.history[-1].role == "user":
+                self.history.pop()  # the unfinished question is asked again, whole
+            self._turn_start = last.start
+            message["joined"] = True
+        else:
+            self._turn += 1
+            self._turn_start = sample
+            self._dropped = [0, 0]
+        self._joined = joined
+        self._last_ended = None
         self._partial_upto = sample
         self._partial_decode = None
-        await self.emit({"type": "user_speech_started", "turn": self._turn, "mic_samples": sample})
+        await self.emit({**message, "turn": self._turn})
 
-    async def _end_turn(self, end_sample: int) -> None:
+    async def _end_turn(self, end_sample: int, rule: TurnRule) -> None:
         turn, start = self._turn, self._turn_start
         assert start is not None
         self._turn_start = None
+        self._last_ended = _EndedTurn(turn, start, end_sample)
         self._cancel(self._partial_task)
-        times = TurnTimes(turn=turn, speech_end=self._mic.arrival_of(max(start, end_sample - 1)))
-        self._times[turn] = times
-        await self.emit({"type": "user_speech_ended", "turn": turn, "mic_samples": end_sample})
         prepared = self._prepared
         self._prepared = None
+        score = prepared.score if prepared is not None and prepared.end_sample == end_sample else None
+        times = TurnTimes(
+            turn=turn, speech_end=self._mic.arrival_of(max(start, end_sample - 1)), rule=rule, score=score,
+            joined=self._joined, dropped_answers=self._dropped[0], dropped_tokens=self._dropped[1],
+        )
+        self._times[turn] = times
+        await self.emit({
+            "type": "user_speech_ended", "turn": turn, "mic_samples": end_sample, "rule": rule,
+            "score": None if score is None else round(score, 4),
+        })  # fmt: skip
         if prepared is None or prepared.end_sample != end_sample:  # not speculated at a pause: start now
             if prepared is not None:
                 prepared.cancel()
@@ -250,31 +323,67 @@ class Conversation:
         await self._report_llm_error(prepared)  # it failed while the turn was not yet decided
 
     def _prepare(self, sample: int) -> None:
-        """At a pause the turn may be over: start preparing its answer now (kept if the pause is the end)."""
+        """At a pause the turn may be over: start preparing its answer now (kept if the pause is the end),
+        and have the detector judge the pause."""
         if self._prepared is not None:
-            self._prepared.cancel()
+            self._drop(self._prepared)
         assert self._turn_start is not None
-        self._prepared = self._prepare_for(self._turn_start, sample)
+        self._prepared = self._prepare_for(self._turn_start, sample, judge=self.detector is not None)
 
-    def _prepare_for(self, start: int, end_sample: int) -> _Prepared:
-        """Transcribe the turn [start, end_sample), then stream the model's answer into a queue."""
+    def _prepare_for(self, start: int, end_sample: int, judge: bool = False) -> _Prepared:
+        """Transcribe the turn [start, end_sample), have the detector judge it (`judge`), then stream the
+        model's answer into a queue."""
         audio = self._mic.slice(start - int(self.config.preroll_seconds * SAMPLE_RATE), end_sample)
         prepared = _Prepared(end_sample=end_sample)
         history = list(self.history)
         covering = self._partial_covering(end_sample)
+        turn = self._turn
+        # an audio detector starts at once, beside the transcription; a text one needs the transcript
+        heard = self._mic.slice(end_sample - TURN_AUDIO_SAMPLES) if judge else audio
+        early = None
+        if judge and self.detector is not None and not self.detector.needs_text:
+            early = asyncio.create_task(self.detector.score(heard, []))
 
         async def run() -> str:
             text = await covering if covering is not None else await self._transcribe(audio)
             prepared.transcript_at = time.perf_counter()
+            messages = [ChatMessage("system", self.config.system_prompt), *history, ChatMessage("user", text)]
+            if judge and text:
+                await self._judge(prepared, turn, heard, messages, early)
             if text:
-                messages = [
-                    ChatMessage("system", self.config.system_prompt), *history, ChatMessage("user", text)
-                ]
                 prepared.feeder = asyncio.create_task(self._feed(messages, prepared))
             return text
 
         prepared.task = asyncio.create_task(run())
         return prepared
+
+    async def _judge(
+        self, prepared: _Prepared, turn: int, audio: np.ndarray, messages: list[ChatMessage],
+        early: asyncio.Task | None,
+    ) -> None:
+        """The detector's judgement of a pause: sent to the client (`turn_decision`); a finished turn is
+        ended by the listener as soon as its silence is `finished_ms` long. A detector that fails leaves the
+        turn to the hard cap."""
+        assert self.detector is not None
+        try:
+            score = await early if early is not None else await self.detector.score(audio, messages)
+        except LipstreamError as exc:
+            log.warning("turn %d: the %s turn detector failed: %s", turn, self.detector.name, exc)
+            return
+        prepared.score = score
+        finished = self.config.turn.finished(score)
+        log.info(
+            "turn %d: %s detector %.4f (%s), %.0f ms after the pause (transcript %.0f ms)", turn,
+            self.detector.name, score, "finished" if finished else "not yet",
+            (time.perf_counter() - prepared.created_at) * 1000,
+            ((prepared.transcript_at or prepared.created_at) - prepared.created_at) * 1000,
+        )  # fmt: skip
+        if finished and self._prepared is prepared:
+            self._end_requested = True
+        await self.emit({
+            "type": "turn_decision", "turn": turn, "finished": finished, "score": round(score, 4),
+            "detector": self.detector.name,
+        })  # fmt: skip
 
     async def _feed(self, messages: list[ChatMessage], prepared: _Prepared) -> None:
         """The model's reply into the prepared queue: text deltas, then _END or the LLMError."""
@@ -282,6 +391,7 @@ class Conversation:
             async for delta in self.llm.stream(messages, self.config.max_reply_tokens):
                 if prepared.first_token_at is None:
                     prepared.first_token_at = time.perf_counter()
+                prepared.tokens += 1
                 prepared.deltas.put_nowait(delta)
             prepared.deltas.put_nowait(_END)
         except LLMError as exc:
@@ -389,17 +499,24 @@ class Conversation:
             if item is _END:
                 return
 
-    async def interrupt(self) -> None:
+    async def interrupt(self, continued: bool = False) -> None:
         """Stop the avatar now (the user speaks over it, or pressed Stop): cut the answer and cancel the
-        language model; the history keeps what was heard of the answer."""
+        language model; the history keeps what was heard of the answer. `continued`: the user went on with
+        the question this answer was for: what was heard of it is not kept, and the turn's figures wait
+        for the answer to the whole question."""
         self._cancel(self._reply_task)
         self._reply_task = None
         if self._answer is not None:
             self._answer.cancel()  # the model stops writing
+            if continued:  # an answer to half a question: its cost is the turn's speculation
+                self._dropped[0] += 1
+                self._dropped[1] += self._answer.tokens
             self._answer = None
         cut = self.session.interrupt()
         uid = self._reply_uid
-        if uid is not None:
+        if uid is not None and continued:
+            self._uid_turn.pop(uid, None)  # its playback_finished no longer reports the turn
+        elif uid is not None:
             heard = self.session.heard_text(uid, cut)
             if heard:
                 self.history.append(ChatMessage("assistant", heard + " ..."))
@@ -441,7 +558,12 @@ class Conversation:
         if times.reported:
             return
         times.reported = True
-        message = {"type": "turn_metrics", "turn": times.turn, "interrupted": times.interrupted}
+        message = {
+            "type": "turn_metrics", "turn": times.turn, "interrupted": times.interrupted,
+            "end_rule": times.rule, "end_score": None if times.score is None else round(times.score, 4),
+            "joined": times.joined,
+            "speculation": {"dropped_answers": times.dropped_answers, "dropped_tokens": times.dropped_tokens},
+        }  # fmt: skip
         await self.emit({**message, "ms": times.as_ms()})
 
     async def aclose(self) -> None:

@@ -8,6 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from lipstream.talk.turn_end import TurnEndConfig, TurnRule
+
 DEFAULT_SYSTEM_PROMPT = (
     "You are a friendly presenter who answers out loud. Always reply in English, in one to three short "
     "spoken sentences, in plain words: no lists, no markdown, no emoji."
@@ -29,8 +31,18 @@ class ConversationConfig(BaseModel):
     # silence after which the answer starts being prepared (speech recognition, the model's first words),
     # kept if the silence lasts to end_silence_ms, dropped if the user goes on
     pause_ms: float = Field(96, gt=0)
+    # the end-of-turn rule: a detector judging each pause, or the plain silence rule (end_silence_ms)
+    turn: TurnEndConfig = Field(default_factory=lambda: TurnEndConfig(detector="silence"))
+    # user speech starting this soon after the end of their turn, while its answer has not finished playing,
+    # continues that turn (a pause judged wrongly): the answer stops and the whole question is answered
+    join_seconds: float = Field(2.5, ge=0, le=10)
     apology: str = "Sorry, I cannot answer that right now."  # said when the language model fails
     voice: str | None = None
+
+    @property
+    def vad_end_silence_ms(self) -> float:
+        """The silence after which the VAD itself ends a turn: a detector's hard cap, or the silence rule."""
+        return self.turn.max_wait_ms if self.turn.uses_detector else self.end_silence_ms
 
 
 @dataclass
@@ -45,6 +57,11 @@ class TurnTimes:
     first_frame: float | None = None
     interrupted: bool = False
     reported: bool = False
+    rule: TurnRule = "silence"  # what ended the user's turn
+    score: float | None = None  # the detector's last score for it (None: not judged)
+    joined: bool = False  # the turn was continued after a pause judged wrongly
+    dropped_answers: int = 0  # speculative answers prepared for it and dropped (the user went on)
+    dropped_tokens: int = 0  # ... and the tokens the model wrote for them
 
     def as_ms(self) -> dict[str, float | None]:
         """Each stage's time since the end of the user's speech, in ms."""

@@ -126,6 +126,22 @@ def create_child_app(chat: Any, key: str, model_name: str) -> FastAPI:
         finally:
             cancel.set()  # a client that went away stops generation within a token
 
+    @app.post("/v1/lipstream/end_of_turn")
+    async def end_of_turn(request: Request) -> Any:
+        # lipstream's own route (not OpenAI's): how likely the last user message is a finished turn
+        if not authorized(request):
+            return error(401, "wrong or missing key")
+        try:
+            body = ChatRequest.model_validate(await request.json())
+        except (ValidationError, ValueError) as exc:
+            return error(400, f"bad request: {str(exc).splitlines()[0]}")
+        if body.messages[-1].role != "user":
+            return error(400, "bad request: the last message must be the user's")
+        messages = [ChatMessage(m.role, m.content) for m in body.messages]
+        loop = asyncio.get_running_loop()
+        probability = await loop.run_in_executor(executor, chat.end_of_turn, messages)
+        return {"probability": probability}
+
     @app.get("/health")
     async def health(request: Request) -> Any:
         if not authorized(request):

@@ -14,6 +14,8 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
+
 from lipstream.errors import ModelError
 from lipstream.talk.llm import DEFAULT_MAX_TOKENS, ChatMessage, LLMError
 from lipstream.talk.llm_llama import bundled_gguf_path
@@ -122,6 +124,21 @@ class EmbeddedChatModel:
                     raise error from exc
             finally:
                 await client.aclose()
+
+    async def end_of_turn(self, messages: list[ChatMessage]) -> float:
+        """How likely the last (user) message is a finished turn, 0..1 (the model's own judgement of where
+        the message ends; see LlamaChat.end_of_turn). LLMError when the model process cannot answer."""
+        endpoint = await self._endpoint()
+        headers = {"Authorization": f"Bearer {endpoint.key}"}
+        body = {"messages": [m.to_dict() for m in messages], "stream": False}
+        try:
+            async with httpx.AsyncClient(timeout=httpx.Timeout(self.timeout)) as client:
+                url = f"{endpoint.url}/v1/lipstream/end_of_turn"
+                reply = await client.post(url, json=body, headers=headers)
+            reply.raise_for_status()
+            return float(reply.json()["probability"])
+        except (httpx.HTTPError, KeyError, TypeError, ValueError) as exc:
+            raise LLMError(f"the end-of-turn score failed: {exc}") from None
 
     async def _explain(self, endpoint: Endpoint, exc: LLMError) -> LLMError:
         """The error of a failed turn, in terms of the model process (died, hung, or what the child said)."""

@@ -217,9 +217,28 @@ class VoiceActivityDetector:
             self._paused = True
             events.append(VadEvent("pause", self.silence_started_at))
         if self._silence_windows >= self.end_windows:
-            events.append(VadEvent("speech_end", self.silence_started_at))
-            self.in_speech = False
-            self._paused = False
-            self._silence_windows = 0
-            self.speech_started_at = None
-            # silence_started_at stays: where the last turn's speech ended
+            events.append(self._finish_turn())
+
+    def _finish_turn(self) -> VadEvent:
+        assert self.silence_started_at is not None
+        event = VadEvent("speech_end", self.silence_started_at)
+        self.in_speech = False
+        self._paused = False
+        self._silence_windows = 0
+        self.speech_started_at = None
+        # silence_started_at stays: where the last turn's speech ended
+        return event
+
+    @property
+    def silence_ms(self) -> float:
+        """How long the silence in the open turn has lasted (0 while speech goes on, or outside a turn)."""
+        if not self.in_speech or self._silence_windows == 0:
+            return 0.0
+        return self._silence_windows * WINDOW_MS
+
+    def end_turn(self) -> VadEvent | None:
+        """End the open turn now, in its silence (a turn detector judged it finished): the `speech_end`
+        event, or None when there is no turn or the user is speaking again."""
+        if not self.in_speech or self._silence_windows == 0:
+            return None
+        return self._finish_turn()

@@ -7,8 +7,8 @@ import argparse
 from lipstream.paths import models_dir
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add `lipstream models download` and `lipstream models latents`."""
+def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersAction:
+    """Add `lipstream models download` and `lipstream models latents`; the `models` subcommands."""
     models = subparsers.add_parser("models", help="neural engine weights (MuseTalk)")
     sub = models.add_subparsers(dest="models_command", metavar="ACTION")
 
@@ -30,6 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     lat.add_argument("--dtype", default="auto", help="fp16 (CUDA), bf16, fp32 or auto")
     lat.set_defaults(func=_latents)
     models.set_defaults(func=lambda args: models.print_help() or 1)
+    return sub
 
 
 def _download(args: argparse.Namespace) -> int:

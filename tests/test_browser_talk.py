@@ -79,8 +79,9 @@ def fake_llm() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def agent_server(avatars_root: Path, fake_llm: str) -> Iterator[ServerProcess]:
-    """A real `lipstream serve --agent` whose language model is the fake server."""
-    server = ServerProcess(avatars_root, "--agent", "--llm-url", fake_llm)
+    """A real `lipstream serve --agent` whose language model is the fake server; turns judged by the default
+    text detector (its own SmolLM2 process), with a hard cap above a loaded machine's transcript time."""
+    server = ServerProcess(avatars_root, "--agent", "--llm-url", fake_llm, "--turn-max-wait-ms", "3000")
     yield server
     server.stop()
 
@@ -140,6 +141,13 @@ def test_talk_mode_transcript_captions_and_stop(
     assert result["caption"] == ""
     metrics = [e for e in snap["events"] if e["type"] == "turn_metrics"]
     assert metrics and result["turns"], "the turn log shows the turn's timings"
+
+    # the end-of-turn detector's judgement, shown live, and the rule that ended the turn in the turn log
+    decisions = result["probe"]["decisions"]
+    assert decisions and decisions[-1]["finished"] is True and decisions[-1]["detector"] == "text", decisions
+    assert decisions[-1]["micState"] == "your turn is over"
+    assert metrics[0]["end_rule"] == "detector", metrics[0]
+    assert result["turns"][0][0].endswith("detector"), result["turns"]
     print(
         "caption lag ms:", [round(caption_lag_ms(c), 1) for c in captions],
         "stop->last speech frame ms:", round(snap["interruptMs"]), "turn ms:", metrics[0]["ms"],

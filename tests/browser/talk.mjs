@@ -36,7 +36,10 @@ async function openPage(initScript) {
   await page.selectOption('#avatar', avatar);
   await page.evaluate(() => {
     const p = window.lipstreamPlayer;
-    window.__probe = { transcripts: [], captions: [] };
+    window.__probe = { transcripts: [], captions: [], decisions: [] };
+    p.addEventListener('turn_decision', (e) => {
+      window.__probe.decisions.push({ ...e.detail, micState: document.querySelector('#mic-state').textContent });
+    });
     // Listeners added after the page's own: the DOM already shows what the event did.
     p.addEventListener('transcript', (e) => {
       const li = [...document.querySelectorAll('#conversation li.user')].pop();

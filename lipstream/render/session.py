@@ -36,6 +36,7 @@ from lipstream.audio.speech import Speech
 from lipstream.audio.timeline import FPS, SAMPLE_RATE, SAMPLES_PER_FRAME
 from lipstream.avatar.bundle import AvatarBundle
 from lipstream.engines.base import Engine
+from lipstream.engines.batcher import Withdrawn
 from lipstream.render.accel import PatchScheduler, load_codebook, resolve_accel
 from lipstream.render.base_frames import SharedBaseFrames, stream_size
 from lipstream.render.clock import PlaybackClock
@@ -78,6 +79,9 @@ class Session:
         self.avatar = avatar
         self._observer = observer
         self._pools = pools or WorkerPools()
+        bind = getattr(engine, "for_session", None)
+        if bind is not None:  # an engine batched across sessions: this session's view, due on its clock
+            engine = bind(self._frame_due)
         self.engine = engine
         self.config = config or SessionConfig()
         self._stats = SessionStats()
@@ -89,6 +93,7 @@ class Session:
             generation=lambda: self._generation, poke=self._poke, silence=silence,
         )  # fmt: skip
         self._tick = 0
+        self._due_tick = 0  # the first frame of the batch being rendered (its deadline is the engine's)
         self._out: asyncio.Queue | None = None
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
@@ -138,6 +143,7 @@ class Session:
     async def aclose(self) -> None:
         """Stop producing and free the encoder."""
         self._closed = self._feed.closed = True
+        self._withdraw()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -209,6 +215,7 @@ class Session:
         """Stop speaking now: drop pending input and frames; the stream resumes just ahead of playback, at
         the pts this returns (where the speech was cut)."""
         self._generation += 1
+        self._withdraw()
         drained = self._drain_out()
         had_speech = bool(self._feed.utterances) or any(
             isinstance(item, AvatarFrame) and item.speaking for _, item in drained
@@ -287,6 +294,17 @@ class Session:
             yield item
 
     # ----- internals -----------------------------------------------------------------------------------
+
+    def _withdraw(self) -> None:
+        """A batched engine drops this session's queued passes (their frames would be discarded)."""
+        withdraw = getattr(self.engine, "withdraw", None)
+        if withdraw is not None:
+            withdraw()
+
+    def _frame_due(self) -> float:
+        """When playback reaches the frame being rendered (perf_counter s): a batched engine's deadline."""
+        now = time.perf_counter()
+        return now + (self._due_tick - self._clock.position_frames(now)) / FPS
 
     def _poke(self) -> None:
         if self._wake is not None:
@@ -378,7 +396,7 @@ class Session:
         """Take `count` ready frames of the utterance through the scheduler and emit what it releases."""
         generation = self._generation
         feats, audio, speaking = utt.take(count)
-        first = self._tick
+        first = self._due_tick = self._tick
         marks = utt.take_marks(first, count)
         self._tick += count  # these ticks are reserved; the scheduler releases frames in order
         base_ids = self.avatar.base_frame_indices(first, count)
@@ -404,9 +422,12 @@ class Session:
 
     def _schedule(self, feats, silent, base_ids, payloads, final: bool, generation: int) -> list:
         """Worker thread: patches from the scheduler, then composite and encode each released frame."""
-        released = self._scheduler.push(feats, silent, base_ids, payloads) if payloads else []
-        if final:
-            released += self._scheduler.finish()
+        try:
+            released = self._scheduler.push(feats, silent, base_ids, payloads) if payloads else []
+            if final:
+                released += self._scheduler.finish()
+        except Withdrawn:  # interrupted while queued for a batched pass: this work is discarded anyway
+            return []
         return [(payload, self._sink.make(payload[1], patch, generation)) for payload, patch in released]
 
     async def _emit_released(

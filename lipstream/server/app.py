@@ -154,6 +154,8 @@ def create_app(
             body["language_model"] = model
         if agent is not None and hasattr(agent, "turn_status"):
             body["turn"] = agent.turn_status()
+        if hasattr(engine, "status"):  # the neural engine's batcher: sizes, warm-up, passes
+            body["batching"] = engine.status()
         return body
 
     @app.get("/metrics")

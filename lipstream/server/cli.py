@@ -46,6 +46,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--header-timeout", type=float, default=10.0,
         help="seconds a client has to send a whole HTTP request head (default 10)",
     )
+    batching = serve.add_argument_group("musetalk: engine passes pooled across sessions (a batcher per GPU)")
+    batching.add_argument(
+        "--batch-sizes", type=int, nargs="+", default=[4, 8, 16, 32], metavar="N",
+        help="the only batch sizes a pass runs at (each built and warmed before the server is ready; "
+        "default 4 8 16 32)",
+    )
+    batching.add_argument(
+        "--max-batch-wait-ms", type=float, default=40.0,
+        help="how long a pass may wait for other sessions' frames after its first, when no deadline is near "
+        "(default 40 ms)",
+    )
+    batching.add_argument(
+        "--no-batching", dest="batching", action="store_false",
+        help="each session calls the engine on its own (the per-session path, for comparison)",
+    )
     serve.add_argument(
         "--no-patch-stream", action="store_true",
         help="offer whole frames only: refuse hello.stream=patch (the page then asks for full frames)",
@@ -177,6 +192,8 @@ def run_serve(args: argparse.Namespace) -> int:
         max_connections=args.max_connections,
         header_timeout_seconds=args.header_timeout,
     )
+    if min(args.batch_sizes) < 1 or args.max_batch_wait_ms < 0:
+        raise LipstreamError("--batch-sizes must be positive and --max-batch-wait-ms at least 0")
     config = ServerConfig(
         host=args.host,
         port=args.port,
@@ -186,6 +203,9 @@ def run_serve(args: argparse.Namespace) -> int:
         voice=args.voice,
         limits=limits,
         stream_modes=("full",) if args.no_patch_stream else ("full", "patch"),
+        batching=args.batching,
+        batch_sizes=tuple(args.batch_sizes),
+        max_batch_wait_ms=args.max_batch_wait_ms,
     )
     if args.ray:
         if args.workers is not None:
@@ -197,6 +217,10 @@ def run_serve(args: argparse.Namespace) -> int:
 
         return run_workers(config, engine_options(args), workers)
     loaded = load_serving(config, engine_options(args))
+    if config.engine != "viseme":  # every avatar's neural caches made now, not in a first session's wait
+        from lipstream.server.warmup import warm_up
+
+        warm_up(loaded.engine, config.avatars_dir)
     agent = load_agent(_agent_config(args)) if args.agent else None
     app = create_app(
         config, loaded.engine, loaded.factory, heap=loaded.heap, agent=agent, metrics=loaded.metrics

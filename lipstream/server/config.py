@@ -49,3 +49,8 @@ class ServerConfig(BaseModel):
     limits: Limits = Field(default_factory=Limits)
     stream_modes: tuple[str, ...] = ("full", "patch")  # what hello.stream may ask for (docs/protocol.md)
     replica_id: str | None = None  # set on a Ray Serve replica; named in `ready` and /healthz
+    # the neural engine's passes pooled across sessions (lipstream.engines.batcher); the viseme engine is
+    # per-frame cheap and never batched
+    batching: bool = True
+    batch_sizes: tuple[int, ...] = (4, 8, 16, 32)
+    max_batch_wait_ms: float = Field(40.0, ge=0, le=1000)

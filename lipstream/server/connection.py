@@ -223,7 +223,10 @@ class Connection:
         try:
             # full frames call the factory as before (three arguments), so other factories keep working
             extra = {"stream": "patch"} if self._patch_stream else {}
-            self.session = self.session_factory(bundle, self.engine, hello.output_width, **extra)
+            # built off the event loop: other clients' handshakes and streams never wait for it
+            self.session = await asyncio.to_thread(
+                self.session_factory, bundle, self.engine, hello.output_width, **extra
+            )
             self.record.session = self.session
             await self.session.start()
         except LipstreamError as exc:

@@ -37,8 +37,21 @@ def load_serving(config: ServerConfig, engine_options: dict[str, Any]) -> Loaded
     voices = SharedVoices()
     voices(config.voice)  # load the voice now, not on the first speak request
     metrics = ServerMetrics()
+    engine = batched(engine, config, metrics)
     factory = render_session_factory(config, voices, metrics=metrics)
     return Loaded(heap=heap, engine=engine, metrics=metrics, factory=factory)
+
+
+def batched(engine: Any, config: ServerConfig, metrics: ServerMetrics) -> Any:
+    """The engine behind a cross-session batcher when it is a neural one and batching is on (every batch
+    size built and warmed now, before the server takes traffic); else the engine as it is."""
+    from lipstream.engines.batched import BatchedEngine, supports_batching
+    from lipstream.engines.batcher import BatchConfig
+
+    if not config.batching or not supports_batching(engine):
+        return engine
+    batch = BatchConfig(batch_sizes=config.batch_sizes, max_wait_ms=config.max_batch_wait_ms)
+    return BatchedEngine(engine, batch, observer=metrics)
 
 
 def uvicorn_server(app: Any, config: ServerConfig, connections: SharedTally | None = None) -> Any:

@@ -72,6 +72,25 @@ class ServerMetrics:
             "Conversation turns: end of the user's speech to each stage (serve --agent)",
             ["stage"], buckets=TURN_BUCKETS, registry=r,
         )  # fmt: skip
+        # the neural engine's cross-session batcher (serve --engine musetalk)
+        self.batch_sessions = Histogram(
+            "lipstream_engine_batch_sessions", "Sessions whose frames one engine pass carried",
+            buckets=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32), registry=r,
+        )  # fmt: skip
+        self.batch_frames = Histogram(
+            "lipstream_engine_batch_frames", "Frames one engine pass carried (before padding to its size)",
+            buckets=(1, 2, 4, 8, 12, 16, 24, 32, 48, 64), registry=r,
+        )  # fmt: skip
+        self.batch_pass = Histogram(
+            "lipstream_engine_pass_seconds", "Time of one batched engine pass", buckets=STAGE_BUCKETS,
+            registry=r,
+        )  # fmt: skip
+        self.batch_queued = Gauge(
+            "lipstream_engine_queued_frames", "Frames waiting for an engine pass", registry=r
+        )
+        self.batch_late = Counter(
+            "lipstream_engine_late_frames", "Frames whose engine pass ended after their deadline", registry=r
+        )
         for reason in REFUSALS:  # present at 0 from the start: rate() needs a first sample
             self.sessions_refused.labels(reason)
         for kind in ("speech", "idle"):
@@ -143,6 +162,20 @@ class ServerMetrics:
         """A frame made after its due time."""
         self.late_frames.inc()
         self.lateness.observe(seconds)
+
+    # ---- BatchObserver (lipstream.engines.batcher) ----
+
+    def engine_pass(self, sessions: int, frames: int, size: int, seconds: float, late_frames: int) -> None:
+        """One batched engine pass."""
+        self.batch_sessions.observe(sessions)
+        self.batch_frames.observe(frames)
+        self.batch_pass.observe(seconds)
+        if late_frames:
+            self.batch_late.inc(late_frames)
+
+    def engine_queue(self, frames: int) -> None:
+        """Frames waiting for a pass now."""
+        self.batch_queued.set(frames)
 
     # ---- exposition ----
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,6 +97,9 @@ class MuseTalkEngine:
         )
         self._vae_id = vae_fingerprint(self.models.vae)
         self._latents: dict[str, tuple[torch.Tensor, np.ndarray]] = {}  # bundle path -> latents, frame rows
+        # sessions on several threads may ask for an avatar's latents at once: encoded once
+        self._latents_lock = threading.RLock()
+        self._generators: dict[int, MuseTalkGenerator] = {}  # more fixed batch sizes (cross-session batching)
 
     @property
     def batch_size(self) -> int:
@@ -121,8 +126,10 @@ class MuseTalkEngine:
     def _bundle_latents(self, bundle: AvatarBundle) -> tuple[torch.Tensor, np.ndarray]:
         """The avatar's latents on the device, and each frame's row in them (-1: not encoded)."""
         key = str(Path(bundle.path).resolve())
-        if key in self._latents:
-            return self._latents[key]
+        with self._latents_lock:
+            return self._latents.get(key) or self._load_latents(bundle, key)
+
+    def _load_latents(self, bundle: AvatarBundle, key: str) -> tuple[torch.Tensor, np.ndarray]:
         latents = cached_latents(bundle, self._vae_id, self.options.version)
         if latents is None:
             if not self.options.auto_prepare:
@@ -139,6 +146,19 @@ class MuseTalkEngine:
 
     def render(self, bundle: AvatarBundle, features: np.ndarray, frame_ids: np.ndarray) -> np.ndarray:
         """Mouth patches uint8 RGB [B, 256, 256, 3] for features [B, feature_dim] on source frames ids."""
+        latents, audio = self.pass_inputs(bundle, features, frame_ids)
+        out = np.empty((len(latents), PATCH_SIZE, PATCH_SIZE, 3), np.uint8)
+        step = self.batch_size
+        for start in range(0, len(latents), step):
+            chunk = slice(start, start + step)
+            out[chunk] = self.generator.run(latents[chunk], audio[chunk])
+        return self.finish_patches(bundle, frame_ids, out)
+
+    def pass_inputs(
+        self, bundle: AvatarBundle, features: np.ndarray, frame_ids: np.ndarray
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The UNet's inputs for these frames, on the device: [B, 8, 32, 32] latents, [B, tokens, D] audio
+        (checked; what a cross-session batcher stacks with other sessions' inputs)."""
         frame_ids = np.asarray(frame_ids, dtype=np.int64).reshape(-1)
         features = np.asarray(features, dtype=np.float32)
         tokens, dim = WINDOW_STEPS * self.featurizer.n_states, self.featurizer.dim
@@ -160,19 +180,36 @@ class MuseTalkEngine:
                 "(only the frames the idle loop shows are drawn on)"
             )
         rt = self.models.runtime
-        out = np.empty((len(frame_ids), PATCH_SIZE, PATCH_SIZE, 3), np.uint8)
-        step = self.batch_size
-        for start in range(0, len(frame_ids), step):
-            ids = torch.from_numpy(rows[start : start + step]).to(rt.device)
-            audio = torch.from_numpy(features[start : start + step].reshape(-1, tokens, dim)).to(
-                rt.device, rt.dtype
-            )
-            out[start : start + len(ids)] = self.generator.run(latents[ids], audio)
-        if JAW_MARGIN_PX.get(self.options.version, 0):  # v1.0's patches cover the box without the margin
-            for i, frame_id in enumerate(frame_ids):
+        audio = torch.from_numpy(features.reshape(-1, tokens, dim)).to(rt.device, rt.dtype)
+        return latents[torch.from_numpy(rows).to(rt.device)], audio
+
+    def finish_patches(self, bundle: AvatarBundle, frame_ids: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """The pass's patches as this avatar's crops (v1.0's cover the box without the jaw margin)."""
+        if JAW_MARGIN_PX.get(self.options.version, 0):
+            out = np.array(out)
+            for i, frame_id in enumerate(np.asarray(frame_ids).reshape(-1)):
                 frame = np.asarray(bundle.frames[frame_id])
                 out[i] = to_bundle_crop(out[i], frame, bundle.boxes[frame_id], self.options.version)
         return out
+
+    def pass_runner(self, size: int) -> Callable[[torch.Tensor, torch.Tensor], np.ndarray]:
+        """The UNet + VAE at one fixed batch `size` (built, compiled if asked, and warmed on first use; one
+        per size, sharing the weights): what a cross-session batcher runs."""
+        with self._latents_lock:
+            if size == self.batch_size:
+                return self.generator.run
+            if size not in self._generators:
+                self._generators[size] = MuseTalkGenerator(
+                    self.models.unet, self.models.vae, self.models.runtime,
+                    audio_tokens=WINDOW_STEPS * self.featurizer.n_states, batch_size=size,
+                    compile=self.options.compile,
+                )  # fmt: skip
+            return self._generators[size].run
+
+    @staticmethod
+    def stack_inputs(parts: list[torch.Tensor]) -> torch.Tensor:
+        """Joins several jobs' inputs into one pass (the generator pads a short pass itself)."""
+        return torch.cat(list(parts))
 
 
 def runtime_warmup_samples() -> int:

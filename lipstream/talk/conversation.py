@@ -428,6 +428,10 @@ class Conversation:
         loop = asyncio.get_running_loop()
         result = await loop.run_in_executor(self.recogniser, (stt or self.stt).transcribe, audio)
         self._decode_seconds = time.perf_counter() - started
+        log.debug(
+            "%s transcript of %.2f s: %.0f ms decoding, %.0f ms in all", "partial" if stt else "final",
+            len(audio) / SAMPLE_RATE, 1000 * getattr(result, "elapsed_s", 0.0), 1000 * self._decode_seconds,
+        )  # fmt: skip
         return result.text.strip()
 
     def _maybe_partial(self) -> None:

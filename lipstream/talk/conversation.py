@@ -27,7 +27,7 @@ from lipstream.audio.timeline import SAMPLE_RATE
 from lipstream.errors import LipstreamError
 from lipstream.talk.conversation_types import ConversationConfig, Emit, TurnTimes
 from lipstream.talk.echo_gate import EchoGate
-from lipstream.talk.llm import ChatMessage, LanguageModel, LLMError
+from lipstream.talk.llm import ChatMessage, LanguageModel, LLMError, as_spoken
 from lipstream.talk.mic_buffer import MicBuffer
 from lipstream.talk.sentences import SentenceStream, speakable
 from lipstream.talk.session_port import AvatarSession
@@ -319,7 +319,7 @@ class Conversation:
             )
             return
         await self.emit({"type": "transcript", "turn": turn, "kind": "final", "text": text})
-        self.history.append(ChatMessage("user", text))
+        self.history.append(ChatMessage("user", as_spoken(text)))  # as the model read it
         self._answer = prepared
         self._reply_task = asyncio.create_task(self._reply(turn, prepared), name=f"reply-{turn}")
         await self._report_llm_error(prepared)  # it failed while the turn was not yet decided
@@ -349,7 +349,8 @@ class Conversation:
         async def run() -> str:
             text = await covering if covering is not None else await self._transcribe(audio)
             prepared.transcript_at = time.perf_counter()
-            messages = [ChatMessage("system", self.config.system_prompt), *history, ChatMessage("user", text)]
+            user = ChatMessage("user", as_spoken(text))
+            messages = [ChatMessage("system", self.config.system_prompt), *history, user]
             if judge and text:
                 await self._judge(prepared, turn, heard, messages, early)
             if text:

@@ -28,6 +28,13 @@ class ChatMessage:
         return {"role": self.role, "content": self.content}
 
 
+def as_spoken(text: str) -> str:
+    """The user's words as the language model gets them: without the final punctuation speech recognition
+    guessed ("?" lands on a fragment as readily as on a question), so the end-of-turn judge and the answer
+    read the same prompt (and the model's cache serves both)."""
+    return text.strip().rstrip("?.!,;: ")
+
+
 @runtime_checkable
 class LanguageModel(Protocol):
     """A chat model that streams its reply as text deltas.

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from lipstream.errors import ModelError
-from lipstream.talk.llm import ChatMessage
+from lipstream.talk.llm import ChatMessage, as_spoken
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # the instruction-set features a build of llama.cpp may use on every x86-64 machine the project runs on
@@ -145,7 +145,7 @@ class LlamaChat:
         fragment as readily as to a question). The prompt shares its prefix with the answer's, so the KV
         cache serves both and a score costs only the user's words (≈ 20-40 ms on one thread)."""
         *context, last = messages
-        spoken = last.content.strip().rstrip("?.!,;: ")
+        spoken = as_spoken(last.content)
         prompt = "".join(f"<|im_start|>{m.role}\n{m.content}<|im_end|>\n" for m in context)
         prompt += f"<|im_start|>{last.role}\n{spoken}"
         with self._lock:

@@ -29,6 +29,30 @@ def stt() -> WhisperSTT:
     return WhisperSTT()
 
 
+async def relay_events(session: Session, conversation: Conversation, events: list[dict]) -> None:
+    """What a connection does with the session's stream: its events through the conversation (captions,
+    turn figures), frames dropped."""
+    async for item in session:
+        if not hasattr(item, "pts"):
+            extra = await conversation.on_stream_event(item)
+            if extra is not None:
+                events.append(extra)
+
+
+async def settle_and_close(
+    conversation, session, llm, consumer: asyncio.Task, events: list[dict], settle: float
+) -> None:
+    """Wait up to `settle` s for the answer's turn_metrics, then close everything."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + settle
+    while loop.time() < deadline and not any(e["type"] == "turn_metrics" for e in events):
+        await asyncio.sleep(0.1)
+    await conversation.aclose()
+    consumer.cancel()
+    await session.aclose()
+    await llm.aclose()
+
+
 async def converse(
     avatar, stt, audio: np.ndarray, config: ConversationConfig, settle: float
 ) -> tuple[list, Conversation]:
@@ -44,28 +68,12 @@ async def converse(
         session = Session(avatar, engine, SessionConfig(encode=False))
         await session.start()
         conversation = Conversation(session, stt, llm, emit, config)
-
-        async def consume() -> None:  # what a connection does with the stream
-            async for item in session:
-                if not hasattr(item, "pts"):
-                    extra = await conversation.on_stream_event(item)
-                    if extra is not None:
-                        events.append(extra)
-
-        consumer = asyncio.create_task(consume())
+        consumer = asyncio.create_task(relay_events(session, conversation, events))
         pcm = np.clip(audio * 32767, -32768, 32767).astype(np.int16)
         for i in range(0, len(pcm), 320):
             await conversation.push_microphone(pcm[i : i + 320], 16000)
             await asyncio.sleep(0)
-        deadline = asyncio.get_running_loop().time() + settle
-        while asyncio.get_running_loop().time() < deadline:
-            if any(e["type"] == "turn_metrics" for e in events):
-                break
-            await asyncio.sleep(0.1)
-        await conversation.aclose()
-        consumer.cancel()
-        await session.aclose()
-        await llm.aclose()
+        await settle_and_close(conversation, session, llm, consumer, events, settle)
     return events, conversation
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from fake_llm_server import FakeLLMServer
 from paused_speech import paused_question
+from test_conversation_turns import relay_events, settle_and_close
 
 from lipstream.engines.registry import create_engine
 from lipstream.errors import ModelError
@@ -140,15 +141,7 @@ async def _talk(avatar, stt, judge, audio: np.ndarray, turn: TurnEndConfig, sett
         conversation = Conversation(
             session, final, llm, emit, config, partial_stt=partial, detector=TextTurnDetector(judge)
         )
-
-        async def consume() -> None:
-            async for item in session:
-                if not hasattr(item, "pts"):
-                    extra = await conversation.on_stream_event(item)
-                    if extra is not None:
-                        events.append(extra)
-
-        consumer = asyncio.create_task(consume())
+        consumer = asyncio.create_task(relay_events(session, conversation, events))
         pcm = np.concatenate([np.zeros(RATE // 2, np.float32), audio, np.zeros(int(2.5 * RATE), np.float32)])
         pcm16 = np.clip(pcm * 32767, -32768, 32767).astype(np.int16)
         loop = asyncio.get_running_loop()
@@ -156,13 +149,7 @@ async def _talk(avatar, stt, judge, audio: np.ndarray, turn: TurnEndConfig, sett
         for i in range(0, len(pcm16), 320):
             await conversation.push_microphone(pcm16[i : i + 320], RATE)
             await asyncio.sleep(max(0.0, started + (i + 320) / RATE - loop.time()))
-        deadline = loop.time() + settle
-        while loop.time() < deadline and not any(e["type"] == "turn_metrics" for e in events):
-            await asyncio.sleep(0.1)
-        await conversation.aclose()
-        consumer.cancel()
-        await session.aclose()
-        await llm.aclose()
+        await settle_and_close(conversation, session, llm, consumer, events, settle)
     return events, conversation
 
 

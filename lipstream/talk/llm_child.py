@@ -126,15 +126,21 @@ def create_child_app(chat: Any, key: str, model_name: str) -> FastAPI:
         finally:
             cancel.set()  # a client that went away stops generation within a token
 
-    @app.post("/v1/lipstream/end_of_turn")
-    async def end_of_turn(request: Request) -> Any:
-        # lipstream's own route (not OpenAI's): how likely the last user message is a finished turn
+    async def chat_request(request: Request) -> ChatRequest | JSONResponse:
+        """The request's body, or the error response to send (wrong key, malformed body)."""
         if not authorized(request):
             return error(401, "wrong or missing key")
         try:
-            body = ChatRequest.model_validate(await request.json())
+            return ChatRequest.model_validate(await request.json())
         except (ValidationError, ValueError) as exc:
             return error(400, f"bad request: {str(exc).splitlines()[0]}")
+
+    @app.post("/v1/lipstream/end_of_turn")
+    async def end_of_turn(request: Request) -> Any:
+        # lipstream's own route (not OpenAI's): how likely the last user message is a finished turn
+        body = await chat_request(request)
+        if isinstance(body, JSONResponse):
+            return body
         if body.messages[-1].role != "user":
             return error(400, "bad request: the last message must be the user's")
         messages = [ChatMessage(m.role, m.content) for m in body.messages]
@@ -150,12 +156,9 @@ def create_child_app(chat: Any, key: str, model_name: str) -> FastAPI:
 
     @app.post("/v1/chat/completions")
     async def completions(request: Request) -> Any:
-        if not authorized(request):
-            return error(401, "wrong or missing key")
-        try:
-            body = ChatRequest.model_validate(await request.json())
-        except (ValidationError, ValueError) as exc:
-            return error(400, f"bad request: {str(exc).splitlines()[0]}")
+        body = await chat_request(request)
+        if isinstance(body, JSONResponse):
+            return body
         completion_id = f"chatcmpl-{uuid.uuid4().hex[:16]}"
         if not body.stream:
             text = "".join([d async for d in deltas(body)])

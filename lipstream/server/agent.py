@@ -139,7 +139,11 @@ def _turn_detector(turn: TurnEndConfig, llm: Any) -> tuple[TurnDetector | None, 
         return TextTurnDetector(llm), None
     from lipstream.talk.llm_embedded import EmbeddedChatModel
 
-    judge = EmbeddedChatModel()  # answers come from an endpoint: a SmolLM2 process of its own judges turns
+    try:  # answers come from an endpoint: a SmolLM2 process of its own judges turns
+        judge = EmbeddedChatModel()
+    except LipstreamError as exc:  # no model file here: the plain silence rule, said loudly
+        log.error("the text turn detector cannot run (%s); turns end after plain silence", exc)
+        return None, None
     try:
         judge.warm_up()
     except LipstreamError as exc:

@@ -63,9 +63,11 @@ def mic_wavs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("mic")
     talk, barge = root / "question.wav", root / "barge_in.wav"
     write_mic_wav(talk, 1.0, QUESTION, 20.0)
-    # The second question starts 5.5 s after the first ends: the answer (about 9 s of speech) has begun by
-    # then (end of turn 0.5 s + transcript + first sentence, ~1-2 s here) and is still playing.
-    write_mic_wav(barge, 1.0, QUESTION, 5.5, SECOND_QUESTION, 20.0)
+    # The second question starts 8 s after the first ends: the answer (about 9 s of speech) has begun by
+    # then (the turn judged finished, or the detector's 3 s cap, + transcript + first sentence: 1.5-5 s on a
+    # loaded 2-core box) and is still playing, and it has been audible for the 3 s after which the echo gate
+    # stops holding speech starts for a microphone that does not hear the avatar (this fake one).
+    write_mic_wav(barge, 1.0, QUESTION, 8.0, SECOND_QUESTION, 20.0)
     return {"talk": talk, "barge_in": barge}
 
 

@@ -227,7 +227,8 @@ class Conversation:
                 return
             await self._start_turn(event.sample)
         elif event.kind == "pause" and self._turn_start is not None:
-            self._cancel(self._partial_task)  # the final transcript matters more now
+            # a partial decode in flight goes on (a decode in a thread cannot be stopped) and is still shown:
+            # no new one starts while the pause's answer is being prepared
             self._prepare(event.sample)
         elif event.kind == "resume" and self._prepared is not None:
             self._end_requested = False

@@ -8,7 +8,8 @@ import cv2
 import numpy as np
 from skimage import data as skdata
 
-from lipstream.avatar.prepare import idle_loop, prepare_avatar
+from lipstream.avatar.blink import BlinkConfig
+from lipstream.avatar.prepare import PrepareConfig, idle_loop, prepare_avatar
 from lipstream.avatar.sample import encode_clip, presenter_frame
 from lipstream.avatar.video_source import iter_frames, probe_video, resample_map
 from lipstream.edge.onnx_gate import psnr_db
@@ -50,16 +51,22 @@ def test_fifty_fps_clip_is_resampled_by_timestamps(tmp_path: Path):
     assert np.allclose(levels, [8 * k for k in range(20)], atol=3)
 
 
-def test_photo_becomes_single_frame_avatar(tmp_path: Path):
+def test_photo_becomes_one_picture_and_its_blinks(tmp_path: Path):
     photo = tmp_path / "anchor.png"
     cv2.imwrite(str(photo), cv2.cvtColor(presenter(), cv2.COLOR_RGB2BGR))
     bundle = prepare_avatar(photo, "still", avatars_root=tmp_path / "avatars", progress=False)
-    assert bundle.frame_count == 1 and bundle.manifest.source_fps is None
+    # the photo, then its eyes closing at each drawn lid height (tests/test_blink.py checks them)
+    assert bundle.frame_count == 1 + len(BlinkConfig().photo_levels) and bundle.manifest.source_fps is None
     # visually lossless next to what any H.264 stream of it shows (4:2:0 chroma costs sharp colour edges)
     streamed = cv2.cvtColor(cv2.cvtColor(presenter(), cv2.COLOR_RGB2YUV_I420), cv2.COLOR_YUV2RGB_I420)
     assert psnr_db(np.asarray(bundle.frames[0]), streamed) >= 40.0
-    assert list(bundle.idle_loop) == [0]
+    assert len(bundle.idle_loop) == 300 and np.count_nonzero(bundle.idle_loop == 0) > 250
     assert bundle.masks[0].max() == 255
+    without = prepare_avatar(
+        photo, "still-eyes-open", avatars_root=tmp_path / "avatars", progress=False,
+        config=PrepareConfig(blink=BlinkConfig(enabled=False)),
+    )  # fmt: skip
+    assert without.frame_count == 1 and list(without.idle_loop) == [0]
 
 
 def test_jpeg_photo_of_original_astronaut(tmp_path: Path):

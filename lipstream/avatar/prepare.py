@@ -12,6 +12,7 @@ import numpy as np
 
 from lipstream.audio.timeline import FPS
 from lipstream.avatar import bundle as bf
+from lipstream.avatar.blink import BlinkConfig, IdleBlinks, plan_idle_blinks, still_pictures
 from lipstream.avatar.boxes import BoxConfig, crop_boxes
 from lipstream.avatar.bundle_video import FOOTAGE, LOOP_VIDEO, bundle_video
 from lipstream.avatar.capacity import MachineRoom, PrepareNeeds, RoomProbe, check_fits
@@ -39,6 +40,7 @@ class PrepareConfig:
     mask: MaskConfig = field(default_factory=MaskConfig)
     idle: IdleConfig = field(default_factory=IdleConfig)
     video: VideoEncoding = field(default_factory=VideoEncoding)
+    blink: BlinkConfig = field(default_factory=BlinkConfig)
 
 
 def check_name(name: str) -> str:
@@ -81,13 +83,17 @@ def _track_frames(
     info: VideoInfo, folder: Path, encoding: VideoEncoding, config: PrepareConfig, progress: bool
 ) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Decode every output frame once: track the face and encode footage.mp4 on the writer's thread, so
-    no more than a few frames are in memory. Returns landmarks, found mask, notes."""
+    no more than a few frames are in memory. Returns landmarks, found mask, notes.
+
+    A photo whose face is found gets its eyes-closing pictures appended (see `still_pictures`): the
+    footage then has one frame per lid height, with the photo's landmarks."""
     n = info.frame_count
     landmarks = np.zeros((n, LANDMARK_COUNT, 2), dtype=np.float32)
     found = np.zeros(n, dtype=bool)
     bar = frame_progress("tracking the face", n, progress)
     footage = Mp4FrameWriter(folder / FOOTAGE, info.width, info.height, FPS, encoding)
     with footage, FaceTracker(config.tracker) as tracker, bar as advance:
+        last: np.ndarray | None = None
         for k, rgb in iter_frames(info):
             footage.append(rgb)
             points = tracker.track(rgb)
@@ -95,34 +101,61 @@ def _track_frames(
                 landmarks[k] = points
                 found[k] = True
             advance()
+            last = rgb
         note = tracker.multiple_faces_note
+        if info.is_still and config.blink.enabled and last is not None and found[n - 1]:
+            extra = still_pictures(last, landmarks[n - 1], config.blink)
+            for picture in extra:
+                footage.append(picture)
+            landmarks = np.concatenate([landmarks, np.repeat(landmarks[n - 1 : n], len(extra), axis=0)])
+            found = np.concatenate([found, np.ones(len(extra), dtype=bool)])
     return landmarks, found, [note] if note else []
 
 
 def _write_loop(
-    info: VideoInfo, folder: Path, stretch: IdleStretch, encoding: VideoEncoding, progress: bool
+    info: VideoInfo, folder: Path, blinks: IdleBlinks, landmarks: np.ndarray, config: PrepareConfig,
+    encoding: VideoEncoding, progress: bool,
 ) -> int:
-    """loop.mp4: the stretch decoded again from the source (no second generation of compression), forward
-    then back; the stretch is held as I420 meanwhile (at most max_seconds of frames). Returns its frames."""
-    loop = stretch.loop()
+    """loop.mp4: the stretch decoded again from the source (no second generation of compression) with the
+    planned blinks drawn, played as `blinks.loop` (forward then back; a photo's pictures in blink order);
+    the stretch is held as I420 meanwhile (at most max_seconds of frames). Returns its frames."""
+    loop = blinks.loop
+    first, stop = int(loop.min()), int(loop.max()) + 1
     pictures: dict[int, np.ndarray] = {}
-    bar = frame_progress("encoding the idle loop", stretch.stop + len(loop), progress)
+    bar = frame_progress("encoding the idle loop", stop + len(loop), progress)
     writer = Mp4FrameWriter(folder / LOOP_VIDEO, info.width, info.height, FPS, encoding)
+
+    def keep(k: int, rgb: np.ndarray) -> None:
+        pictures[k] = coded_i420(blinks.draw(rgb, k, landmarks, config.blink), *writer.coded_size)
+
     with writer, bar as advance:
         for k, rgb in iter_frames(info):
-            if k >= stretch.start:
-                pictures[k] = coded_i420(rgb, *writer.coded_size)
+            if k >= first:
+                keep(k, rgb)
             advance()
-            if k + 1 >= stretch.stop:
+            if k + 1 >= stop:
                 break
+        for k in range(info.frame_count, stop):  # a photo's eyes-closing pictures, drawn on the photo again
+            keep(k, rgb)
+            advance()
         for k in loop:
             writer.append_i420(pictures[int(k)])
             advance()
     return len(loop)
 
 
+def _idle_entry(stretch: IdleStretch, blinks: IdleBlinks, is_still: bool) -> dict:
+    """manifest.json's `idle`: the stretch, why, and the blinks it shows."""
+    entry = {**stretch.entry(FPS), "blinks": blinks.entry()}
+    if is_still:
+        entry["reason"] = f"a photo, played as a {blinks.seconds:g} s loop with {blinks.drawn} blinks drawn"
+    return entry
+
+
 def _needs(info: VideoInfo, config: PrepareConfig) -> PrepareNeeds:
     loop_frames = 2 * min(info.frame_count, int(round(config.idle.max_seconds * FPS)))
+    if info.is_still and config.blink.enabled:
+        loop_frames = int(round(config.blink.photo_loop_s * FPS))
     return PrepareNeeds.estimate(info.frame_count, info.width, info.height, loop_frames)
 
 
@@ -161,17 +194,19 @@ def prepare_avatar(
         notes += fill_gaps(landmarks, found, max_gap, info.path.name, FPS)
         boxes = crop_boxes(landmarks, info.width, info.height, config.box)
         nose_base = nose_base_rows(crop_space(landmarks, boxes, bf.CROP_SIZE))
-        stretch = choose_idle_stretch(landmarks, found, FPS, config.idle)
-        loop_frames = _write_loop(info, folder, stretch, encoding, progress)
+        source = info.frame_count  # a photo's eyes-closing pictures follow its own frame
+        stretch = choose_idle_stretch(landmarks[:source], found[:source], FPS, config.idle)
+        blinks = plan_idle_blinks(stretch.loop(), landmarks, source, info.is_still, FPS, config.blink, name)
+        loop_frames = _write_loop(info, folder, blinks, landmarks, config, encoding, progress)
         np.save(folder / bf.BOXES, boxes)
         np.save(folder / bf.LANDMARKS, landmarks)
         np.save(folder / bf.NOSE_BASE, nose_base)
-        np.save(folder / bf.IDLE_LOOP, stretch.loop())
+        np.save(folder / bf.IDLE_LOOP, blinks.loop)
         face_width = float(np.median(landmarks[:, :, 0].max(axis=1) - landmarks[:, :, 0].min(axis=1)))
         manifest = bf.Manifest(
             name=name,
             fps=FPS,
-            frame_count=info.frame_count,
+            frame_count=len(landmarks),
             width=info.width,
             height=info.height,
             source_file=info.path.name,
@@ -184,7 +219,7 @@ def prepare_avatar(
             notes=notes,
             video=bundle_video(folder, encoding, info.width, info.height, loop_frames),
             mask=asdict(config.mask),
-            idle=stretch.entry(FPS),
+            idle=_idle_entry(stretch, blinks, info.is_still),
         )
         bf.write_manifest(folder, manifest)
     return bf.load_avatar(final)

@@ -48,8 +48,8 @@ class FrameSink(Protocol):
 
 
 def warm_geometry(compositor: Compositor, idle_loop: np.ndarray) -> None:
-    """Blend geometry of the frames a stream starts on (its first half loop), made before the first frame."""
-    for index in idle_loop[: len(idle_loop) // 2 + 1]:
+    """Blend geometry of every frame the idle loop shows, made before the first frame."""
+    for index in np.unique(idle_loop):  # a clip's loop shows each frame twice, a photo's many times
         compositor.geometry(int(index))
 
 

@@ -9,6 +9,7 @@ import numpy as np
 from skimage import data as skdata
 
 from lipstream.avatar.blink import BlinkConfig
+from lipstream.avatar.breathing import BreathingConfig
 from lipstream.avatar.prepare import PrepareConfig, idle_loop, prepare_avatar
 from lipstream.avatar.sample import encode_clip, presenter_frame
 from lipstream.avatar.video_source import iter_frames, probe_video, resample_map
@@ -55,16 +56,16 @@ def test_photo_becomes_one_picture_and_its_blinks(tmp_path: Path):
     photo = tmp_path / "anchor.png"
     cv2.imwrite(str(photo), cv2.cvtColor(presenter(), cv2.COLOR_RGB2BGR))
     bundle = prepare_avatar(photo, "still", avatars_root=tmp_path / "avatars", progress=False)
-    # the photo, then its eyes closing at each drawn lid height (tests/test_blink.py checks them)
-    assert bundle.frame_count == 1 + len(BlinkConfig().photo_levels) and bundle.manifest.source_fps is None
+    # the photo, then its breathing, blinking clip (tests/test_blink.py and test_breathing.py check them)
+    assert bundle.frame_count == 300 and bundle.manifest.source_fps is None
     # visually lossless next to what any H.264 stream of it shows (4:2:0 chroma costs sharp colour edges)
     streamed = cv2.cvtColor(cv2.cvtColor(presenter(), cv2.COLOR_RGB2YUV_I420), cv2.COLOR_YUV2RGB_I420)
     assert psnr_db(np.asarray(bundle.frames[0]), streamed) >= 40.0
-    assert len(bundle.idle_loop) == 300 and np.count_nonzero(bundle.idle_loop == 0) > 250
+    assert list(bundle.idle_loop) == list(range(300))  # played forward: the motion makes whole cycles
     assert bundle.masks[0].max() == 255
     without = prepare_avatar(
         photo, "still-eyes-open", avatars_root=tmp_path / "avatars", progress=False,
-        config=PrepareConfig(blink=BlinkConfig(enabled=False)),
+        config=PrepareConfig(blink=BlinkConfig(enabled=False), breathing=BreathingConfig(enabled=False)),
     )  # fmt: skip
     assert without.frame_count == 1 and list(without.idle_loop) == [0]
 

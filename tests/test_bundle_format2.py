@@ -222,18 +222,23 @@ def test_clip_that_cannot_fit_is_refused_before_any_work(sample_video_path: Path
 
 
 def test_photo_bundle_round_trips(tmp_path: Path) -> None:
-    """The photo and its eyes-closing pictures: near-lossless frames, the same pictures from both files."""
+    """A photo that does not breathe: it and its eyes-closing pictures are near-lossless frames, the same
+    pictures from both files (a breathing photo is a clip, encoded as one)."""
+    from lipstream.avatar.breathing import BreathingConfig
+    from lipstream.avatar.prepare import PrepareConfig
     from lipstream.avatar.sample import presenter_frame
 
     photo = presenter_frame(288, 512)
     cv2.imwrite(str(tmp_path / "p.png"), cv2.cvtColor(photo, cv2.COLOR_RGB2BGR))
-    bundle = prepare_avatar(tmp_path / "p.png", "p", avatars_root=tmp_path / "a", progress=False)
+    still = PrepareConfig(breathing=BreathingConfig(enabled=False))
+    bundle = prepare_avatar(tmp_path / "p.png", "p", tmp_path / "a", progress=False, config=still)
     assert bundle.manifest.video is not None and bundle.manifest.video.crf == 8
     assert set(bundle.idle_loop.tolist()) == set(range(bundle.frame_count))  # the loop shows them all
     streamed = cv2.cvtColor(cv2.cvtColor(photo, cv2.COLOR_RGB2YUV_I420), cv2.COLOR_YUV2RGB_I420)
     assert psnr_db(np.asarray(bundle.frames[0]), streamed) > 42
     # footage.mp4 holds the same pictures as loop.mp4 (each drawn once, encoded in both)
-    footage = GopReader(bundle.path / "footage.mp4", bundle.frame_count, bundle.size, bundle.manifest.video.gop)
+    gop = bundle.manifest.video.gop
+    footage = GopReader(bundle.path / "footage.mp4", bundle.frame_count, bundle.size, gop)
     for k in range(bundle.frame_count):
         assert psnr_db(np.asarray(footage[k]), np.asarray(bundle.frames[k])) > 42
 

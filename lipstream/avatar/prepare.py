@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -14,12 +15,14 @@ from lipstream.audio.timeline import FPS
 from lipstream.avatar import bundle as bf
 from lipstream.avatar.blink import BlinkConfig, IdleBlinks, plan_idle_blinks, still_pictures
 from lipstream.avatar.boxes import BoxConfig, crop_boxes
+from lipstream.avatar.breathing import BreathingConfig
 from lipstream.avatar.bundle_video import FOOTAGE, LOOP_VIDEO, bundle_video
 from lipstream.avatar.capacity import MachineRoom, PrepareNeeds, RoomProbe, check_fits
 from lipstream.avatar.gaps import fill_gaps
 from lipstream.avatar.idle import IdleConfig, IdleStretch, choose_idle_stretch
 from lipstream.avatar.masks import MaskConfig, nose_base_row
 from lipstream.avatar.progress import frame_progress
+from lipstream.avatar.still import StillClip
 from lipstream.avatar.tracking import LANDMARK_COUNT, LANDMARK_MODEL, FaceTracker, TrackerConfig
 from lipstream.avatar.video_source import VideoInfo, iter_frames, probe_video
 from lipstream.errors import AvatarError, MediaError
@@ -41,6 +44,7 @@ class PrepareConfig:
     idle: IdleConfig = field(default_factory=IdleConfig)
     video: VideoEncoding = field(default_factory=VideoEncoding)
     blink: BlinkConfig = field(default_factory=BlinkConfig)
+    breathing: BreathingConfig = field(default_factory=BreathingConfig)  # a photo's idle motion
 
 
 def check_name(name: str) -> str:
@@ -80,17 +84,18 @@ def check_source(source: str | Path) -> Path:
 
 
 def _track_frames(
-    info: VideoInfo, folder: Path, encoding: VideoEncoding, config: PrepareConfig, progress: bool
-) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    info: VideoInfo, folder: Path, encoding: VideoEncoding, config: PrepareConfig, name: str, progress: bool
+) -> tuple[np.ndarray, np.ndarray, list[str], StillClip | None]:
     """Decode every output frame once: track the face and encode footage.mp4 on the writer's thread, so
-    no more than a few frames are in memory. Returns landmarks, found mask, notes.
+    no more than a few frames are in memory. Returns landmarks, found mask, notes and a photo's clip.
 
-    A photo whose face is found gets its eyes-closing pictures appended (see `still_pictures`): the
-    footage then has one frame per lid height, with the photo's landmarks."""
+    A photo whose face is found gets frames appended: its breathing, blinking clip (`StillClip`), or with
+    breathing off its eyes-closing pictures (`still_pictures`, one frame per lid height)."""
     n = info.frame_count
     landmarks = np.zeros((n, LANDMARK_COUNT, 2), dtype=np.float32)
     found = np.zeros(n, dtype=bool)
-    bar = frame_progress("tracking the face", n, progress)
+    clip: StillClip | None = None
+    bar = frame_progress("tracking the face", n + _still_frames(info, config), progress)
     footage = Mp4FrameWriter(folder / FOOTAGE, info.width, info.height, FPS, encoding)
     with footage, FaceTracker(config.tracker) as tracker, bar as advance:
         last: np.ndarray | None = None
@@ -103,13 +108,27 @@ def _track_frames(
             advance()
             last = rgb
         note = tracker.multiple_faces_note
-        if info.is_still and config.blink.enabled and last is not None and found[n - 1]:
+        face = last is not None and info.is_still and bool(found[n - 1])
+        if face and config.breathing.enabled:
+            clip = StillClip.make(last, landmarks[n - 1], config.blink, config.breathing, FPS, name)
+            for k in range(n, clip.frames):
+                footage.append(clip.picture(k))
+                advance()
+            landmarks, found = clip.landmarks, np.ones(clip.frames, dtype=bool)
+        elif face and config.blink.enabled:
             extra = still_pictures(last, landmarks[n - 1], config.blink)
             for picture in extra:
                 footage.append(picture)
             landmarks = np.concatenate([landmarks, np.repeat(landmarks[n - 1 : n], len(extra), axis=0)])
             found = np.concatenate([found, np.ones(len(extra), dtype=bool)])
-    return landmarks, found, [note] if note else []
+    return landmarks, found, [note] if note else [], clip
+
+
+def _still_frames(info: VideoInfo, config: PrepareConfig) -> int:
+    """Frames a photo's breathing clip adds to its own (0 for a clip, or with breathing off)."""
+    if not (info.is_still and config.breathing.enabled):
+        return 0
+    return int(round(config.blink.photo_loop_s * FPS)) - info.frame_count
 
 
 def _write_loop(
@@ -154,7 +173,7 @@ def _idle_entry(stretch: IdleStretch, blinks: IdleBlinks, is_still: bool) -> dic
 
 def _needs(info: VideoInfo, config: PrepareConfig) -> PrepareNeeds:
     loop_frames = 2 * min(info.frame_count, int(round(config.idle.max_seconds * FPS)))
-    if info.is_still and config.blink.enabled:
+    if info.is_still and (config.blink.enabled or config.breathing.enabled):
         loop_frames = int(round(config.blink.photo_loop_s * FPS))
     return PrepareNeeds.estimate(info.frame_count, info.width, info.height, loop_frames)
 
@@ -186,18 +205,25 @@ def prepare_avatar(
         )
     check_fits(_needs(info, config), room(final.parent), info.path.name, info.frame_count / FPS)
     HeapTrimmer().tune()  # thousands of frames cross threads: keep freed ones from staying resident
-    encoding = config.video.for_frames(info.frame_count)
+    # a photo that breathes is a clip of moving pictures, encoded as one
+    encoding = config.video.for_frames(info.frame_count + _still_frames(info, config))
     with bf.atomic_bundle_dir(final, force=force) as folder:
-        landmarks, found, notes = _track_frames(info, folder, encoding, config, progress)
+        landmarks, found, notes, clip = _track_frames(info, folder, encoding, config, name, progress)
         max_gap = max(1, int(round(config.max_gap_seconds * FPS)))
         np.save(folder / bf.TRACKED, np.asarray(found, dtype=bool).copy())  # before gaps are filled
         notes += fill_gaps(landmarks, found, max_gap, info.path.name, FPS)
         boxes = crop_boxes(landmarks, info.width, info.height, config.box)
         nose_base = nose_base_rows(crop_space(landmarks, boxes, bf.CROP_SIZE))
-        source = info.frame_count  # a photo's eyes-closing pictures follow its own frame
+        source = info.frame_count  # a photo's added frames follow its own
         stretch = choose_idle_stretch(landmarks[:source], found[:source], FPS, config.idle)
-        blinks = plan_idle_blinks(stretch.loop(), landmarks, source, info.is_still, FPS, config.blink, name)
-        loop_frames = _write_loop(info, folder, blinks, landmarks, config, encoding, progress)
+        if clip is not None:  # the clip is the loop, played forward: loop.mp4 is the same pictures
+            blinks = clip.blinks()
+            shutil.copyfile(folder / FOOTAGE, folder / LOOP_VIDEO)
+            loop_frames = clip.frames
+        else:
+            still = info.is_still
+            blinks = plan_idle_blinks(stretch.loop(), landmarks, source, still, FPS, config.blink, name)
+            loop_frames = _write_loop(info, folder, blinks, landmarks, config, encoding, progress)
         np.save(folder / bf.BOXES, boxes)
         np.save(folder / bf.LANDMARKS, landmarks)
         np.save(folder / bf.NOSE_BASE, nose_base)

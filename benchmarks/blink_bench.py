@@ -1,0 +1,208 @@
+"""Eyes that blink (issue 22): blinks a minute in what a viewer sees, with and without drawn blinks.
+
+Three avatars, each prepared twice in this run (blinks drawn, and `BlinkConfig(enabled=False)`: today's
+behaviour before issue 22), then rendered from the same speech with the weight-free engine and re-tracked:
+
+  photo        the astronaut photo on a 1080×1920 canvas (one picture)
+  sample clip  `make demo`'s sample clip (the photo with a head bob; it never blinks by itself)
+  own blinks   the sample clip with blinks drawn into its footage before prepare (a clip that blinks):
+               prepare must keep its own and draw none
+
+Per case and side: blinks found in the output (`find_blinks` on the re-tracked eye openness) per minute; the
+eye openness outside blinks (its 5th percentile over the median: a dip that is not a blink shows here);
+prepare seconds. Writes benchmarks/results/blink_bench.json and docs/img/blink_strip.png (the photo's first
+blink in the output, eyes enlarged, frame by frame).
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/blink_bench.py [--seconds 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "results"
+TEXT = (
+    "Good evening. Tonight the harbour bridge reopened after three weeks of repairs, and the first cars "
+    "crossed it shortly before midnight. The mayor thanked the workers, who finished ahead of schedule. "
+    "In other news, the museum will keep its doors open late on Fridays through the summer. "
+)
+
+
+def cpu_model() -> str:
+    """The CPU's model name (recorded with every figure)."""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def own_blink_clip(src: Path, dst: Path, starts: list[int]) -> None:
+    """The clip at `src` with a 4-frame blink drawn at each of `starts` (a clip that blinks by itself)."""
+    from lipstream.avatar.blink import BlinkConfig, blink_curve, close_eyes
+    from lipstream.avatar.sample import encode_clip
+    from lipstream.avatar.tracking import FaceTracker
+    from lipstream.avatar.video_source import iter_frames, probe_video
+
+    curve = blink_curve(0.16 * 25, BlinkConfig())
+    closure = {s + k: float(c) for s in starts for k, c in enumerate(curve)}
+    info = probe_video(src)
+
+    def pictures():
+        with FaceTracker() as tracker:
+            for k, rgb in iter_frames(info):
+                landmarks = tracker.track(rgb)
+                amount = closure.get(k, 0.0)
+                yield close_eyes(rgb, landmarks, amount) if amount and landmarks is not None else rgb
+
+    encode_clip(dst, pictures(), fps=25)
+
+
+def eye_track(mp4: Path) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Eye openness per frame of a video (NaN: no face) and the frames' eye regions (for the strip)."""
+    from lipstream.avatar.blink import eye_openness
+    from lipstream.avatar.progress import frame_progress
+    from lipstream.avatar.tracking import FaceTracker
+    from lipstream.avatar.video_source import iter_frames, probe_video
+
+    info = probe_video(mp4)
+    openness = np.full(info.frame_count, np.nan)
+    eyes: list[np.ndarray] = []
+    with (
+        FaceTracker() as tracker,
+        frame_progress(f"tracking eyes in {mp4.parent.name}", info.frame_count) as bar,
+    ):
+        for k, rgb in iter_frames(info):
+            landmarks = tracker.track(rgb)
+            if landmarks is not None:
+                openness[k] = eye_openness(landmarks)
+                corners = landmarks[[33, 263]]
+                w = float(np.linalg.norm(corners[1] - corners[0]))
+                cx, cy = corners.mean(axis=0)
+                y0, x0 = int(cy - 0.3 * w), int(cx - 0.85 * w)
+                eyes.append(np.array(rgb[max(y0, 0) : int(cy + 0.25 * w), max(x0, 0) : int(cx + 0.85 * w)]))
+            else:
+                eyes.append(np.zeros((8, 8, 3), np.uint8))
+            bar()
+    return openness, eyes
+
+
+def measure(mp4: Path, seconds: float) -> tuple[dict, list[np.ndarray], list[tuple[int, int]]]:
+    """Blinks a minute and the openness outside blinks, from the output alone."""
+    from lipstream.avatar.blink import find_blinks
+
+    openness, eyes = eye_track(mp4)
+    valid = np.where(np.isnan(openness), np.nanmedian(openness), openness)
+    found = find_blinks(valid, 25)
+    outside = np.ones(len(valid), bool)
+    for start, stop in found:
+        outside[max(start - 2, 0) : stop + 2] = False
+    median = float(np.median(valid[outside]))
+    return (
+        {
+            "frames": len(valid),
+            "faces_found": int(np.count_nonzero(~np.isnan(openness))),
+            "blinks": len(found),
+            "blinks_per_minute": round(60.0 * len(found) / seconds, 1),
+            "blink_frames": [list(b) for b in found],
+            "openness_median": round(median, 4),
+            "openness_p5_outside_blinks_vs_median": round(
+                float(np.percentile(valid[outside], 5)) / median, 3
+            ),
+        },
+        eyes,
+        found,
+    )
+
+
+def strip(path: Path, eyes: list[np.ndarray], blink: tuple[int, int]) -> None:
+    """The frames around one blink, eyes enlarged 3×, left to right."""
+    start, stop = blink
+    picked = [eyes[k] for k in range(max(start - 2, 0), min(stop + 3, len(eyes)))]
+    h = min(p.shape[0] for p in picked)
+    w = min(p.shape[1] for p in picked)
+    row = np.concatenate(
+        [np.pad(p[:h, :w], ((4, 4), (4, 4), (0, 0)), constant_values=255) for p in picked], axis=1
+    )
+    big = cv2.resize(row, None, fx=3, fy=3, interpolation=cv2.INTER_CUBIC)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cv2.imwrite(str(path), cv2.cvtColor(big, cv2.COLOR_RGB2BGR))
+
+
+def main() -> None:
+    """Prepare, render and re-track every case on both sides; print and save the figures."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=60.0, help="speech rendered per case")
+    ap.add_argument("--out", type=Path, default=RESULTS / "blink_bench.json")
+    ap.add_argument("--strip", type=Path, default=REPO / "docs" / "img" / "blink_strip.png")
+    args = ap.parse_args()
+
+    from lipstream.audio.speech import Speech
+    from lipstream.audio.timeline import SAMPLE_RATE
+    from lipstream.avatar.blink import BlinkConfig
+    from lipstream.avatar.prepare import PrepareConfig, prepare_avatar
+    from lipstream.avatar.sample import presenter_frame, write_sample_video
+    from lipstream.engines.viseme.engine import VisemeEngine
+    from lipstream.render.offline import render_speech_to_mp4
+    from lipstream.talk.espeak_tts import EspeakTTS
+
+    work = Path(tempfile.mkdtemp(prefix="blink-bench-"))
+    tts = EspeakTTS("en-us")
+    pcm = np.zeros(0, np.float32)
+    while len(pcm) < args.seconds * SAMPLE_RATE:
+        pcm = np.concatenate([pcm, tts.synthesize(TEXT).pcm, np.zeros(SAMPLE_RATE // 2, np.float32)])
+    speech = Speech(pcm=pcm[: int(args.seconds * SAMPLE_RATE)])
+    photo = work / "photo.png"
+    cv2.imwrite(str(photo), cv2.cvtColor(presenter_frame(1080, 1920), cv2.COLOR_RGB2BGR))
+    clip = work / "sample.mp4"
+    write_sample_video(clip)
+    blinking = work / "blinking.mp4"
+    own_starts = [30, 110, 170]  # frames: 1.2 s, 4.4 s and 6.8 s into the 8 s clip
+    own_blink_clip(clip, blinking, own_starts)
+    cases = {"photo": photo, "sample clip": clip, "own blinks": blinking}
+    sides = {"before (no drawn blinks)": BlinkConfig(enabled=False), "after": BlinkConfig()}
+    engine = VisemeEngine()
+    results: dict = {
+        "date": time.strftime("%Y-%m-%d %H:%M"), "cpu_model": cpu_model(), "cpus": os.cpu_count(),
+        "seconds": args.seconds, "cases": {},
+    }  # fmt: skip
+    strip_done = False
+    for case, source in cases.items():
+        results["cases"][case] = {}
+        for side, blink in sides.items():
+            name = f"{case.replace(' ', '-')}-{'after' if blink.enabled else 'before'}"
+            t0 = time.perf_counter()
+            bundle = prepare_avatar(
+                source, name, work / "avatars", progress=False, config=PrepareConfig(blink=blink)
+            )
+            prepare_s = time.perf_counter() - t0
+            out = work / name / "out.mp4"
+            out.parent.mkdir(parents=True)
+            render_speech_to_mp4(bundle, engine, speech, out, persist_codebook=False)
+            figures, eyes, found = measure(out, args.seconds)
+            figures.update(prepare_s=round(prepare_s, 2), manifest_blinks=bundle.manifest.idle.get("blinks"))
+            results["cases"][case][side] = figures
+            print(
+                f"{case:12s} {side:26s} blinks/min {figures['blinks_per_minute']:5.1f}  "
+                f"openness p5/median outside blinks {figures['openness_p5_outside_blinks_vs_median']:.3f}  "
+                f"prepare {prepare_s:.1f} s  manifest {figures['manifest_blinks']}"
+            )
+            if case == "photo" and blink.enabled and found and not strip_done:
+                strip(args.strip, eyes, found[0])
+                strip_done = True
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"results: {args.out}\nstrip: {args.strip}\nwork folder: {work}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,6 +1,6 @@
 """Eyes that blink (issue 22): blinks a minute in what a viewer sees, with and without drawn blinks.
 
-Three avatars, each prepared twice in this run (blinks drawn, and `BlinkConfig(enabled=False)`: today's
+Three avatars, each prepared twice in this run (blinks drawn and a photo breathing, and both off: the
 behaviour before issue 22), then rendered from the same speech with the weight-free engine and re-tracked:
 
   photo        the astronaut photo on a 1080×1920 canvas (one picture)
@@ -10,8 +10,9 @@ behaviour before issue 22), then rendered from the same speech with the weight-f
 
 Per case and side: blinks found in the output (`find_blinks` on the re-tracked eye openness) per minute; the
 eye openness outside blinks (its 5th percentile over the median: a dip that is not a blink shows here);
-prepare seconds. Writes benchmarks/results/blink_bench.json and docs/img/blink_strip.png (the photo's first
-blink in the output, eyes enlarged, frame by frame).
+the head's travel (the tracked nose bridge's 5-95th percentile span, px); prepare seconds. Writes
+benchmarks/results/blink_bench.json and docs/img/blink_strip.png (the photo's first blink in the output,
+eyes enlarged, frame by frame).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/blink_bench.py [--seconds 60]
 """
@@ -67,8 +68,9 @@ def own_blink_clip(src: Path, dst: Path, starts: list[int]) -> None:
     encode_clip(dst, pictures(), fps=25)
 
 
-def eye_track(mp4: Path) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Eye openness per frame of a video (NaN: no face) and the frames' eye regions (for the strip)."""
+def eye_track(mp4: Path) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
+    """Eye openness per frame of a video (NaN: no face), the frames' eye regions (for the strip) and the
+    nose bridge's position per frame (the head's motion)."""
     from lipstream.avatar.blink import eye_openness
     from lipstream.avatar.progress import frame_progress
     from lipstream.avatar.tracking import FaceTracker
@@ -76,6 +78,7 @@ def eye_track(mp4: Path) -> tuple[np.ndarray, list[np.ndarray]]:
 
     info = probe_video(mp4)
     openness = np.full(info.frame_count, np.nan)
+    bridge = np.full((info.frame_count, 2), np.nan)
     eyes: list[np.ndarray] = []
     with (
         FaceTracker() as tracker,
@@ -85,6 +88,7 @@ def eye_track(mp4: Path) -> tuple[np.ndarray, list[np.ndarray]]:
             landmarks = tracker.track(rgb)
             if landmarks is not None:
                 openness[k] = eye_openness(landmarks)
+                bridge[k] = landmarks[6]
                 corners = landmarks[[33, 263]]
                 w = float(np.linalg.norm(corners[1] - corners[0]))
                 cx, cy = corners.mean(axis=0)
@@ -93,14 +97,14 @@ def eye_track(mp4: Path) -> tuple[np.ndarray, list[np.ndarray]]:
             else:
                 eyes.append(np.zeros((8, 8, 3), np.uint8))
             bar()
-    return openness, eyes
+    return openness, eyes, bridge
 
 
 def measure(mp4: Path, seconds: float) -> tuple[dict, list[np.ndarray], list[tuple[int, int]]]:
     """Blinks a minute and the openness outside blinks, from the output alone."""
     from lipstream.avatar.blink import find_blinks
 
-    openness, eyes = eye_track(mp4)
+    openness, eyes, bridge = eye_track(mp4)
     valid = np.where(np.isnan(openness), np.nanmedian(openness), openness)
     found = find_blinks(valid, 25)
     outside = np.ones(len(valid), bool)
@@ -149,6 +153,7 @@ def main() -> None:
     from lipstream.audio.speech import Speech
     from lipstream.audio.timeline import SAMPLE_RATE
     from lipstream.avatar.blink import BlinkConfig
+    from lipstream.avatar.breathing import BreathingConfig
     from lipstream.avatar.prepare import PrepareConfig, prepare_avatar
     from lipstream.avatar.sample import presenter_frame, write_sample_video
     from lipstream.engines.viseme.engine import VisemeEngine
@@ -169,7 +174,12 @@ def main() -> None:
     own_starts = [30, 110, 170]  # frames: 1.2 s, 4.4 s and 6.8 s into the 8 s clip
     own_blink_clip(clip, blinking, own_starts)
     cases = {"photo": photo, "sample clip": clip, "own blinks": blinking}
-    sides = {"before (no drawn blinks)": BlinkConfig(enabled=False), "after": BlinkConfig()}
+    sides = {
+        "before (no drawn blinks)": PrepareConfig(
+            blink=BlinkConfig(enabled=False), breathing=BreathingConfig(False)
+        ),
+        "after": PrepareConfig(),
+    }
     engine = VisemeEngine()
     results: dict = {
         "date": time.strftime("%Y-%m-%d %H:%M"), "cpu_model": cpu_model(), "cpus": os.cpu_count(),
@@ -178,12 +188,10 @@ def main() -> None:
     strip_done = False
     for case, source in cases.items():
         results["cases"][case] = {}
-        for side, blink in sides.items():
-            name = f"{case.replace(' ', '-')}-{'after' if blink.enabled else 'before'}"
+        for side, config in sides.items():
+            name = f"{case.replace(' ', '-')}-{'after' if config.blink.enabled else 'before'}"
             t0 = time.perf_counter()
-            bundle = prepare_avatar(
-                source, name, work / "avatars", progress=False, config=PrepareConfig(blink=blink)
-            )
+            bundle = prepare_avatar(source, name, work / "avatars", progress=False, config=config)
             prepare_s = time.perf_counter() - t0
             out = work / name / "out.mp4"
             out.parent.mkdir(parents=True)
@@ -194,9 +202,10 @@ def main() -> None:
             print(
                 f"{case:12s} {side:26s} blinks/min {figures['blinks_per_minute']:5.1f}  "
                 f"openness p5/median outside blinks {figures['openness_p5_outside_blinks_vs_median']:.3f}  "
-                f"prepare {prepare_s:.1f} s  manifest {figures['manifest_blinks']}"
+                f"head span {figures['head_span_px']} px  prepare {prepare_s:.1f} s  "
+                f"manifest {figures['manifest_blinks']}"
             )
-            if case == "photo" and blink.enabled and found and not strip_done:
+            if case == "photo" and config.blink.enabled and found and not strip_done:
                 strip(args.strip, eyes, found[0])
                 strip_done = True
     args.out.parent.mkdir(parents=True, exist_ok=True)

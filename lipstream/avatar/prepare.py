@@ -175,7 +175,8 @@ def _needs(info: VideoInfo, config: PrepareConfig) -> PrepareNeeds:
     loop_frames = 2 * min(info.frame_count, int(round(config.idle.max_seconds * FPS)))
     if info.is_still and (config.blink.enabled or config.breathing.enabled):
         loop_frames = int(round(config.blink.photo_loop_s * FPS))
-    return PrepareNeeds.estimate(info.frame_count, info.width, info.height, loop_frames)
+    frames = info.frame_count + _still_frames(info, config)  # a breathing photo's clip is footage too
+    return PrepareNeeds.estimate(frames, info.width, info.height, loop_frames)
 
 
 def prepare_avatar(

@@ -94,3 +94,23 @@ def test_interrupted_prepare_leaves_nothing(tmp_path: Path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert list(avatars.iterdir()) == []
+
+
+def test_a_photo_breathes_and_blinks_unless_asked_not_to(tmp_path: Path):
+    import cv2
+
+    from lipstream.avatar.sample import presenter_frame
+
+    home = tmp_path / "home"
+    photo = tmp_path / "anchor.png"
+    cv2.imwrite(str(photo), cv2.cvtColor(presenter_frame(288, 512), cv2.COLOR_RGB2BGR))
+    moving = lipstream("avatar", "prepare", str(photo), "--name", "moving", "-q", home=home)
+    assert moving.returncode == 0, moving.stderr
+    assert "'moving': photo -> 300 frames (12.0 s at 25 fps)" in moving.stdout
+    info = lipstream("avatar", "info", "moving", home=home)
+    assert "a photo, played as a 12 s loop with" in info.stdout and "0 of its own" in info.stdout
+    still = lipstream("avatar", "prepare", str(photo), "--name", "still", "--still", "--no-blink", home=home)
+    assert still.returncode == 0, still.stderr
+    assert "'still': photo, 288×512" in still.stdout
+    blinking = lipstream("avatar", "prepare", str(photo), "--name", "blinking", "--still", "-q", home=home)
+    assert "'blinking': photo -> 4 frames" in blinking.stdout

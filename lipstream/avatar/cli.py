@@ -17,7 +17,11 @@ def summary_line(bundle: bf.AvatarBundle, verb: str = "prepared") -> str:
     m = bundle.manifest
     fps_done = m.frame_count / m.prepare_seconds if m.prepare_seconds else 0.0
     seconds = m.frame_count / m.fps
-    kind = "photo" if m.frame_count == 1 else f"{m.frame_count} frames ({seconds:.1f} s at {m.fps} fps)"
+    frames = f"{m.frame_count} frames ({seconds:.1f} s at {m.fps} fps)"
+    if m.source_fps is None:  # a photo: alone, or with the pictures (or the breathing clip) made from it
+        kind = "photo" if m.frame_count == 1 else f"photo -> {frames}"
+    else:
+        kind = frames
     return (
         f"{verb} avatar '{m.name}': {kind}, {m.width}×{m.height}, face {m.face_width_px:.0f} px wide, "
         f"in {m.prepare_seconds:.1f} s ({fps_done:.1f} frames/s) -> {bundle.path}"
@@ -31,11 +35,18 @@ def _print_notes(bundle: bf.AvatarBundle) -> None:
 
 def prepare_from_args(args: argparse.Namespace) -> bf.AvatarBundle:
     """Prepare the bundle `avatar prepare` asks for and print what was made."""
-    from lipstream.avatar.prepare import prepare_avatar
+    from lipstream.avatar.blink import BlinkConfig
+    from lipstream.avatar.breathing import BreathingConfig
+    from lipstream.avatar.prepare import PrepareConfig, prepare_avatar
 
-    bundle = prepare_avatar(
-        args.input, args.name, avatars_root=args.avatars_dir, force=args.force, progress=not args.quiet
+    config = PrepareConfig(
+        blink=BlinkConfig(enabled=not getattr(args, "no_blink", False)),
+        breathing=BreathingConfig(enabled=not getattr(args, "still", False)),
     )
+    bundle = prepare_avatar(
+        args.input, args.name, avatars_root=args.avatars_dir, force=args.force, progress=not args.quiet,
+        config=config,
+    )  # fmt: skip
     _print_notes(bundle)
     print(summary_line(bundle))
     return bundle
@@ -118,6 +129,10 @@ def run_info(args: argparse.Namespace) -> int:
     print(f"  frames   {m.frame_count} at {m.fps} fps, idle loop {len(bundle.idle_loop)} frames")
     if m.idle:
         print(f"  idle     {m.idle.get('reason', '')}")
+        blinks = m.idle.get("blinks")
+        if blinks:
+            own, drawn, rate = blinks["own"], blinks["drawn"], blinks["per_minute"]
+            print(f"  blinks   {own} of its own, {drawn} drawn, per loop ({rate}/min)")
     if m.format_version < bf.FORMAT_VERSION:
         upgrade = f"`lipstream avatar upgrade {m.name}` makes it ~100x smaller"
         print(f"  note     raw frames (bundle format {m.format_version}): {upgrade}")
@@ -147,6 +162,13 @@ def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersActi
     p.add_argument("input", help="a video file (any container/codec FFmpeg reads) or an image")
     p.add_argument("--name", required=True, help="avatar name (folder name under the avatars folder)")
     p.add_argument("--force", action="store_true", help="replace an existing avatar of that name")
+    p.add_argument(
+        "--no-blink", action="store_true", help="draw no blinks (footage that never blinks stays so)"
+    )
+    p.add_argument(
+        "--still", action="store_true",
+        help="a photo stays still (no breathing clip: 4 frames instead of 300, a far smaller web export)",
+    )  # fmt: skip
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     common(p)
     p.set_defaults(func=run_prepare)

@@ -200,6 +200,34 @@ def test_speech_moves_only_the_mouth_below_the_nose(engine: VisemeEngine, small_
     assert dark[1] > dark[0]
 
 
+def test_the_jaw_carries_the_chin_and_the_crop_edge_stays(small_avatar) -> None:
+    """Issue 22: opening drops the chin with the lower lip (the jaw), eased within the rows left under the
+    chin, and the crop's last row never moves (the patch meets the frame there without a step)."""
+    from lipstream.engines.viseme.geometry import MouthGeometry
+    from lipstream.engines.viseme.warp import below_chin_fade, chin_drop, render_patch
+
+    eng = VisemeEngine(mouth="drawn")
+    cfg = eng.warp
+    assert cfg.jaw_lip * cfg.jaw_drop > cfg.lip_part  # the jaw, not the lips, carries most of the opening
+    for drop in (0.0, 2.0, 8.0, 40.0):
+        assert 0.0 <= chin_drop(drop, 240.0, 256, 0.85) <= min(drop, 0.85 * 15) + 1e-9
+    assert chin_drop(2.0, 240.0, 256, 0.85) > 0.8 * 2.0  # a small drop is nearly kept
+    assert chin_drop(5.0, 255.5, 256, 0.85) == 0.0  # a chin outside the crop does not move
+    fade = below_chin_fade(np.arange(200, 256, dtype=np.float32), 240.0, 40.0, 256)
+    assert fade[:41].min() == 1.0 and fade[-1] == 0.0 and np.all(np.diff(fade) <= 0)
+
+    fid = 0
+    cache = eng._cache(small_avatar)
+    geo = MouthGeometry.unpack(cache.geometry[fid])
+    crop, mask = np.asarray(cache.crops[fid]), np.asarray(small_avatar.masks[fid])
+    patch = render_patch(crop, mask, geo, np.array([0.6, 0.0, 0.0, 0.0], np.float32), cfg)
+    np.testing.assert_array_equal(patch[-1], crop[-1])
+    if geo.chin_y < crop.shape[0] - 2:
+        chin_row = int(round(geo.chin_y))
+        cols = slice(int(geo.center_x - 0.3 * geo.half_width), int(geo.center_x + 0.3 * geo.half_width))
+        assert np.abs(patch[chin_row, cols].astype(int) - crop[chin_row, cols]).max() > 0  # the chin moved
+
+
 def test_render_rejects_mismatched_batches(engine: VisemeEngine, small_avatar) -> None:
     with pytest.raises(ValueError):
         engine.render(small_avatar, np.zeros((2, 3), np.float32), np.array([0]))

@@ -139,3 +139,25 @@ def test_another_warp_recalibrates_and_drops_stale_codebooks(small_avatar) -> No
     assert not stale.exists()
     curve = OpeningCurve.unpack(np.load(folder / OPENING_FILE))
     assert curve.aperture[-1] > curve.aperture[0]
+
+
+def test_opening_curve_is_capped_at_the_speech_range() -> None:
+    """Issue 22: command 1 lands on the speech range's widest aperture, not on the warp's widest gape."""
+    levels = np.asarray(LEVELS, np.float32)
+    measured = (0.15 + 0.35 * levels).astype(np.float32)  # this warp could gape to half the mouth's width
+    curve = OpeningCurve(levels, measured).capped(0.4)
+    assert curve.aperture[-1] == pytest.approx(0.4)
+    assert curve.levels[-1] == pytest.approx(0.25 / 0.35, abs=1e-5)
+    warp = curve.warp_opening(np.array([0.0, 0.5, 1.0], np.float32))
+    np.testing.assert_allclose(np.interp(warp, levels, measured), [0.15, 0.275, 0.4], atol=1e-5)
+    narrow = OpeningCurve(levels, (0.15 + 0.1 * levels).astype(np.float32))
+    assert narrow.capped(0.4) is narrow  # a warp that never gets there keeps its whole range
+
+
+def test_gap_over_width_is_the_inner_gap_over_the_corner_distance() -> None:
+    from lipstream.engines.viseme.calibration import gap_over_width
+
+    landmarks = np.zeros((478, 2), np.float32)
+    landmarks[61], landmarks[291] = (100, 200), (160, 200)  # mouth corners, 60 px apart
+    landmarks[13], landmarks[14] = (130, 195), (130, 207)  # inner lips, 12 px apart
+    assert gap_over_width(landmarks) == pytest.approx(0.2)

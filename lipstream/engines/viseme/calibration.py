@@ -1,10 +1,13 @@
-"""Per-avatar opening calibration: make the *seen* lip aperture proportional to the commanded opening.
+"""Per-avatar opening calibration: make the *seen* lip aperture proportional to the commanded opening, over
+the range of human speech.
 
 The warp's parting is linear in pixels, but what a viewer (or a face tracker) reads as mouth opening is
 not: the first few pixels reveal the dark interior and read as a large change, very wide partings make
 the lips thin out. At prepare time the warp is driven at fixed openings on a few of the avatar's own
-frames, the inner-lip aperture is measured with the face tracker, and the inverse of that curve maps a
-command c in 0..1 to the warp opening that lands c of the way from the rest aperture to the widest one.
+frames, the inner-lip gap over the mouth's width is measured with the face tracker, and the inverse of that
+curve maps a command c in 0..1 to the warp opening that lands c of the way from the rest aperture to
+SPEECH_MAX (emphasis; speech is mostly nearly closed, ~0.1-0.2 of the width on vowels), not to the widest
+the warp can do (a puppet's gape).
 """
 
 from __future__ import annotations
@@ -16,14 +19,24 @@ import cv2
 import numpy as np
 
 from lipstream.avatar.bundle import AvatarBundle
-from lipstream.avatar.face_measures import lip_aperture
+from lipstream.avatar.face_measures import MOUTH_CORNERS
 
 LEVELS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.45, 0.6, 0.8, 1.0)
+INNER_LIP_MID = (13, 14)  # face-mesh inner-lip midpoints, upper and lower
+SPEECH_MAX = 0.4  # inner-lip gap / mouth width at command 1: the loudest open vowel (speech rarely goes past)
+MIN_SPAN = 0.1  # a rest mouth already that open still gets this much range above it
+
+
+def gap_over_width(landmarks: np.ndarray) -> float:
+    """Inner-lip gap at the middle over the corner-to-corner mouth width (scale free)."""
+    gap = np.linalg.norm(landmarks[INNER_LIP_MID[0]] - landmarks[INNER_LIP_MID[1]])
+    width = np.linalg.norm(landmarks[MOUTH_CORNERS[0]] - landmarks[MOUTH_CORNERS[1]])
+    return float(gap / max(width, 1e-6))
 
 
 @dataclass(frozen=True)
 class OpeningCurve:
-    """Measured aperture (eye-corner widths) at each warp opening level."""
+    """Measured aperture (inner-lip gap / mouth width) at each warp opening level."""
 
     levels: np.ndarray
     aperture: np.ndarray
@@ -43,8 +56,21 @@ class OpeningCurve:
         """Inverse of pack()."""
         return cls(np.asarray(arr[0], np.float32), np.asarray(arr[1], np.float32))
 
+    def capped(self, most: float) -> OpeningCurve:
+        """The curve cut where its aperture reaches `most` (interpolated there), so command 1 lands on it."""
+        mono = np.maximum.accumulate(self.aperture)
+        if mono[-1] <= most:
+            return self
+        k = int(np.argmax(mono >= most))  # first level at or past it (k >= 1: the rest lies below `most`)
+        if k == 0:
+            return OpeningCurve(self.levels[:1].copy(), self.aperture[:1].copy())
+        t = (most - mono[k - 1]) / max(float(mono[k] - mono[k - 1]), 1e-9)
+        level = self.levels[k - 1] + t * (self.levels[k] - self.levels[k - 1])
+        levels = np.append(self.levels[:k], level).astype(np.float32)
+        return OpeningCurve(levels, np.append(mono[:k], most).astype(np.float32))
+
     def warp_opening(self, command: np.ndarray) -> np.ndarray:
-        """Warp opening whose aperture lies `command` of the way from rest to the widest measured one."""
+        """Warp opening whose aperture lies `command` of the way from rest to the curve's last one."""
         command = np.clip(np.asarray(command, dtype=np.float32), 0.0, 1.0)
         mono = np.maximum.accumulate(self.aperture)
         if mono[-1] - mono[0] <= 1e-6:
@@ -85,9 +111,10 @@ def measure_opening_curve(
                 tracker.reset()
                 landmarks = tracker.track(paste_patch(bundle, int(fid), render_open(level, int(fid))))
                 if landmarks is not None:
-                    # the same measure as `lipstream eval lipsync`: the calibration targets what is evaluated
-                    values.append(lip_aperture(landmarks))
+                    # the same measure as the realism bench's speech range: what is evaluated is targeted
+                    values.append(gap_over_width(landmarks))
             if not values:
                 return OpeningCurve.identity()
             measured[i] = float(np.median(values))
-    return OpeningCurve(np.asarray(LEVELS, dtype=np.float32), measured)
+    curve = OpeningCurve(np.asarray(LEVELS, dtype=np.float32), measured)
+    return curve.capped(max(SPEECH_MAX, float(measured[0]) + MIN_SPAN))

@@ -43,7 +43,7 @@ from lipstream.files import atomic_file
 CROPS_FILE = "crops.npy"  # format-1 bundles: N×256×256×3 uint8, each frame's box resized to crop space
 GEOMETRY_FILE = "geometry.npy"  # N×GEOMETRY_DIM float32: packed MouthGeometry rows
 OPENING_FILE = "opening.npy"  # 2×L float32: warp opening levels and the aperture tracked at each
-CACHE_VERSION = 3
+CACHE_VERSION = 4  # 4: calibrated in inner-lip gap / mouth width, capped at the speech range
 MOUTH_MODES = ("auto", "drawn", "atlas")  # auto: the atlas when it is rich enough, else the drawn mouth
 
 

@@ -24,7 +24,9 @@ class LoudnessConfig:
     ahead_frames: int = 4  # ... and 160 ms after (must not exceed the extractor's look-ahead)
     min_range_db: float = 15.0  # the reference sits at least this far above the floor
     shape_share: float = 0.3  # part of the opening set by the phoneme target alone (vowel height)
-    open_gain: float = 0.85  # opening of the loudest frame of a fully open vowel
+    open_gain: float = 1.0  # opening (before the power) of the loudest frame of a fully open vowel
+    open_power: float = 1.5  # opening = (gain · shaped) ** power: above 1, speech is mostly nearly closed and
+    # only loud open vowels open wide (the calibration puts command 1 at an emphasised vowel's aperture)
     ease_frames: int = 2  # lips take this many frames to settle into (and leave) the rest pose
 
     @property
@@ -70,7 +72,7 @@ def scale_opening(feats: np.ndarray, loud: np.ndarray, cfg: LoudnessConfig) -> n
     target = out[:, OPEN]
     # Normalised by the widest table target (0.85), so an open vowel at full loudness reaches open_gain.
     shaped = cfg.shape_share * target / 0.85 + (1.0 - cfg.shape_share) * loud * np.minimum(target / 0.2, 1.0)
-    out[:, OPEN] = np.clip(cfg.open_gain * shaped, 0.0, 1.0) * (1.0 - out[:, CLOSURE])
+    out[:, OPEN] = np.clip(cfg.open_gain * shaped, 0.0, 1.0) ** cfg.open_power * (1.0 - out[:, CLOSURE])
     return out
 
 

@@ -16,11 +16,16 @@ from lipstream.engines.viseme.geometry import MouthGeometry
 class WarpConfig:
     """Motion ranges relative to the mouth half-width W (corner to corner / 2)."""
 
-    jaw_drop: float = 0.72  # lip parting at open=1, in W (the lip's rim and lower teeth take some)
-    upper_share: float = 0.22  # part of the parting taken by the upper lip
+    # The opening is mostly the jaw rotating down (chin, lower lip and lower teeth together), plus a smaller
+    # parting of the lips themselves; the calibration maps commands onto the speech range of this motion.
+    jaw_drop: float = 0.5  # the chin's drop at open=1, in W
+    jaw_lip: float = 0.85  # the lower lip rides this share of it (it is nearer the jaw's hinge)
+    lip_part: float = 0.16  # the lips' own parting on top of the jaw at open=1, in W
+    upper_share: float = 0.4  # part of the lips' own parting taken by the upper lip
+    chin_room: float = 0.85  # the chin drops at most this share of the rows left under it in the crop (the
+    # skin there is compressed, and the crop's bottom edge never moves: a larger drop would fold it)
     spread: float = 0.13  # corner shift at width=±1, in W
     roi_half_width: float = 2.6  # warped region half-width, in W
-    chin_follow: float = 0.6  # the chin moves this share of the lower lip's drop (less stretch below it)
     corner_taper: float = 0.7  # parting profile (1 - u²)^taper: 0.5 is an ellipse with blunt corners
     round_narrow: float = 0.35  # rounding (width -1) narrows the opening by this share ...
     round_taper: float = 0.1  # ... and makes it this much rounder (a lower taper; more gives vertical sides)
@@ -98,12 +103,13 @@ def render_patch(
     u_inner = (x_src_line[None, :] - 0.5 * (inner_l + inner_r)) / max(0.5 * (inner_r - inner_l), 1.0)
     profile = np.clip(1.0 - (u_inner / narrow) ** 2, 0.0, 1.0) ** taper
     jaw = np.exp(-((u / 1.3) ** 4))
-    drop = cfg.jaw_drop * w_half * opening
+    jaw_drop = cfg.jaw_drop * w_half * opening
+    lip_part = cfg.lip_part * w_half * opening
     # f/v: the lower lip rises in front of the upper teeth (it covers them, it does not squeeze them).
     tuck = labio * cfg.labiodental_tuck * gap
-    d_up = (cfg.upper_share * drop + labio * cfg.labiodental_lift * w_half) * profile - 0.5 * close
-    d_low_lip = (1.0 - cfg.upper_share) * drop * profile - 0.5 * close - tuck
-    d_low_jaw = (1.0 - cfg.upper_share) * drop * jaw * cfg.chin_follow
+    d_up = (cfg.upper_share * lip_part + labio * cfg.labiodental_lift * w_half) * profile - 0.5 * close
+    d_low_lip = (cfg.jaw_lip * jaw_drop + (1.0 - cfg.upper_share) * lip_part) * profile - 0.5 * close - tuck
+    d_low_jaw = chin_drop(jaw_drop, geo.chin_y, size, cfg.chin_room) * jaw
     upper_dst = upper - d_up
     lower_dst = lower + d_low_lip
 
@@ -114,8 +120,7 @@ def render_patch(
     # Lower region: lower lip follows the lip profile, chin follows the jaw; fades below the chin.
     t = np.clip((ys - lower_dst) / max(geo.chin_y - geo.lip_y, 1.0), 0.0, 1.0)
     d_low = d_low_lip * (1.0 - t) + d_low_jaw * t
-    sigma = 0.5 * w_half
-    fade = np.exp(-(np.maximum(ys - geo.chin_y, 0.0) ** 2) / (2 * sigma * sigma))
+    fade = below_chin_fade(ys, geo.chin_y, w_half, size)
     map_y_low = ys - d_low * fade
     # Between the new lip edges: the source's own gap (teeth of a parted rest mouth) rides with the upper
     # lip at its own size, as upper teeth do; squeezed when the lips part less than in the source.
@@ -176,6 +181,23 @@ def render_patch(
         warped[sub] = (warped[sub].astype(np.float32) * (1.0 - a) + interior * a + 0.5).astype(np.uint8)
     patch[r0:, c0:c1] = warped
     return patch
+
+
+def chin_drop(drop: float, chin_y: float, size: int, room: float) -> float:
+    """The chin's drop in pixels: `drop` eased so it stays within `room` of the rows under the chin."""
+    limit = room * (size - 1 - chin_y)
+    if limit <= 0.0:
+        return 0.0
+    return float(limit * (1.0 - np.exp(-drop / limit)))
+
+
+def below_chin_fade(ys: np.ndarray, chin_y: float, w_half: float, size: int) -> np.ndarray:
+    """Share of the jaw's drop kept on each row: 1 down to the chin, then fading to 0 at the crop's last row
+    (rows under the chin are compressed there, so the patch meets the frame without a step)."""
+    sigma = 0.5 * w_half
+    under = np.maximum(ys - chin_y, 0.0)
+    ramp = np.clip((size - 1 - ys) / max(size - 1 - chin_y, 1.0), 0.0, 1.0)
+    return np.exp(-(under**2) / (2 * sigma * sigma)) * np.where(ys > chin_y, ramp, 1.0)
 
 
 def _interior_alpha(ys: np.ndarray, top: np.ndarray, bottom: np.ndarray, edge_px: float) -> np.ndarray:

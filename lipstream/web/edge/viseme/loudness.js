@@ -37,7 +37,8 @@ export function scaleOpening(feats, loud, cfg) {
     const target = out[i * 3 + OPEN];
     const shaped = (cfg.shape_share * target) / 0.85
       + (1.0 - cfg.shape_share) * loud[i] * Math.min(target / 0.2, 1.0);
-    out[i * 3 + OPEN] = Math.min(Math.max(cfg.open_gain * shaped, 0), 1) * (1.0 - out[i * 3 + CLOSURE]);
+    const open = Math.min(Math.max(cfg.open_gain * shaped, 0), 1) ** cfg.open_power;
+    out[i * 3 + OPEN] = open * (1.0 - out[i * 3 + CLOSURE]);
   }
   return out;
 }

@@ -48,6 +48,20 @@ const toothPhase = (u, pitch) => Math.abs((((u / pitch) % 1.0) + 1.0) % 1.0 - 0.
 /** _seam_shade: brightness across a tooth row, 1 on a tooth and a soft dark seam between two. */
 const seamShade = (phase) => 1.0 - 0.3 * Math.exp(-(((0.5 - phase) / 0.07) ** 2));
 
+/** chin_drop: the chin's drop in pixels, eased to stay within `room` of the rows under the chin. */
+export function chinDrop(drop, chinY, size, room) {
+  const limit = room * (size - 1 - chinY);
+  if (limit <= 0.0) return 0.0;
+  return limit * (1.0 - Math.exp(-drop / limit));
+}
+
+/** below_chin_fade: share of the jaw's drop kept on row y, 0 at the crop's last row (no step at its edge). */
+export function belowChinFade(y, chinY, sigma, size) {
+  const under = Math.max(y - chinY, 0.0);
+  const ramp = y > chinY ? clip((size - 1 - y) / Math.max(size - 1 - chinY, 1.0), 0, 1) : 1.0;
+  return Math.exp(-(under ** 2) / (2 * sigma * sigma)) * ramp;
+}
+
 /** cv2.remap INTER_LINEAR + BORDER_REPLICATE of one pixel, in OpenCV's fixed point (1/32 px, 15-bit weights). */
 function remapPixel(src8, size, mx, my, rgb) {
   const X = Math.round(mx * 32);
@@ -104,7 +118,7 @@ export function renderPatch(base32, size, geo, feature, cfg, out32) {
     above[i] = clip((y - geo.noseY) / Math.max(geo.lipY - geo.noseY, 1.0), 0, 1) ** 1.5;
     const below = Math.exp(-(((y - geo.lipY) / (0.9 * W)) ** 2));
     vert[i] = y < geo.lipY ? above[i] : below;
-    fade[i] = Math.exp(-(Math.max(y - geo.chinY, 0.0) ** 2) / (2 * sigma * sigma));
+    fade[i] = belowChinFade(y, geo.chinY, sigma, size);
   }
   const dxScale = cfg.spread * W * width;
   // The lip line's horizontal shift decides where the contours are read.
@@ -121,7 +135,10 @@ export function renderPatch(base32, size, geo, feature, cfg, out32) {
     profile[j] = clip(1.0 - ((xSrcLine[j] - innerC) / innerW / narrow) ** 2, 0, 1) ** taper;
   }
 
-  const drop = cfg.jaw_drop * W * opening;
+  // The jaw carries the chin, lower lip and lower teeth; the lips part a little more on top of it.
+  const jawDrop = cfg.jaw_drop * W * opening;
+  const lipPart = cfg.lip_part * W * opening;
+  const chin = chinDrop(jawDrop, geo.chinY, size, cfg.chin_room);
   const us = cfg.upper_share;
   const chinSpan = Math.max(geo.chinY - geo.lipY, 1.0);
   // First pass over columns: the lip edges, and the opening's height at its tallest and its floor
@@ -135,9 +152,9 @@ export function renderPatch(base32, size, geo, feature, cfg, out32) {
     const close = closure * gap;
     // f/v: the lower lip rises in front of the upper teeth (covers them, does not squeeze them)
     colTuck[j] = labio * cfg.labiodental_tuck * gap;
-    colDUp[j] = (us * drop + labio * cfg.labiodental_lift * W) * profile[j] - 0.5 * close;
-    colDLowLip[j] = (1.0 - us) * drop * profile[j] - 0.5 * close - colTuck[j];
-    colDLowJaw[j] = (1.0 - us) * drop * jaw[j] * cfg.chin_follow;
+    colDUp[j] = (us * lipPart + labio * cfg.labiodental_lift * W) * profile[j] - 0.5 * close;
+    colDLowLip[j] = (cfg.jaw_lip * jawDrop + (1.0 - us) * lipPart) * profile[j] - 0.5 * close - colTuck[j];
+    colDLowJaw[j] = chin * jaw[j];
     colUpperDst[j] = upper[j] - colDUp[j];
     colLowerDst[j] = lower[j] + colDLowLip[j];
     colShown[j] = Math.min(gap - close, cfg.teeth_ride_max * W); // an open source mouth's interior is drawn over

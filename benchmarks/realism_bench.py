@@ -1,6 +1,6 @@
-"""Weight-free mouth realism (issue 13): the engine before and after, side by side in one run.
+"""Weight-free mouth realism (issues 13, 22): the engine before and after, side by side in one run.
 
-"before" is the viseme engine at commit 352d2d4 (checked out with `git worktree add`), "after" is this
+"before" is the viseme engine at an older commit (`--before`, via `git worktree add`), "after" is this
 checkout; each renders in its own subprocess with PYTHONPATH pointing at its checkout, on its own view of
 the same avatar (a folder of symlinks to the prepared frames with its own engine caches, so neither
 touches $LIPSTREAM_HOME). Every figure is measured here, with this checkout's code, on the decoded MP4s:
@@ -13,12 +13,18 @@ touches $LIPSTREAM_HOME). Every figure is measured here, with this checkout's co
   flat fill  luminance spread of the darker half of the tracked inner-lip region, frames most open (top 10 %)
   re-track   tracked inner-lip opening vs the engine's intended opening (r); lower-lip thickness tracked on
              the output / the source frame's, per opening bin (min over bins)
+  amplitude  (issue 22) inner-lip gap (face mesh 13/14) / mouth width (61/291) over speaking (non-silent)
+             frames: median and 95th percentile (human speech: median 0.10-0.22, p95 <= 0.40); the jaw:
+             Pearson r of the chin-to-nose-tip distance (152 to 1) with that opening over speaking frames,
+             and the chin's drop over the lower lip's (14) on open frames (speaking, at or above the median
+             opening) against closed ones (under the lip-sync closed line); both distances in eye widths
+             minus the source frame's, so the idle loop's head motion cancels
   nose       largest change of any patch pixel at or above the nose base (must be 0)
   atlas      a talking clip made here (the sample avatar rendered with this checkout's drawn mouth from
              espeak speech, then prepared as an avatar) rendered from its own audio: mouth-region PSNR/SSIM
              of the patches against the filmed crops, and opening r of output vs the clip (both tracked)
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/realism_bench.py [--before 352d2d4] [--seconds 20]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/realism_bench.py [--before 4c0f546] [--seconds 20]
 
   --case talking   only the cases whose name contains "talking" (the atlas path; the others are skipped,
                    not changed); results then go to realism_bench_<case>.json, the sheet to the work folder
@@ -154,8 +160,8 @@ def worker(spec_path: Path) -> None:
             mine[s : s + engine.batch_size] = engine.render(
                 bundle, feats[s : s + engine.batch_size], own[s : s + engine.batch_size]
             )
-        crops = np.asarray(cache.crops[:m])
-        masks = np.asarray(bundle.masks[:m]) > 128
+        crops = np.stack([np.asarray(cache.crops[i]) for i in range(m)])  # format 2: crops made per frame
+        masks = np.stack([np.asarray(bundle.masks[i]) for i in range(m)]) > 128
         speaking = feats[:m].any(axis=1)
         diff = (mine.astype(np.float64) - crops) ** 2
         mse = float(diff[masks & speaking[:, None, None]].mean())
@@ -273,7 +279,7 @@ def measure_video(mp4: Path, features: np.ndarray, ids: np.ndarray, bundle, z, k
 
     rec = RecordingTracker(keep_frames=keep, crop_half=int(0.3 * bundle.manifest.face_width_px))
     try:
-        report, _, aperture, _ = measure_lipsync(mp4, progress=False, tracker=rec)
+        report, _, aperture, silent = measure_lipsync(mp4, progress=False, tracker=rec)
     finally:
         rec.close()
     n = min(len(aperture), len(features))
@@ -318,10 +324,64 @@ def measure_video(mp4: Path, features: np.ndarray, ids: np.ndarray, bundle, z, k
         "flat_fill_whole_std": round(float(np.median(whole)), 2) if whole else None,
         "flat_fill_frames": len(spreads),
         "retrack_opening_r": round(r_open, 3),
+        **amplitude_figures(
+            rec.landmarks[:n], bundle, ids[:n], ~np.asarray(silent[:n], bool), aperture, report
+        ),
         "lower_lip_ratio_by_opening": bins,
         "lower_lip_ratio_min": min(bins.values()) if bins else None,
         "aperture": aperture.tolist(),
         "_crops": rec.crops,
+    }
+
+
+CHIN, NOSE_TIP, LOWER_LIP_MID = 152, 1, 14
+
+
+def _vertical_offsets(landmarks, bundle, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per frame: inner-lip gap / mouth width, and the chin's and the lower lip's distance from the nose
+    tip (eye widths) minus the source frame's (so the idle loop's head motion cancels); NaN if not found."""
+    from lipstream.avatar.face_measures import eye_width
+    from lipstream.engines.viseme.calibration import gap_over_width
+
+    n = len(landmarks)
+    ratio, chin, lip = (np.full(n, np.nan) for _ in range(3))
+    for k, lm in enumerate(landmarks):
+        if lm is None:
+            continue
+        src = np.asarray(bundle.landmarks[ids[k]], np.float32)
+        ratio[k] = gap_over_width(lm)
+
+        def dist(a, point):
+            return float(np.linalg.norm(a[point] - a[NOSE_TIP]) / eye_width(a))
+
+        chin[k] = dist(lm, CHIN) - dist(src, CHIN)
+        lip[k] = dist(lm, LOWER_LIP_MID) - dist(src, LOWER_LIP_MID)
+    return ratio, chin, lip
+
+
+def amplitude_figures(
+    landmarks, bundle, ids: np.ndarray, speaking: np.ndarray, aperture: np.ndarray, report
+) -> dict:
+    """Issue 22: the opening at human amplitude (gap / width over speaking frames) and the jaw carrying it
+    (chin-to-nose distance against the opening; the chin's drop over the lower lip's, open vs closed)."""
+    ratio, chin, lip = _vertical_offsets(landmarks, bundle, ids)
+    ok = np.isfinite(ratio)
+    talk = ok & speaking
+    if talk.sum() < 5:
+        return {}
+    closed = ok & (aperture <= report.closed_threshold)
+    # open: speaking frames at or above the speaking median's opening
+    opened = talk & (ratio >= np.median(ratio[talk]))
+    lip_drop = float(np.median(lip[opened]) - np.median(lip[closed])) if closed.any() else float("nan")
+    chin_drop = float(np.median(chin[opened]) - np.median(chin[closed])) if closed.any() else float("nan")
+    return {
+        "gap_over_width_median": round(float(np.median(ratio[talk])), 3),
+        "gap_over_width_p95": round(float(np.percentile(ratio[talk], 95)), 3),
+        "gap_over_width_frames": int(talk.sum()),
+        "chin_opening_r": round(float(np.corrcoef(chin[talk], ratio[talk])[0, 1]), 3),
+        "lower_lip_drop_eye_widths": round(lip_drop, 4),
+        "chin_drop_eye_widths": round(chin_drop, 4),
+        "chin_over_lip_drop": round(chin_drop / lip_drop, 3) if lip_drop > 1e-4 else None,
     }
 
 
@@ -373,7 +433,7 @@ def main() -> None:
     """Prepare speech, avatars and the talking clip; render every case on both sides; measure; write."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
-    ap.add_argument("--before", default="352d2d4", help="commit of the 'before' engine")
+    ap.add_argument("--before", default="4c0f546", help="commit of the 'before' engine")
     ap.add_argument(
         "--avatar", default="sample", help="prepared avatar in $LIPSTREAM_HOME (1080x1920 sample)"
     )
@@ -437,7 +497,8 @@ def main() -> None:
         talking = prepare_avatar(clip, "talking", avatars_root=work / "talking-src", progress=False)
     talking_prepare_s = time.perf_counter() - t0
     # The compositor's I420 frames are prepare-time work: built once here, shared by both sides' views.
-    Compositor(talking).compose_i420(0, np.zeros((talking.manifest.crop_size,) * 2 + (3,), np.uint8))
+    first = int(talking.base_frame_indices(0, 1)[0])  # the idle loop need not start at frame 0
+    Compositor(talking).compose_i420(first, np.zeros((talking.manifest.crop_size,) * 2 + (3,), np.uint8))
     bundles = {"sample": source, "talking": Path(talking.path)}
     sides = {"before": before, "after": REPO}
     mouths = {}

@@ -122,6 +122,10 @@ def measure(mp4: Path, seconds: float) -> tuple[dict, list[np.ndarray], list[tup
             "openness_p5_outside_blinks_vs_median": round(
                 float(np.percentile(valid[outside], 5)) / median, 3
             ),
+            # the head's travel: the nose bridge's 5th-95th percentile span, pixels (x, y)
+            "head_span_px": [
+                round(float(np.ptp(np.nanpercentile(bridge[:, i], [5, 95]))), 1) for i in (0, 1)
+            ],
         },
         eyes,
         found,

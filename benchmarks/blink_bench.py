@@ -22,13 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import tempfile
 import time
 from pathlib import Path
 
 import cv2
 import numpy as np
+from bench_common import cpu_model
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
@@ -37,14 +37,6 @@ TEXT = (
     "crossed it shortly before midnight. The mayor thanked the workers, who finished ahead of schedule. "
     "In other news, the museum will keep its doors open late on Fridays through the summer. "
 )
-
-
-def cpu_model() -> str:
-    """The CPU's model name (recorded with every figure)."""
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
 
 
 def own_blink_clip(src: Path, dst: Path, starts: list[int]) -> None:

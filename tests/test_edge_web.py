@@ -280,8 +280,9 @@ def test_serve_hosts_the_export_at_edge_name(avatars_root: Path, speech_wav, tmp
     assert (root / "small" / "cache" / "edge-viseme" / "export.json").is_file()  # built once, kept
 
 
-def test_js_warp_matches_python_on_rounding_and_f_v(small_avatar, tmp_path: Path) -> None:
-    """The cues the page's audio-only engine never produces (f/v, strong rounding) still warp as in Python."""
+def test_js_warp_matches_python_on_rounding_spread_and_f_v(small_avatar, tmp_path: Path) -> None:
+    """The cues the page's audio-only engine never produces (f/v, strong rounding), and spread, warp as in
+    Python (the lip shape's second pass included)."""
     import dataclasses
     import json
     import subprocess
@@ -298,6 +299,7 @@ def test_js_warp_matches_python_on_rounding_and_f_v(small_avatar, tmp_path: Path
     rgba = np.concatenate([crop, mask[..., None]], axis=2).astype(np.uint8)
     (tmp_path / "crop.rgba").write_bytes(rgba.tobytes())
     rows = [[0.08, 0.15, 0.0, 1.0], [0.5, 0.0, 0.0, 0.6], [0.6, -0.9, 0.0, 0.0], [0.3, -0.5, 0.4, 0.0]]
+    rows.append([0.4, 0.7, 0.0, 0.0])  # spread: corners out and up, lips thinner
     # the second config lets only part of this source's lip gap ride (as on an open source mouth)
     for cfg in (engine.warp, dataclasses.replace(engine.warp, teeth_ride_max=0.1)):
         opts = {

@@ -284,6 +284,32 @@ def test_drawn_mouth_retracks_to_its_opening_and_keeps_the_lower_lip(small_avata
     assert ratio.min() >= 0.75, ratio
 
 
+def test_spread_widens_and_rounding_narrows_the_tracked_mouth(small_avatar) -> None:
+    """Issue 22 item 2: at the same opening, a spread row (ee) widens the re-tracked mouth (61/291) and a
+    rounded row (oo) narrows it, clearly (ee/oo well over 1), and neither touches the rows above the nose."""
+    from lipstream.avatar.tracking import FaceTracker
+    from lipstream.engines.viseme.calibration import paste_patch
+
+    eng = VisemeEngine(mouth="drawn")
+    rows = np.array([[0.3, 0.0, 0.0], [0.3, 0.6, 0.0], [0.3, -0.85, 0.0]], np.float32)  # neutral, ee, oo
+    patches = eng.render(small_avatar, rows, np.zeros(len(rows), dtype=int))
+    widths = []
+    with FaceTracker() as tracker:
+        for patch in patches:
+            tracker.reset()
+            lm = tracker.track(paste_patch(small_avatar, 0, patch))
+            assert lm is not None
+            widths.append(float(np.linalg.norm(lm[291] - lm[61])))
+    neutral, ee, oo = widths
+    print(f"tracked width: neutral {neutral:.1f}, ee {ee:.1f}, oo {oo:.1f} px")
+    assert ee > 1.02 * neutral and oo < 0.95 * neutral, widths  # measured: +6 % and -13 %
+    assert ee / oo >= 1.12, widths  # measured 1.22
+    nose = int(np.floor(small_avatar.nose_base[0]))
+    crop = np.asarray(eng._cache(small_avatar).crops[0])
+    for patch in patches:
+        assert np.array_equal(patch[: nose + 1], crop[: nose + 1])
+
+
 def test_a_closed_mouth_presenter_gets_drawn_upper_teeth(small_avatar, tmp_path) -> None:
     """A photo whose lips are closed shows no teeth to reuse: opened, it gets drawn upper incisors (bright,
     with darker seams between them, not one flat band); on f/v they reach down to the lifted lower lip."""

@@ -24,7 +24,11 @@ class WarpConfig:
     upper_share: float = 0.4  # part of the lips' own parting taken by the upper lip
     chin_room: float = 0.85  # the chin drops at most this share of the rows left under it in the crop (the
     # skin there is compressed, and the crop's bottom edge never moves: a larger drop would fold it)
-    spread: float = 0.13  # corner shift at width=±1, in W
+    spread: float = 0.28  # corner shift outwards at width=+1 (ee/i), in W
+    round_in: float = 0.25  # corner shift inwards at width=-1 (oo/w), in W: the mouth ~20 % narrower
+    spread_lift: float = 0.07  # spread also raises the corners this much (in W) ...
+    spread_thin: float = 0.12  # ... and stretches the lips thinner: vertical scale 1 - this about the mouth
+    round_full: float = 0.12  # rounding protrudes the lips: vertical scale 1 + this about the mouth centre
     roi_half_width: float = 2.6  # warped region half-width, in W
     corner_taper: float = 0.7  # parting profile (1 - u²)^taper: 0.5 is an ellipse with blunt corners
     round_narrow: float = 0.35  # rounding (width -1) narrows the opening by this share ...
@@ -39,10 +43,12 @@ class WarpConfig:
     cavity_rgb: tuple[int, int, int] = (104, 40, 44)  # the lit front of the mouth walls
     throat_rgb: tuple[int, int, int] = (24, 8, 10)  # deep inside, under the upper teeth and at the corners
     tongue_rgb: tuple[int, int, int] = (134, 62, 66)  # lit top of the tongue; shaded darker at its sides
-    lower_teeth_rgb: tuple[int, int, int] = (222, 206, 192)  # warm: grey beside red reads teal (4:2:0)
-    lower_teeth_height: float = 0.06  # in W over the rim, at full growth; taller ones track as the lower lip
-    lower_teeth_pitch: float = 0.16  # one lower incisor's width, in W
+    lower_teeth_rgb: tuple[int, int, int] = (240, 220, 196)  # warm: grey beside red reads teal (4:2:0)
+    lower_teeth_height: float = 0.1  # in W over the rim, at full growth (at most lower_teeth_share of the
+    lower_teeth_share: float = 0.3  # opening's height: the lower lip hides the rest of them)
+    lower_teeth_pitch: float = 0.2  # one lower incisor's width, in W
     lower_teeth_shade: float = 1.0  # their brightness at the tips (darker ones read grey-teal beside red)
+    lower_teeth_seam: float = 0.08  # depth of the seam between two (deeper, a short row reads as dots)
     rim_px: float = 1.2  # the lower lip's inner, wet side rolls into the opening over this many pixels
     rim_shade: float = 0.5  # ... darker than the lip's outer face, in its own colour
 
@@ -85,7 +91,7 @@ def render_patch(
     below = np.exp(-(((ys - geo.lip_y) / (0.9 * w_half)) ** 2))
     vert = np.where(ys < geo.lip_y, above, below)
     phi = np.clip(u, -1.0, 1.0) * np.exp(-(np.maximum(np.abs(u) - 1.0, 0.0) ** 2) / 0.6)
-    dx = cfg.spread * w_half * width * phi * vert
+    dx = (cfg.spread if width > 0.0 else cfg.round_in) * w_half * width * phi * vert
     # Rounding narrows the opening too, and makes it rounder.
     rounding = max(-width, 0.0)
     narrow = 1.0 - cfg.round_narrow * rounding
@@ -180,7 +186,34 @@ def render_patch(
         a = alpha[sub]
         warped[sub] = (warped[sub].astype(np.float32) * (1.0 - a) + interior * a + 0.5).astype(np.uint8)
     patch[r0:, c0:c1] = warped
+    if abs(width) > 1e-4:
+        shape_y = _lip_shape_map(ys, u, geo, float(d_up.max()), float(d_low_lip.max()), width, w_half, cfg)
+        patch[r0:, c0:c1] = cv2.remap(
+            patch,
+            np.ascontiguousarray(np.broadcast_to(xs, shape_y.shape), dtype=np.float32),
+            np.ascontiguousarray(ys + (shape_y - ys) * weight, dtype=np.float32),
+            cv2.INTER_LINEAR,
+            borderMode=cv2.BORDER_REPLICATE,
+        )
     return patch
+
+
+def _lip_shape_map(
+    ys: np.ndarray, u: np.ndarray, geo: MouthGeometry, up: float, down: float, width: float, w_half: float,
+    cfg: WarpConfig,
+) -> np.ndarray:
+    """Source row per output pixel of the drawn mouth's second pass: spread raises the corners and thins
+    the lips, rounding makes them fuller (a vertical scale about the mouth's centre, fading off the lips)."""
+    spread, rounding = max(width, 0.0), max(-width, 0.0)
+    top, bottom = geo.upper_outer_y - up, geo.lower_outer_y + down  # the lips' outer edges, opened
+    cy = 0.5 * (top + bottom)
+    sy = max(0.5 * (bottom - top), 2.0) * 1.25
+    env = np.exp(-(((ys - cy) / sy) ** 2)) * np.exp(-((u / 1.15) ** 4))
+    scale = cfg.spread_thin * spread - cfg.round_full * rounding  # > 0 samples farther out: thinner
+    # the corners rise along a smile's curve: nothing at the centre, most at the corners, fading past them
+    corner = np.minimum(u * u, 1.0) * np.exp(-(np.maximum(np.abs(u) - 1.0, 0.0) ** 2) / 0.6)
+    lift = cfg.spread_lift * w_half * spread * corner * np.exp(-(((ys - cy) / (1.5 * sy)) ** 2))
+    return ys + scale * (ys - cy) * env + lift
 
 
 def chin_drop(drop: float, chin_y: float, size: int, room: float) -> float:
@@ -251,16 +284,20 @@ def _shade_interior(
         rgb = rgb * (1.0 - cover[..., None]) + tongue * cover[..., None]
         # Lower incisors stand behind the lower lip's rim, in the upper lip's shadow; only the front ones
         # show, lighter at their tips.
-        lt_height = cfg.lower_teeth_height * w_half * grow * (1.0 - labio)
+        lt_height = min(cfg.lower_teeth_height * w_half, cfg.lower_teeth_share * full) * grow * (1.0 - labio)
         lt_top = bottom - cfg.rim_px - lt_height
-        lt_cols = np.clip(1.0 - (np.abs(u) / 0.5) ** 4, 0.0, 1.0)
+        lt_cols = np.exp(-((u / 0.42) ** 4))  # the front four show; the rest fade behind the lip's curve
         # One tooth per pitch, the central pair meeting at the midline: rounded tips (a tooth's top drops
-        # towards its sides) and a soft dark seam between neighbours; a band of one colour reads as a line.
+        # towards its sides), a shallow seam between neighbours, a soft top edge; darker towards the corners
+        # and deeper down (in the lower lip's shadow), so they read as teeth, not as a dotted line.
         d = _tooth_phase(u, cfg.lower_teeth_pitch)
-        tip = lt_top + 0.4 * lt_height * (2.0 * d) ** 4
-        lt_cols = lt_cols * _seam_shade(d)
-        lt_cover = np.clip((ys - tip) / 1.2, 0.0, 1.0) * lt_cols
-        shade = cfg.lower_teeth_shade * (1.0 - 0.25 * np.clip((ys - lt_top) / (lt_height + cfg.rim_px), 0, 1))
+        tip = lt_top + 0.2 * lt_height * (2.0 * d) ** 4
+        lt_cols = lt_cols * _seam_shade(d, cfg.lower_teeth_seam)
+        # a row under ~2 px tall reads as a line along the lip, not as teeth: the lip hides it instead
+        seen = float(np.clip((lt_height - 1.5) / 2.0, 0.0, 1.0))
+        lt_cover = np.clip((ys - tip) / 1.8, 0.0, 1.0) * lt_cols * seen
+        down = np.clip((ys - lt_top) / (lt_height + cfg.rim_px), 0, 1)
+        shade = cfg.lower_teeth_shade * (1.0 - 0.2 * down) * (0.85 + 0.15 * side)
         lt_rgb = np.array(cfg.lower_teeth_rgb, dtype=np.float32) * shade[..., None]
         rgb = rgb * (1.0 - lt_cover[..., None]) + lt_rgb * lt_cover[..., None]
     # The lower lip's inner side, in its own colour and darker, between the opening and the lip's edge.
@@ -287,6 +324,6 @@ def _tooth_phase(u: np.ndarray, pitch: float) -> np.ndarray:
     return np.abs(np.mod(u / pitch, 1.0) - 0.5)
 
 
-def _seam_shade(phase: np.ndarray) -> np.ndarray:
+def _seam_shade(phase: np.ndarray, depth: float = 0.3) -> np.ndarray:
     """Brightness across a tooth row: 1 on a tooth, a soft dark seam between two (phase from _tooth_phase)."""
-    return 1.0 - 0.3 * np.exp(-(((0.5 - phase) / 0.07) ** 2))
+    return 1.0 - depth * np.exp(-(((0.5 - phase) / 0.07) ** 2))

@@ -46,7 +46,7 @@ const clip = (v, lo, hi) => (v < lo ? lo : v > hi ? hi : v);
 const toothPhase = (u, pitch) => Math.abs((((u / pitch) % 1.0) + 1.0) % 1.0 - 0.5);
 
 /** _seam_shade: brightness across a tooth row, 1 on a tooth and a soft dark seam between two. */
-const seamShade = (phase) => 1.0 - 0.3 * Math.exp(-(((0.5 - phase) / 0.07) ** 2));
+const seamShade = (phase, depth = 0.3) => 1.0 - depth * Math.exp(-(((0.5 - phase) / 0.07) ** 2));
 
 /** chin_drop: the chin's drop in pixels, eased to stay within `room` of the rows under the chin. */
 export function chinDrop(drop, chinY, size, room) {
@@ -120,7 +120,7 @@ export function renderPatch(base32, size, geo, feature, cfg, out32) {
     vert[i] = y < geo.lipY ? above[i] : below;
     fade[i] = belowChinFade(y, geo.chinY, sigma, size);
   }
-  const dxScale = cfg.spread * W * width;
+  const dxScale = (width > 0 ? cfg.spread : cfg.round_in) * W * width;
   // The lip line's horizontal shift decides where the contours are read.
   const lipRow = Math.min(Math.max(Math.trunc(geo.lipY) - r0, 0), nr - 1);
   const xSrcLine = new Float64Array(nc);
@@ -212,12 +212,16 @@ export function renderPatch(base32, size, geo, feature, cfg, out32) {
     const tongueCol = clip(lowerDst - tTop, 0, 1);
     const soft = 0.12 * full + 1.5;
     const tSide = 0.55 + 0.45 * Math.sqrt(dome);
-    const ltHeight = cfg.lower_teeth_height * W * grow * (1.0 - labio); // f/v: the lower lip hides them
+    // f/v: the lower lip hides them; at most a share of the opening's height (the lip hides the rest)
+    const ltHeight = Math.min(cfg.lower_teeth_height * W, cfg.lower_teeth_share * full) * grow * (1.0 - labio);
     const ltTop = lowerDst - cfg.rim_px - ltHeight;
-    // one tooth per pitch, the central pair meeting at the midline: rounded tips, soft seams
+    // one tooth per pitch, the central pair meeting at the midline: rounded tips, shallow seams; a row
+    // under ~2 px tall would read as a line along the lip, so it fades out
     const d = toothPhase(u[j], cfg.lower_teeth_pitch);
-    const tip = ltTop + 0.4 * ltHeight * (2.0 * d) ** 4;
-    const ltCols = clip(1.0 - (Math.abs(u[j]) / 0.5) ** 4, 0, 1) * seamShade(d);
+    const tip = ltTop + 0.2 * ltHeight * (2.0 * d) ** 4;
+    const ltSeen = clip((ltHeight - 1.5) / 2.0, 0, 1);
+    const ltCols = Math.exp(-((u[j] / 0.42) ** 4)) * seamShade(d, cfg.lower_teeth_seam) * ltSeen;
+    const ltSide = 0.85 + 0.15 * side;
     const rimStrength = clip(height / 4.0, 0, 1);
     const teethH = Math.max(Math.max(Math.min(0.35 * span, 0.18 * W), labio * span) - shown, 0.0);
     const teethCol = clip(1.0 - (Math.abs(u[j]) / 0.75) ** 4, 0, 1);
@@ -248,8 +252,9 @@ export function renderPatch(base32, size, geo, feature, cfg, out32) {
           const sheen = 0.6 + 0.4 * clip((y - tTop) / Math.max(lowerDst - tTop, 1.0), 0, 1);
           const tShade = sheen * tSide;
           for (let c = 0; c < 3; c++) col[c] = col[c] * (1.0 - cover) + tongueRgb[c] * tShade * cover;
-          const ltCover = clip((y - tip) / 1.2, 0, 1) * ltCols;
-          const ltShade = cfg.lower_teeth_shade * (1.0 - 0.25 * clip((y - ltTop) / (ltHeight + cfg.rim_px), 0, 1));
+          const ltCover = clip((y - tip) / 1.8, 0, 1) * ltCols;
+          const ltDown = clip((y - ltTop) / (ltHeight + cfg.rim_px), 0, 1);
+          const ltShade = cfg.lower_teeth_shade * (1.0 - 0.2 * ltDown) * ltSide;
           for (let c = 0; c < 3; c++) col[c] = col[c] * (1.0 - ltCover) + lowerTeethRgb[c] * ltShade * ltCover;
         }
         const rim = Math.exp(-Math.max(lowerDst - y, 0.0) / cfg.rim_px) * rimStrength;
@@ -264,5 +269,39 @@ export function renderPatch(base32, size, geo, feature, cfg, out32) {
       out32[p] = (rgb[0] | (rgb[1] << 8) | (rgb[2] << 16) | (m << 24)) >>> 0;
     }
   }
+  if (Math.abs(width) > 1e-4) {
+    let up = -Infinity, down = -Infinity;
+    for (let j = 0; j < nc; j++) { up = Math.max(up, colDUp[j]); down = Math.max(down, colDLowLip[j]); }
+    lipShapePass(src8, out32, size, geo, r0, c0, c1, u, up, down, width, W, cfg);
+  }
   return true;
+}
+
+/**
+ * _lip_shape_map and its second remap: spread raises the corners and thins the lips, rounding makes them
+ * fuller (a vertical scale about the mouth's centre, fading off the lips); displacements scaled by the mask.
+ */
+function lipShapePass(src8, out32, size, geo, r0, c0, c1, u, up, down, width, W, cfg) {
+  const first = new Uint8Array(out32.buffer.slice(out32.byteOffset, out32.byteOffset + out32.byteLength));
+  const spread = Math.max(width, 0.0), rounding = Math.max(-width, 0.0);
+  const top = geo.upperOuterY - up, bottom = geo.lowerOuterY + down;
+  const cy = 0.5 * (top + bottom);
+  const sy = Math.max(0.5 * (bottom - top), 2.0) * 1.25;
+  const scale = cfg.spread_thin * spread - cfg.round_full * rounding; // > 0 samples farther out: thinner
+  const px = [0, 0, 0];
+  for (let j = 0; j < c1 - c0; j++) {
+    const x = c0 + j;
+    const envU = Math.exp(-((u[j] / 1.15) ** 4));
+    const corner = Math.min(u[j] * u[j], 1.0) * Math.exp(-(Math.max(Math.abs(u[j]) - 1.0, 0.0) ** 2) / 0.6);
+    const liftU = cfg.spread_lift * W * spread * corner;
+    for (let y = r0; y < size; y++) {
+      const p = y * size + x;
+      const weight = src8[p * 4 + 3] / 255;
+      const env = Math.exp(-(((y - cy) / sy) ** 2)) * envU;
+      const lift = liftU * Math.exp(-(((y - cy) / (1.5 * sy)) ** 2));
+      const mapY = y + (scale * (y - cy) * env + lift) * weight;
+      remapPixel(first, size, x, mapY, px);
+      out32[p] = (px[0] | (px[1] << 8) | (px[2] << 16) | (src8[p * 4 + 3] << 24)) >>> 0;
+    }
+  }
 }

@@ -19,6 +19,9 @@ touches $LIPSTREAM_HOME). Every figure is measured here, with this checkout's co
              and the chin's drop over the lower lip's (14) on open frames (speaking, at or above the median
              opening) against closed ones (under the lip-sync closed line); both distances in eye widths
              minus the source frame's, so the idle loop's head motion cancels
+  width      (issue 22 item 2) the tracked mouth's corner-to-corner width (61/291, eye widths) minus the
+             source frame's, median over ee frames and over oo frames (TTS phonemes), and the ee/oo ratio of
+             the width over the source frame's (a spread ee wider than a rounded oo: > 1)
   nose       largest change of any patch pixel at or above the nose base (must be 0)
   atlas      a talking clip made here (the sample avatar rendered with this checkout's drawn mouth from
              espeak speech, then prepared as an avatar) rendered from its own audio: mouth-region PSNR/SSIM
@@ -327,6 +330,7 @@ def measure_video(mp4: Path, features: np.ndarray, ids: np.ndarray, bundle, z, k
         **amplitude_figures(
             rec.landmarks[:n], bundle, ids[:n], ~np.asarray(silent[:n], bool), aperture, report
         ),
+        **width_figures(rec.landmarks[:n], bundle, ids[:n], classes),
         "lower_lip_ratio_by_opening": bins,
         "lower_lip_ratio_min": min(bins.values()) if bins else None,
         "aperture": aperture.tolist(),
@@ -383,6 +387,34 @@ def amplitude_figures(
         "chin_drop_eye_widths": round(chin_drop, 4),
         "chin_over_lip_drop": round(chin_drop / lip_drop, 3) if lip_drop > 1e-4 else None,
     }
+
+
+MOUTH_LEFT, MOUTH_RIGHT = 61, 291
+
+
+def width_figures(landmarks, bundle, ids: np.ndarray, classes: dict[str, np.ndarray]) -> dict:
+    """Issue 22 item 2: the tracked mouth's corner-to-corner width (61/291, eye widths) minus the source
+    frame's on ee and on oo frames, and the ee/oo ratio of width over the source's (spread vs round)."""
+    from lipstream.avatar.face_measures import eye_width
+
+    def width(a) -> float:
+        return float(np.linalg.norm(a[MOUTH_RIGHT] - a[MOUTH_LEFT]) / eye_width(a))
+
+    out, rel = {}, {}
+    for name in ("ee", "oo"):
+        delta, ratio = [], []
+        for k in np.flatnonzero(classes[name][: len(landmarks)]):
+            if landmarks[k] is None:
+                continue
+            w_src = width(np.asarray(bundle.landmarks[ids[k]], np.float32))
+            w_out = width(np.asarray(landmarks[k], np.float32))
+            delta.append(w_out - w_src)
+            ratio.append(w_out / w_src)
+        out[f"{name}_frames"] = len(delta)
+        out[f"{name}_width_change_eye_widths"] = round(float(np.median(delta)), 4) if delta else None
+        rel[name] = float(np.median(ratio)) if ratio else float("nan")
+    out["ee_oo_width_ratio"] = round(rel["ee"] / rel["oo"], 3) if np.isfinite(rel["ee"] / rel["oo"]) else None
+    return out
 
 
 def contact_sheet(path: Path, rows: list[tuple[str, dict[str, int], dict]], cell: int = 200) -> None:

@@ -107,6 +107,12 @@ def plan_closure(
     return closure
 
 
+def count_blinks(closure: np.ndarray) -> int:
+    """Blinks in a per-frame closure (or picture) sequence: the runs of non-zero frames."""
+    shut = np.asarray(closure) > 0
+    return int(np.count_nonzero(shut[1:] & ~shut[:-1]) + (len(shut) > 0 and shut[0]))
+
+
 def rng_for(name: str) -> np.random.Generator:
     """A generator seeded by the avatar's name: preparing the same avatar again draws the same blinks."""
     return np.random.default_rng(zlib.crc32(name.encode()))
@@ -122,8 +128,7 @@ def photo_loop(config: BlinkConfig, fps: int, rng: np.random.Generator) -> tuple
     # each frame shows the drawn height nearest its closure; a frame barely closing stays open
     nearest = np.argmin(np.abs(closure[:, None] - levels[None, :]), axis=1) + 1
     loop = np.where(closure >= levels[0] / 2, nearest, 0).astype(np.int32)
-    starts = np.flatnonzero((loop[1:] > 0) & (loop[:-1] == 0)) + 1
-    return loop, int(len(starts) + (loop[0] > 0))
+    return loop, count_blinks(loop)
 
 
 def still_pictures(rgb: np.ndarray, landmarks: np.ndarray, config: BlinkConfig) -> list[np.ndarray]:
@@ -143,7 +148,7 @@ class IdleBlinks:
 
     def draw(self, rgb: np.ndarray, frame: int, landmarks: np.ndarray, config: BlinkConfig) -> np.ndarray:
         """Footage frame `frame` as the loop shows it: its planned lid drawn, or as it was."""
-        amount = float(self.closure[frame]) if frame < len(self.closure) else 0.0
+        amount = float(self.closure[frame])
         return close_eyes(rgb, landmarks[frame], amount, config) if amount > 0 else rgb
 
     def entry(self) -> dict:
@@ -179,12 +184,12 @@ def plan_idle_blinks(
     openness = np.array([eye_openness(landmarks[k]) for k in range(start, stop)])
     own = find_blinks(openness, fps, config)
     seconds = len(loop) / fps
+    passes = 2 if len(loop) > stop - start else 1  # a ping-pong loop shows each stretch frame twice
     if own or not config.enabled:
-        return IdleBlinks(loop, closure, 2 * len(own) if len(loop) > stop - start else len(own), 0, seconds)
+        return IdleBlinks(loop, closure, passes * len(own), 0, seconds)
     planned = plan_closure(stop - start, fps, config, rng_for(name), lead=config.edge_margin_s)
     closure[start:stop] = planned
-    starts = int(np.count_nonzero((planned[1:] > 0) & (planned[:-1] == 0)) + (planned[0] > 0))
-    return IdleBlinks(loop, closure, 0, 2 * starts if len(loop) > stop - start else starts, seconds)
+    return IdleBlinks(loop, closure, 0, passes * count_blinks(planned), seconds)
 
 
 def close_eyes(rgb: np.ndarray, landmarks: np.ndarray, closure: float, config: BlinkConfig | None = None

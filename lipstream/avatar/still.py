@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lipstream.avatar.blink import BlinkConfig, IdleBlinks, close_eyes, plan_closure, rng_for
+from lipstream.avatar.blink import BlinkConfig, IdleBlinks, close_eyes, count_blinks, plan_closure, rng_for
 from lipstream.avatar.breathing import (
     BreathingConfig,
     clean_plate,
@@ -62,7 +62,5 @@ class StillClip:
 
     def blinks(self) -> IdleBlinks:
         """The loop (every frame once, in order: the motion wraps without a jump) and its blinks."""
-        planned = self.closure
-        drawn = int(np.count_nonzero((planned[1:] > 0) & (planned[:-1] == 0)) + (planned[0] > 0))
         loop = np.arange(self.frames, dtype=np.int32)
-        return IdleBlinks(loop, planned, 0, drawn, self.frames / self.fps)
+        return IdleBlinks(loop, self.closure, 0, count_blinks(self.closure), self.frames / self.fps)

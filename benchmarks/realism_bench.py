@@ -344,8 +344,7 @@ CHIN, NOSE_TIP, LOWER_LIP_MID = 152, 1, 14
 def _vertical_offsets(landmarks, bundle, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per frame: inner-lip gap / mouth width, and the chin's and the lower lip's distance from the nose
     tip (eye widths) minus the source frame's (so the idle loop's head motion cancels); NaN if not found."""
-    from lipstream.avatar.face_measures import eye_width
-    from lipstream.engines.viseme.calibration import gap_over_width
+    from lipstream.avatar.face_measures import eye_width, gap_over_width
 
     n = len(landmarks)
     ratio, chin, lip = (np.full(n, np.nan) for _ in range(3))

@@ -155,7 +155,7 @@ def test_opening_curve_is_capped_at_the_speech_range() -> None:
 
 
 def test_gap_over_width_is_the_inner_gap_over_the_corner_distance() -> None:
-    from lipstream.engines.viseme.calibration import gap_over_width
+    from lipstream.avatar.face_measures import gap_over_width
 
     landmarks = np.zeros((478, 2), np.float32)
     landmarks[61], landmarks[291] = (100, 200), (160, 200)  # mouth corners, 60 px apart

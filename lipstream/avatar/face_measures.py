@@ -22,3 +22,12 @@ def lip_aperture(landmarks: np.ndarray) -> float:
     """Inner-lip opening of one face, in eye-corner distances (size and position free)."""
     gaps = [np.linalg.norm(landmarks[a] - landmarks[b]) for a, b in INNER_LIP_PAIRS]
     return float(np.mean(gaps) / eye_width(landmarks))
+
+
+def gap_over_width(landmarks: np.ndarray) -> float:
+    """Inner-lip gap at the middle over the corner-to-corner mouth width (scale free; the speech-range
+    measure of the viseme engine's calibration and the realism bench)."""
+    upper, lower = INNER_LIP_PAIRS[1]
+    gap = np.linalg.norm(landmarks[upper] - landmarks[lower])
+    width = np.linalg.norm(landmarks[MOUTH_CORNERS[0]] - landmarks[MOUTH_CORNERS[1]])
+    return float(gap / max(width, 1e-6))

@@ -19,19 +19,11 @@ import cv2
 import numpy as np
 
 from lipstream.avatar.bundle import AvatarBundle
-from lipstream.avatar.face_measures import MOUTH_CORNERS
+from lipstream.avatar.face_measures import gap_over_width
 
 LEVELS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.45, 0.6, 0.8, 1.0)
-INNER_LIP_MID = (13, 14)  # face-mesh inner-lip midpoints, upper and lower
 SPEECH_MAX = 0.4  # inner-lip gap / mouth width at command 1: the loudest open vowel (speech rarely goes past)
 MIN_SPAN = 0.1  # a rest mouth already that open still gets this much range above it
-
-
-def gap_over_width(landmarks: np.ndarray) -> float:
-    """Inner-lip gap at the middle over the corner-to-corner mouth width (scale free)."""
-    gap = np.linalg.norm(landmarks[INNER_LIP_MID[0]] - landmarks[INNER_LIP_MID[1]])
-    width = np.linalg.norm(landmarks[MOUTH_CORNERS[0]] - landmarks[MOUTH_CORNERS[1]])
-    return float(gap / max(width, 1e-6))
 
 
 @dataclass(frozen=True)

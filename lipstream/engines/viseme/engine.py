@@ -130,6 +130,7 @@ class VisemeEngine:
         folder = bundle.engine_dir(self.name)
         crops = geometry = None
         if not self._cache_valid(bundle):
+            previous = bundle.manifest.engines.get(self.name, {})
             crops, geometry = self._build(bundle)
             opening = self._calibrate(bundle, crops, geometry)
             folder.mkdir(parents=True, exist_ok=True)
@@ -151,6 +152,10 @@ class VisemeEngine:
             }
             if stores_crops(bundle):
                 entry["crops"] = CROPS_FILE
+            elif (folder / CROPS_VIDEO).is_file():  # made from the frames alone: still right
+                entry["crops"] = CROPS_VIDEO
+            if "atlas" in previous:  # the filmed mouths do not depend on the warp; _ensure_atlas checks it
+                entry["atlas"] = previous["atlas"]
             bundle.update_engine_entry(self.name, entry)
             self._caches.pop(Path(bundle.path), None)
         if not stores_crops(bundle) and not (folder / CROPS_VIDEO).is_file():

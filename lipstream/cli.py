@@ -44,7 +44,7 @@ def _sigterm_unwinds() -> Iterator[None]:
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser; each room registers its own subcommands."""
     from lipstream.avatar import cli as avatar_cli
-    from lipstream.commands import avatar_engines, render_cli, turn_model
+    from lipstream.commands import avatar_engines, face_model, livekit_worker, render_cli, turn_model
     from lipstream.commands import doctor as doctor_cli
     from lipstream.edge import cli as edge_cli
     from lipstream.engines.musetalk import cli as models_cli
@@ -57,9 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     avatar_commands = avatar_cli.register(sub)
     avatar_engines.register(avatar_commands)  # the command layer: avatar commands that need an engine
-    for room in (render_cli, eval_cli, server_cli, edge_cli, doctor_cli):
+    for room in (render_cli, eval_cli, server_cli, edge_cli, doctor_cli, livekit_worker):
         room.register(sub)
-    turn_model.register(models_cli.register(sub))  # `models turn`: the end-of-turn model (talk, not engines)
+    models_commands = models_cli.register(sub)
+    turn_model.register(models_commands)  # `models turn`: the end-of-turn model (talk, not engines)
+    face_model.register(models_commands)  # `models face`: the face tracker's environment
     return parser
 
 

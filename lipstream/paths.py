@@ -1,8 +1,10 @@
-"""Where lipstream keeps its data: $LIPSTREAM_HOME (default ~/.lipstream)."""
+"""Where lipstream keeps its data: $LIPSTREAM_HOME (default ~/.lipstream), and what a Python environment holds
+for it (share/lipstream)."""
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 
@@ -20,3 +22,8 @@ def avatars_dir(override: str | os.PathLike | None = None) -> Path:
 def models_dir(override: str | os.PathLike | None = None) -> Path:
     """Return the folder that holds downloaded neural weights (MuseTalk layout)."""
     return Path(override).expanduser() if override else lipstream_home() / "models"
+
+
+def environment_share_dir(prefix: str | os.PathLike | None = None) -> Path:
+    """This Python environment's (or `prefix`'s) share/lipstream: what `lipstream models` installs into it."""
+    return Path(prefix or sys.prefix) / "share" / "lipstream"

@@ -24,7 +24,7 @@ def error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("error:")]
 
 
-def test_prepare_list_info(sample_video_path: Path, tmp_path: Path):
+def test_prepare_list_info(sample_video_path: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture):
     home = tmp_path / "home"
     done = lipstream("avatar", "prepare", str(sample_video_path), "--name", "anchor", "-q", home=home)
     assert done.returncode == 0, done.stderr
@@ -39,6 +39,23 @@ def test_prepare_list_info(sample_video_path: Path, tmp_path: Path):
     assert data["frame_count"] == 50 and data["fps"] == 25
     assert data["arrays"]["masks"]["shape"] == [50, 256, 256]
     assert data["arrays"]["idle_loop"]["shape"] == [98]
+    shown = lipstream("avatar", "info", "anchor", home=home)
+    assert "  blinks   " in shown.stdout and "prepared before blinks" not in shown.stdout
+
+    # a bundle prepared before blinks were drawn says so, and how to add them
+    manifest = home / "avatars" / "anchor" / "manifest.json"
+    fields = json.loads(manifest.read_text())
+    del fields["idle"]["blinks"]
+    manifest.write_text(json.dumps(fields))
+    old = lipstream("avatar", "info", "anchor", home=home)
+    fix = f"`lipstream avatar prepare {sample_video_path.name} --name anchor --force` adds them"
+    note = "prepared before blinks were drawn (its idle loop blinks only if the footage does): " + fix
+    assert f"  note     {note}" in old.stdout, old.stdout
+    from lipstream.server.cli import _warn_of_unblinking_avatars  # what `serve` says when it starts
+
+    with caplog.at_level("WARNING"):
+        _warn_of_unblinking_avatars(home / "avatars")
+    assert [r.getMessage() for r in caplog.records] == [f"avatar 'anchor': {note}"]
 
     again = lipstream("avatar", "prepare", str(sample_video_path), "--name", "anchor", home=home)
     assert again.returncode == 2
@@ -64,6 +81,16 @@ def test_sample_then_skip_existing(tmp_path: Path):
     assert "built sample avatar 's': 30 frames (1.2 s at 25 fps), 1080×1920" in built.stdout
     kept = lipstream("avatar", "sample", "--name", "s", "--skip-existing", home=home)
     assert kept.returncode == 0 and "already exists (30 frames)" in kept.stdout and "kept" in kept.stdout
+    # one built before blinks were drawn is built again (make demo then shows a blinking sample)
+    manifest = home / "avatars" / "s" / "manifest.json"
+    fields = json.loads(manifest.read_text())
+    del fields["idle"]["blinks"]
+    manifest.write_text(json.dumps(fields))
+    args = ("avatar", "sample", "--name", "s", "--seconds", "1.2", "--skip-existing", "-q")
+    rebuilt = lipstream(*args, home=home)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert "was built before blinks were drawn; building it again" in rebuilt.stdout
+    assert "blinks" in json.loads(manifest.read_text())["idle"]
 
 
 @pytest.mark.slow

@@ -198,3 +198,14 @@ def _retracked_landmarks(pictures: list[np.ndarray]) -> list[np.ndarray]:
 def test_idle_blinks_entry_counts_per_minute() -> None:
     blinks = IdleBlinks(np.zeros(300, np.int32), np.zeros(1, np.float32), 0, 3, 12.0)
     assert blinks.entry() == {"own": 0, "drawn": 3, "per_minute": 15.0}
+
+
+def test_a_sample_prepared_before_blinks_is_told_to_rebuild_with_the_sample_command() -> None:
+    from lipstream.avatar.bundle import SAMPLE_CLIP, Manifest
+
+    fields = {"name": "s", "frame_count": 200, "width": 1080, "height": 1920, "source_file": SAMPLE_CLIP}
+    old = Manifest(**fields, idle={"reason": "a stretch"})
+    assert not old.blinks_planned
+    assert "`lipstream avatar sample --name s --force` adds them" in old.blink_note()
+    new = Manifest(**fields, idle={"blinks": {"own": 0, "drawn": 4, "per_minute": 10.0}})
+    assert new.blinks_planned and new.blink_note() is None

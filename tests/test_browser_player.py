@@ -55,3 +55,25 @@ def test_two_pages_two_avatars_and_admin_stats(live_server: ServerProcess) -> No
     assert {r["avatar"] for r in result["readies"]} == {"small", "second"}
     for snap in result["snaps"]:
         assert snap["speechFramesShown"] > 10 and snap["decodeErrors"] == 0
+
+
+@pytest.mark.parametrize("audio", ["opus", "pcm"])
+def test_opus_and_pcm_audio_play_on_the_clock(live_server: ServerProcess, audio: str) -> None:
+    """Protocol 1.3: the page decodes Opus with WebCodecs (its default where AudioDecoder has Opus) or takes
+    PCM (?audio=pcm); either way every frame's audio is played, in sync with the pictures."""
+    result = drive({"url": live_server.http, "scenario": "speak", "avatars": ["small"], "audio": audio})
+    snap = result["snap"]
+    assert result["problems"] == [] and snap["decodeErrors"] == 0
+    assert snap["audioCodec"] == audio
+    assert ("opus audio" in result["status"]) == (audio == "opus")
+    assert snap["speechFramesShown"] > 20
+    # every audio message's 640 samples were scheduled (Opus: less the first packet's pre-skip, and the last
+    # message's packets may still be in the decoder), and the speech is in them
+    assert 0 <= snap["audioChunks"] * 640 - snap["audioSamples"] <= 640 + 104, snap
+    assert snap["audioPeak"] > 0.1
+    per_frame = snap["audioBytes"] / snap["audioChunks"]
+    assert per_frame == 1280 if audio == "pcm" else per_frame < 200  # 256 kbit/s vs ~24 kbit/s
+    offset = snap["avOffsetMs"]
+    assert offset["count"] > 30 and offset["p95"] < 80, offset  # browser_bench.py measures the real figure
+    started = next(e for e in snap["events"] if e["type"] == "speech_started")
+    assert started["clock"] >= started["position_samples"]

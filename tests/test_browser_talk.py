@@ -105,11 +105,18 @@ def caption_lag_ms(caption: dict) -> float:
 def test_talk_mode_transcript_captions_and_stop(
     agent_server: ServerProcess, mic_wavs: dict[str, Path]
 ) -> None:
-    result = drive({"url": agent_server.http, "scenario": "talk", "wav": str(mic_wavs["talk"])})
+    # the microphone as Opus (?mic=opus, protocol 1.4); the barge-in test below keeps the default, PCM
+    wav = str(mic_wavs["talk"])
+    result = drive({"url": agent_server.http, "scenario": "talk", "wav": wav, "mic": "opus"})
     assert result["problems"] == [], result["problems"]
     snap = result["snap"]
     assert snap["decodeErrors"] == 0 and snap["audioState"] == "running"
     assert result["micRate"] in (16000, 44100, 48000)
+    # the microphone goes up as Opus (this Chromium's AudioEncoder encodes it): at most 24
+    # kbit/s of packets plus 22 bytes of framing per 20 ms (8.8 kbit/s), against 16 bits × the capture rate
+    # as PCM (768 kbit/s at 48 kHz)
+    mic_kbit = snap["micBytesSent"] * 8 / 1000 / result["micSeconds"]
+    assert snap["micCodec"] == "opus" and 5 < mic_kbit < 50, (snap["micCodec"], mic_kbit)
     assert result["talkVisible"] and not result["micButtonVisible"], "Talk replaces the Microphone button"
 
     # the user's words as they speak: a partial shown (in partial style), then replaced by the final one
@@ -152,7 +159,7 @@ def test_talk_mode_transcript_captions_and_stop(
     assert metrics[0]["end_rule"] in ("detector", "max_wait"), metrics[0]
     assert result["turns"][0][0].endswith(metrics[0]["end_rule"].replace("_", " ")), result["turns"]
     print(
-        "caption lag ms:", [round(caption_lag_ms(c), 1) for c in captions],
+        "caption lag ms:", [round(caption_lag_ms(c), 1) for c in captions], "mic kbit/s:", round(mic_kbit, 1),
         "stop->last speech frame ms:", round(snap["interruptMs"]), "turn ms:", metrics[0]["ms"],
     )  # fmt: skip
 

@@ -328,3 +328,21 @@ def test_the_first_patch_request_gets_whole_frames_while_the_base_loop_builds(
         assert second["stream"] == "patch" and "patch_pending" not in second
     finally:
         server.stop()
+
+
+def test_the_patch_video_is_capped_at_the_servers_setting(avatars_root: Path, capsys) -> None:
+    """`serve --patch-kbps` reaches each patch session's encoder (default 150 kbit/s); nonsense is refused."""
+    from lipstream.avatar.bundle import load_avatar
+    from lipstream.cli import main
+    from lipstream.engines.viseme.engine import VisemeEngine
+    from lipstream.server.app import render_session_factory
+    from lipstream.server.config import ServerConfig
+
+    bundle = load_avatar("small", avatars_root)
+    engine = VisemeEngine()
+    for config, want in ((ServerConfig(), 150_000), (ServerConfig(patch_bitrate=90_000), 90_000)):
+        session = render_session_factory(config)(bundle, engine, None, stream="patch")
+        session._sink.open()
+        assert session._sink.encoder.bitrate == want
+    assert main(["serve", "--patch-kbps", "5", "--avatars-dir", str(avatars_root)]) == 2
+    assert "--patch-kbps must be between 16 and 10000 (got 5)" in capsys.readouterr().err

@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 from js_parity import run_node
 
+from lipstream.media.opus import FrameAudioEncoder
 from lipstream.server.protocol import (
+    AUDIO_CODECS,
     HEADER,
     HEADER_SIZE,
     PROTOCOL_VERSION,
@@ -23,6 +25,8 @@ from lipstream.server.protocol import (
     ProtocolError,
     decode_media,
     frame_messages,
+    pack_packets,
+    unpack_packets,
 )
 
 WEB = Path(__file__).resolve().parent.parent / "lipstream" / "web"
@@ -80,7 +84,7 @@ def test_server_video_audio_and_patch_messages_decode_the_same() -> None:
 
 
 def test_every_kind_and_flag_byte_decodes_the_same() -> None:
-    """All five kinds (client ones too) with every flag byte: bits above 2 are ignored on both sides."""
+    """All six kinds (client ones too) with every flag byte: bits above 2 are ignored on both sides."""
     rng = np.random.default_rng(9)
     messages = []
     for kind, flags in itertools.product(Kind, range(256)):
@@ -195,3 +199,60 @@ def test_patch_prefix_and_rest_patches_read_as_python_wrote_them(tmp_path: Path)
             flags = int(msg.flags)
             want = {"to": "compositor", "sourceFrame": source, "pts": msg.pts, "flags": flags, "au": ""}
         assert got == [want]
+
+
+def test_opus_audio_messages_unpack_the_same() -> None:
+    """Protocol 1.3: real libopus packets framed by frame_messages, and hand-made payloads (empty packets,
+    lengths that run past the end, a length cut in half), read by protocol.js's unpackOpus as by Python."""
+    rng = np.random.default_rng(13)
+    encoder = FrameAudioEncoder()
+    messages = []
+    for index in range(12):
+        pts = (index if index < 8 else index - 4) * 640  # frame 8 steps back: the encoder restarts there
+        frame = _frame(rng, index, pts, int(rng.integers(0, 8)), 1, b"\x00\x00\x00\x01")
+        frame.audio = (np.sin(np.arange(640) * (0.05 + index / 100)) * 9000).astype(np.int16)
+        messages.append(frame_messages(frame, opus=encoder)[1])
+    payloads = [decode_media(m).payload for m in messages]
+    big = bytes(rng.integers(0, 256, 65535, dtype=np.uint8))
+    payloads += [b"", pack_packets([big, b"\x01"]), b"\x03\x00abc\x02", b"\x00\x00", b"\x04\x00abc", b"\x01"]
+    request = {"decode": [m.hex() for m in messages], "opus": [p.hex() for p in payloads]}
+    js = run_node("protocol_parity.mjs", request)
+    decoded = js["decoded"]
+    for data, got in zip(messages, decoded, strict=True):
+        want = _decoded(data)
+        got.pop("audio", None)  # Opus payloads are not int16 samples
+        assert got == want
+    # the keyframe flag on an audio message marks the encoder's restarts: the first message and the step back
+    assert [bool(d["flags"] & Flags.KEYFRAME) for d in decoded] == [i in (0, 8) for i in range(12)]
+    for payload, got in zip(payloads, js["opus"], strict=True):
+        try:
+            want = [p.hex() for p in unpack_packets(payload)]
+        except ProtocolError as exc:
+            assert not got["ok"], (payload.hex(), got)
+            assert ("length" in got["error"]) == ("length" in str(exc)), (got["error"], str(exc))
+        else:
+            assert got == {"ok": True, "packets": want}
+    assert AUDIO_CODECS == ("pcm", "opus")
+    js_codecs = (WEB / "static" / "protocol.js").read_text()
+    assert "export const AUDIO_CODECS = Object.freeze(['pcm', 'opus']);" in js_codecs
+
+
+def test_mic_opus_messages_built_in_js_decode_in_python() -> None:
+    """Protocol 1.4: kind-6 messages the page builds (packOpus framing, the keyframe flag of a new encoder,
+    the capture rate in aux) are byte for byte what Python would send and unpack to the same packets."""
+    rng = np.random.default_rng(6)
+    cases = []
+    for count, flags, aux in ((1, 1, 48000), (1, 0, 48000), (3, 0, 44100), (2, 1, 16000)):
+        sizes = rng.integers(1, 300, count)
+        packets = [bytes(rng.integers(0, 256, int(size), dtype=np.uint8)) for size in sizes]
+        cases.append((packets, flags, aux))
+    request = [{"kind": int(Kind.MIC_OPUS), "packets": [p.hex() for p in packets], "flags": flags, "aux": aux}
+               for packets, flags, aux in cases]  # fmt: skip
+    built = run_node("protocol_parity.mjs", {"build": request})["built"]
+    for (packets, flags, aux), hex_message in zip(cases, built, strict=True):
+        data = bytes.fromhex(hex_message)
+        want = MediaMessage(Kind.MIC_OPUS, pack_packets(packets), aux=aux, flags=Flags(flags))
+        assert data == want.encode()
+        msg = decode_media(data)
+        assert (msg.kind, msg.aux, msg.flags) == (Kind.MIC_OPUS, aux, Flags(flags))
+        assert unpack_packets(msg.payload) == packets

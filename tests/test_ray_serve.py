@@ -3,9 +3,8 @@ server (1 CPU each) behind Serve's proxy; sessions land on both, frames flow, /m
 replicas, a replica killed mid-session ends its session and new sessions still work, the player page
 reconnects by itself, and the whole thing stops cleanly.
 
-Ray lives in its own venv (.venv-ray, `make setup`): ray[serve] needs protobuf>=5 and face tracking (which
-prepares the avatars these tests serve) protobuf<5. The server runs under .venv-ray's Python; this test
-process only speaks HTTP and WebSocket to it."""
+Ray is in the one environment (`make setup`, the `ray` extra; issue 24): the server runs under this test's
+own Python, and this test process only speaks HTTP and WebSocket to it."""
 
 from __future__ import annotations
 
@@ -14,6 +13,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -22,7 +22,7 @@ import pytest
 import test_server_harness as harness
 import websockets
 from prometheus_client.parser import text_string_to_metric_families
-from test_server_harness import REPO, ServerProcess
+from test_server_harness import ServerProcess
 from test_server_live import collect, open_session
 
 from lipstream.server.protocol import Kind
@@ -31,17 +31,16 @@ avatars_root = harness.avatars_root  # shared fixtures
 
 pytestmark = pytest.mark.slow
 
-RAY_PYTHON = REPO / ".venv-ray" / "bin" / "python"
+RAY_PYTHON = Path(sys.executable)
 RECONNECT_CODES = {1001, 1006, 1011, 1012}  # what the player reconnects on (docs/protocol.md)
 
 
 def _ray_importable() -> str | None:
     """Why Ray cannot run here, or None."""
-    if not RAY_PYTHON.exists():
-        return f"{RAY_PYTHON} is missing (make setup builds it: Ray needs its own venv)"
     done = subprocess.run([str(RAY_PYTHON), "-c", "import ray.serve"], capture_output=True, text=True)
     if done.returncode != 0:
-        return f"ray[serve] does not import in .venv-ray: {done.stderr.strip().splitlines()[-1:]}"
+        why = done.stderr.strip().splitlines()[-1:]
+        return f"ray[serve] does not import here (pip install -e '.[ray]'): {why}"
     return None
 
 
@@ -57,8 +56,7 @@ def ray_server(avatars_root: Path):
     reason = _ray_importable()
     if reason:
         pytest.skip(reason)
-    # the engine's caches are built here, where face tracking is installed (.venv-ray has no `prepare`
-    # extra, like a serving image): replicas only read them
+    # the engine's caches are built before the server starts, like a serving image's: replicas only read them
     from lipstream.engines.registry import create_engine
     from lipstream.server.warmup import warm_up
 

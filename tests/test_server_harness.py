@@ -70,13 +70,14 @@ class ServerProcess:
 
     def __init__(
         self, avatars_dir: Path, *extra: str, env: dict[str, str] | None = None, python: str = sys.executable,
-        start_timeout: float = 60.0,
+        start_timeout: float = 60.0, verbose: bool = False,
     ) -> None:
-        """`python`: the interpreter to run it with (the Ray tests use .venv-ray's)."""
+        """`python`: the interpreter to run it with (default: this one); `verbose`: INFO logs in stderr."""
         cmd = [
             python,
             "-m",
             "lipstream",
+            *(["--verbose"] if verbose else []),
             "serve",
             "--port",
             "0",
@@ -110,6 +111,11 @@ class ServerProcess:
                 return match.group(1), int(match.group(2))
         self.stop()
         raise RuntimeError("server did not start:\n" + "".join(self.stderr[-30:]))
+
+    def log_lines(self, contains: str, since: int = 0) -> str:
+        """The stderr lines from line `since` on that contain `contains` (a logger's name), for a failure
+        message."""
+        return "".join(line for line in self.stderr[since:] if contains in line)
 
     def rss_kib(self, field: str = "VmRSS") -> int:
         """Resident memory of the server: its process and its workers (`serve --workers`), added up;

@@ -167,16 +167,6 @@ def test_a_question_paused_mid_clause_is_answered_once_whole_after_the_user_fini
         create_tts("piper"), "Could you please tell me", "which planet is the largest?", 0.7
     )
     events, conversation = asyncio.run(_talk(small_avatar, stt, judge, question.pcm, PATIENT))
-    print(
-        "DBG",
-        question.pause_at,
-        len(question.pcm),
-        [
-            e
-            for e in events
-            if e["type"] in ("turn_decision", "user_speech_started", "user_speech_ended", "transcript")
-        ],
-    )
     ended = _of(events, "user_speech_ended")
     assert len(ended) == 1, ended  # the pause did not end the turn
     speech_end = RATE // 2 + len(question.pcm)

@@ -310,6 +310,48 @@ def test_spread_widens_and_rounding_narrows_the_tracked_mouth(small_avatar) -> N
         assert np.array_equal(patch[: nose + 1], crop[: nose + 1])
 
 
+def test_drawn_teeth_take_the_presenters_own_colour(small_avatar) -> None:
+    """The sample presenter shows her upper teeth: drawn lower teeth take their colour; tinted (a warm, dim
+    light) the sampled colour follows the tint; a closed mouth or a dark open one gives no sample."""
+    import dataclasses
+
+    from lipstream.engines.viseme.geometry import MouthGeometry
+    from lipstream.engines.viseme.warp import _interp_contour, render_patch, sample_teeth_rgb
+
+    eng = VisemeEngine(mouth="drawn")
+    cache = eng._cache(small_avatar)
+    own = eng.avatar_warp(small_avatar)
+    assert own.teeth_rgb == own.lower_teeth_rgb and own.teeth_rgb != eng.warp.teeth_rgb
+    assert min(own.teeth_rgb) > 150 and max(own.teeth_rgb) - min(own.teeth_rgb) < 60, own.teeth_rgb
+    crop, mask = np.asarray(cache.crops[0]), np.asarray(small_avatar.masks[0])
+    geo = MouthGeometry.unpack(cache.geometry[0])
+    # the pixels between the inner lips, tinted as under a warm, dim light
+    xs = np.arange(crop.shape[1], dtype=np.float32)
+    ys = np.arange(crop.shape[0])[:, None]
+    gap = (ys > _interp_contour(geo.upper, xs)[None, :]) & (ys < _interp_contour(geo.lower, xs)[None, :])
+    tint = np.array([0.85, 0.75, 0.6], np.float32)
+    tinted = crop.copy()
+    tinted[gap] = (crop[gap] * tint).astype(np.uint8)
+    plain, warm = sample_teeth_rgb(crop, geo, eng.warp), sample_teeth_rgb(tinted, geo, eng.warp)
+    assert plain is not None and warm is not None
+    np.testing.assert_allclose(warm / plain, tint, atol=0.03)
+    # drawn in it: the lower teeth (what changes when they are drawn black) are that colour, shaded
+    cfg = eng.warp.with_own_teeth(warm)
+    ah = np.array([0.9, 0.0, 0.0, 0.0], np.float32)
+    lit = render_patch(tinted, mask, geo, ah, cfg)
+    dark = render_patch(tinted, mask, geo, ah, dataclasses.replace(cfg, lower_teeth_rgb=(0, 0, 0)))
+    teeth = np.abs(lit.astype(int) - dark.astype(int)).sum(axis=-1) > 120
+    assert teeth.sum() > 10, teeth.sum()
+    colour = np.median(lit[teeth].astype(np.float32), axis=0)
+    np.testing.assert_allclose(colour / colour.max(), warm / warm.max(), atol=0.08)
+    # no teeth to sample: lips closed, or parted over a dark inside
+    closed = dataclasses.replace(geo, lower=geo.upper.copy())
+    assert sample_teeth_rgb(crop, closed, eng.warp) is None
+    hollow = crop.copy()
+    hollow[gap] = (crop[gap] * 0.25).astype(np.uint8)
+    assert sample_teeth_rgb(hollow, geo, eng.warp) is None
+
+
 def test_a_closed_mouth_presenter_gets_drawn_upper_teeth(small_avatar, tmp_path) -> None:
     """A photo whose lips are closed shows no teeth to reuse: opened, it gets drawn upper incisors (bright,
     with darker seams between them, not one flat band); on f/v they reach down to the lifted lower lip."""

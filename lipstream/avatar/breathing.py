@@ -10,9 +10,13 @@ inpainted away). Every motion makes whole cycles over the loop, so the loop neve
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import cv2
 import numpy as np
+
+if TYPE_CHECKING:  # the face models are loaded only when a matte is made (preparing a photo avatar)
+    from lipstream.avatar.face_client import FaceModels
 
 
 @dataclass(frozen=True)
@@ -30,13 +34,19 @@ class BreathingConfig:
     plate_scale: float = 0.25  # the clean plate is inpainted at this scale (only its edge is ever seen)
 
 
-def person_matte(rgb: np.ndarray, config: BreathingConfig) -> np.ndarray:
-    """0..1 float32 of the person: mediapipe's selfie segmentation (the model inside the package), its
-    uncertain edge decided by colour (GrabCut), feathered."""
-    import mediapipe as mp
+def person_matte(rgb: np.ndarray, config: BreathingConfig, models: FaceModels | None = None) -> np.ndarray:
+    """0..1 float32 of the person: mediapipe's selfie segmentation (the model inside the package; run in the
+    face environment unless `models` is given), its uncertain edge decided by colour (GrabCut), feathered."""
+    owned = models is None  # opened here for this one call, and closed after it
+    if owned:
+        from lipstream.avatar.face_client import open_face_models
 
-    with mp.solutions.selfie_segmentation.SelfieSegmentation(model_selection=0) as segmenter:
-        confidence = segmenter.process(np.ascontiguousarray(rgb)).segmentation_mask
+        models = open_face_models()
+    try:
+        confidence = models.segment(np.ascontiguousarray(rgb))
+    finally:
+        if owned:
+            models.close()
     if confidence is None or float(confidence.max()) < 0.5:
         return np.zeros(rgb.shape[:2], np.float32)
     matte = _refine_edge(rgb, np.clip(confidence.astype(np.float32), 0.0, 1.0), config)

@@ -22,6 +22,7 @@ from lipstream.paths import avatars_dir
 
 FORMAT_VERSION = 2  # what prepare and upgrade write; format 1 (raw frames) is still read
 READABLE_VERSIONS = (1, 2)
+SAMPLE_CLIP = "sample_presenter.mp4"  # `avatar sample`'s source file, as its manifest records it
 CROP_SIZE = 256  # masks and engine patches live in this crop space (the box resized to CROP_SIZE²)
 
 MANIFEST = "manifest.json"
@@ -57,6 +58,23 @@ class Manifest(BaseModel):
     video: BundleVideo | None = None  # format 2: the two videos holding the frames
     mask: dict = Field(default_factory=dict)  # format 2: MaskConfig the masks are derived with (defaults)
     idle: dict = Field(default_factory=dict)  # format 2: which stretch the idle loop plays, and why
+
+    @property
+    def blinks_planned(self) -> bool:
+        """Whether prepare planned its idle loop's blinks (bundles prepared before it did say nothing, and
+        a photo's or a never-blinking clip's loop then has none: `prepare --force` adds them)."""
+        return "blinks" in self.idle
+
+    def blink_note(self) -> str | None:
+        """What to tell a user whose avatar was prepared before blinks were drawn; None when they were."""
+        if self.blinks_planned:
+            return None
+        if self.source_file == SAMPLE_CLIP:
+            again = f"lipstream avatar sample --name {self.name} --force"
+        else:
+            again = f"lipstream avatar prepare {self.source_file} --name {self.name} --force"
+        footage = "its idle loop blinks only if the footage does"
+        return f"prepared before blinks were drawn ({footage}): `{again}` adds them"
 
 
 @dataclass
@@ -183,6 +201,20 @@ class SharedBundles:
             return bundle
 
 
+def read_manifest(folder: Path) -> Manifest:
+    """A bundle folder's manifest.json, parsed and of a format this lipstream reads (AvatarError if not)."""
+    try:
+        manifest = Manifest.model_validate_json((folder / MANIFEST).read_text())
+    except Exception as exc:  # noqa: BLE001 - any parse failure is a malformed bundle
+        raise AvatarError(f"avatar at {folder} has an unreadable manifest.json: {exc}") from exc
+    if manifest.format_version not in READABLE_VERSIONS:
+        raise AvatarError(
+            f"avatar '{manifest.name}' uses bundle format {manifest.format_version}; this lipstream reads "
+            f"formats {', '.join(map(str, READABLE_VERSIONS))}: upgrade lipstream or re-prepare the avatar"
+        )
+    return manifest
+
+
 def load_avatar(name_or_path: str | os.PathLike, root: str | os.PathLike | None = None) -> AvatarBundle:
     """Open a bundle by name (under the avatars folder) or by path."""
     candidate = Path(name_or_path)
@@ -193,15 +225,7 @@ def load_avatar(name_or_path: str | os.PathLike, root: str | os.PathLike | None 
             f"unknown avatar '{name_or_path}' (known: {known}); "
             "create one with `lipstream avatar prepare VIDEO --name NAME` or `lipstream avatar sample`"
         )
-    try:
-        manifest = Manifest.model_validate_json((folder / MANIFEST).read_text())
-    except Exception as exc:  # noqa: BLE001 - any parse failure is a malformed bundle
-        raise AvatarError(f"avatar at {folder} has an unreadable manifest.json: {exc}") from exc
-    if manifest.format_version not in READABLE_VERSIONS:
-        raise AvatarError(
-            f"avatar '{manifest.name}' uses bundle format {manifest.format_version}; this lipstream reads "
-            f"formats {', '.join(map(str, READABLE_VERSIONS))}: upgrade lipstream or re-prepare the avatar"
-        )
+    manifest = read_manifest(folder)
 
     def arr(fname: str, mmap: bool = False) -> np.ndarray:
         path = folder / fname

@@ -62,15 +62,21 @@ def run_sample(args: argparse.Namespace) -> int:
     """`lipstream avatar sample`: build (or keep) the sample avatar."""
     from lipstream.avatar.sample import build_sample_avatar
 
-    if args.skip_existing and not args.force and bf.bundle_path(args.name, args.avatars_dir).exists():
+    force = args.force
+    if args.skip_existing and not force and bf.bundle_path(args.name, args.avatars_dir).exists():
         try:
             existing = bf.load_avatar(bf.bundle_path(args.name, args.avatars_dir))
         except AvatarError as exc:
             raise AvatarError(f"{exc} (found while checking --skip-existing; rerun with --force)") from exc
-        print(f"avatar '{args.name}' already exists ({existing.frame_count} frames) at {existing.path}; kept")
-        return 0
+        where = f"avatar '{args.name}' at {existing.path}"
+        if existing.manifest.blinks_planned:
+            print(f"{where} already exists ({existing.frame_count} frames); kept")
+            return 0
+        # made by this command, from nothing the user gave: rebuilt rather than kept without blinks
+        print(f"{where} was built before blinks were drawn; building it again")
+        force = True
     bundle = build_sample_avatar(
-        args.name, avatars_root=args.avatars_dir, force=args.force, progress=not args.quiet,
+        args.name, avatars_root=args.avatars_dir, force=force, progress=not args.quiet,
         seconds=args.seconds,
     )
     _print_notes(bundle)
@@ -133,6 +139,9 @@ def run_info(args: argparse.Namespace) -> int:
         if blinks:
             own, drawn, rate = blinks["own"], blinks["drawn"], blinks["per_minute"]
             print(f"  blinks   {own} of its own, {drawn} drawn, per loop ({rate}/min)")
+    blink_note = m.blink_note()
+    if blink_note:
+        print(f"  note     {blink_note}")
     if m.format_version < bf.FORMAT_VERSION:
         upgrade = f"`lipstream avatar upgrade {m.name}` makes it ~100x smaller"
         print(f"  note     raw frames (bundle format {m.format_version}): {upgrade}")

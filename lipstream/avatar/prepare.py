@@ -110,7 +110,10 @@ def _track_frames(
         note = tracker.multiple_faces_note
         face = last is not None and info.is_still and bool(found[n - 1])
         if face and config.breathing.enabled:
-            clip = StillClip.make(last, landmarks[n - 1], config.blink, config.breathing, FPS, name)
+            # the tracker's face models (its worker process) segment the photo too: no second process
+            clip = StillClip.make(
+                last, landmarks[n - 1], config.blink, config.breathing, FPS, name, models=tracker.models
+            )
             for k in range(n, clip.frames):
                 footage.append(clip.picture(k))
                 advance()

@@ -12,7 +12,7 @@ import cv2
 import numpy as np
 from skimage import data as skdata
 
-from lipstream.avatar.bundle import AvatarBundle
+from lipstream.avatar.bundle import SAMPLE_CLIP, AvatarBundle
 from lipstream.avatar.progress import frame_progress
 
 BOB_PX_AT_1920 = 40.0  # largest vertical offset of the head on a 1920-px-high canvas
@@ -138,6 +138,6 @@ def build_sample_avatar(
     from lipstream.avatar.prepare import prepare_avatar  # prepare imports tracking; keep sample light
 
     with tempfile.TemporaryDirectory(prefix="lipstream-sample-") as tmp:
-        clip = Path(tmp) / "sample_presenter.mp4"
+        clip = Path(tmp) / SAMPLE_CLIP
         write_sample_video(clip, progress=progress, **video_kwargs)
         return prepare_avatar(clip, name, avatars_root=avatars_root, force=force, progress=progress)

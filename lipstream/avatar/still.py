@@ -5,6 +5,7 @@ background. Its frames are made here, once, at prepare time; from then on the av
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,6 +19,9 @@ from lipstream.avatar.breathing import (
     pivot,
     poses,
 )
+
+if TYPE_CHECKING:
+    from lipstream.avatar.face_client import FaceModels
 
 
 @dataclass(frozen=True)
@@ -36,11 +40,12 @@ class StillClip:
     @classmethod
     def make(
         cls, photo: np.ndarray, landmarks: np.ndarray, blink: BlinkConfig, breathing: BreathingConfig,
-        fps: int, name: str,
+        fps: int, name: str, models: FaceModels | None = None,
     ) -> StillClip:  # fmt: skip
-        """Plan the clip of a photo whose face has `landmarks` (the avatar's name seeds its blinks)."""
+        """Plan the clip of a photo whose face has `landmarks` (the avatar's name seeds its blinks); `models`:
+        face models already open (the tracker's), else the segmentation opens its own."""
         frames = int(round(blink.photo_loop_s * fps))
-        matte = person_matte(photo, breathing)
+        matte = person_matte(photo, breathing, models)
         plate = clean_plate(photo, matte, breathing)
         affines = poses(frames, pivot(matte), breathing)
         moved = np.stack([move_points(landmarks, a) for a in affines])

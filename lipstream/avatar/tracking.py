@@ -4,6 +4,9 @@ mediapipe's FaceMesh has a short-range detector inside, which misses faces that 
 the frame (a 200 px face on a 1080×1920 canvas). So the full-range FaceDetection finds the largest face
 on the first frame (and whenever tracking is lost), and FaceMesh then runs in tracking mode on a square
 crop of about twice the face box that follows the face from frame to frame.
+
+mediapipe itself runs in the face environment's Python (lipstream.avatar.face_client): this module, and
+everything that imports it, only needs numpy here.
 """
 
 from __future__ import annotations
@@ -12,15 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lipstream.errors import LipstreamError
-
-try:
-    import mediapipe as mp
-except ImportError as exc:  # a playback-only install (Pipecat, serve) leaves face tracking out on purpose
-    raise LipstreamError(
-        "face tracking (mediapipe) is not installed here; preparing an avatar (or its engine caches, or "
-        "`lipstream eval`) needs it: pip install 'lipstream[prepare]'"
-    ) from exc
+from lipstream.avatar.face_client import FaceModels, open_face_models
 
 LANDMARK_COUNT = 478  # FaceMesh with refine_landmarks=True (468 + 10 iris points)
 LANDMARK_MODEL = "mediapipe-0.10.21 face_detection_full_range + face_landmark_with_attention (478 points)"
@@ -59,25 +54,20 @@ class FaceBox:
 class FaceTracker:
     """Stateful tracker of the largest face: `track(frame)` gives 478×2 source-pixel landmarks or None."""
 
-    def __init__(self, config: TrackerConfig | None = None) -> None:
+    def __init__(self, config: TrackerConfig | None = None, models: FaceModels | None = None) -> None:
         self.config = config or TrackerConfig()
-        self._detector = mp.solutions.face_detection.FaceDetection(
-            model_selection=1, min_detection_confidence=self.config.detection_confidence
-        )
-        self._mesh = self._new_mesh()
+        self._models = models  # mediapipe's graphs (or their worker process), made on first use
         self._box: FaceBox | None = None
         self.faces_seen = 0  # most faces the detector saw in one frame
         self.detections = 0  # how often the full-range detector ran
         self.frames = 0
 
-    def _new_mesh(self) -> mp.solutions.face_mesh.FaceMesh:
-        return mp.solutions.face_mesh.FaceMesh(
-            static_image_mode=False,
-            max_num_faces=1,
-            refine_landmarks=True,
-            min_detection_confidence=self.config.detection_confidence,
-            min_tracking_confidence=self.config.tracking_confidence,
-        )
+    @property
+    def models(self) -> FaceModels:
+        """The face models, started on first use (the face environment's worker, unless mediapipe is here)."""
+        if self._models is None:
+            self._models = open_face_models(self.config.detection_confidence, self.config.tracking_confidence)
+        return self._models
 
     @property
     def multiple_faces_note(self) -> str | None:
@@ -89,13 +79,14 @@ class FaceTracker:
     def reset(self) -> None:
         """Forget the last face box (the next frame runs full-range detection)."""
         self._box = None
-        self._mesh.close()
-        self._mesh = self._new_mesh()
+        if self._models is not None:
+            self._models.reset_mesh()
 
     def close(self) -> None:
-        """Release the mediapipe graphs."""
-        self._mesh.close()
-        self._detector.close()
+        """Release the mediapipe graphs (and end their worker process)."""
+        if self._models is not None:
+            self._models.close()
+            self._models = None
 
     def __enter__(self) -> FaceTracker:
         return self
@@ -107,11 +98,9 @@ class FaceTracker:
         """All faces the full-range detector finds, largest first."""
         self.detections += 1
         h, w = frame_rgb.shape[:2]
-        result = self._detector.process(frame_rgb)
         boxes = []
-        for det in result.detections or []:
-            rb = det.location_data.relative_bounding_box
-            box = FaceBox(rb.xmin * w, rb.ymin * h, (rb.xmin + rb.width) * w, (rb.ymin + rb.height) * h)
+        for xmin, ymin, width, height in self.models.detect(frame_rgb).tolist():
+            box = FaceBox(xmin * w, ymin * h, (xmin + width) * w, (ymin + height) * h)
             if box.x2 - box.x1 >= self.config.min_face_px:
                 boxes.append(box)
         boxes.sort(key=lambda b: b.area, reverse=True)
@@ -137,11 +126,10 @@ class FaceTracker:
             # FaceMesh projects landmarks correctly only from a square input: pad at the frame's edges.
             crop = np.zeros((side, side, 3), dtype=np.uint8)
             crop[sy1 - y1 : sy2 - y1, sx1 - x1 : sx2 - x1] = frame_rgb[sy1:sy2, sx1:sx2]
-        result = self._mesh.process(crop)
-        if not result.multi_face_landmarks:
+        relative = self.models.mesh(crop)
+        if relative is None:
             return None
-        pts = result.multi_face_landmarks[0].landmark
-        out = np.array([(p.x, p.y) for p in pts], dtype=np.float32) * side
+        out = relative * side
         out += np.array([x1, y1], dtype=np.float32)
         return out
 

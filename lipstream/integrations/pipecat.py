@@ -8,8 +8,8 @@ One `Session` (raw RGB, no H.264) runs from StartFrame to EndFrame/CancelFrame. 
 as an `OutputImageRawFrame` followed by an audio frame holding exactly that frame's 40 ms of 16 kHz audio,
 so a transport that plays audio in order shows each picture with its own sound. Frames flow at the
 session's pace (audio is the master clock), and idle frames with silent audio keep the face alive between
-utterances. Needs `pip install 'lipstream[pipecat]'`; the avatar must be prepared beforehand in an
-environment with `lipstream[prepare]` (docs/integrations.md says why there are two).
+utterances. Needs `pip install 'lipstream[pipecat]'`; the avatar is prepared beforehand (`lipstream avatar
+prepare`, whose face tracker runs in its own environment: docs/integrations.md says why).
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ import os
 from collections import deque
 from typing import Any
 
-import numpy as np
-
 try:
     from pipecat.frames import frames as pf
     from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
@@ -31,9 +29,10 @@ except ImportError as exc:  # the adapter is optional; say how to get it
     ) from exc
 
 from lipstream.audio.timeline import SAMPLE_RATE
-from lipstream.avatar.bundle import AvatarBundle, load_avatar
+from lipstream.avatar.bundle import AvatarBundle
 from lipstream.engines.base import Engine
 from lipstream.errors import LipstreamError
+from lipstream.integrations.playback import load_avatar_and_engine, mono_int16, raw_frames_config
 from lipstream.render.frames import AvatarFrame
 from lipstream.render.session import Session, SessionConfig, SessionEvent
 
@@ -65,10 +64,7 @@ class LipstreamAvatar(FrameProcessor):
         super().__init__(**kwargs)
         self._avatar_source = avatar
         self._engine_source = engine
-        update: dict[str, Any] = {"encode": False}  # Pipecat transports take raw pictures
-        if output_width is not None:
-            update["output_width"] = output_width
-        self._config = (config or SessionConfig()).model_copy(update=update)
+        self._config = raw_frames_config(config, output_width)  # Pipecat transports take raw pictures
         self._sync_with_audio = sync_with_audio
         self._session: Session | None = None
         self._output_task: asyncio.Task | None = None
@@ -119,7 +115,9 @@ class LipstreamAvatar(FrameProcessor):
         if self._session is not None:
             return
         try:
-            avatar, engine = await asyncio.to_thread(self._load)
+            avatar, engine = await asyncio.to_thread(
+                load_avatar_and_engine, self._avatar_source, self._engine_source
+            )
             session = Session(avatar, engine, self._config)
             await session.start()  # warms up (engine caches, base frames) before the first frame
         except LipstreamError as exc:  # unknown avatar, missing caches: the voice still plays, faceless
@@ -127,21 +125,8 @@ class LipstreamAvatar(FrameProcessor):
             return
         self._session = session
 
-    def _load(self) -> tuple[AvatarBundle, Engine]:
-        """Blocking part of start-up (reading the bundle, building the engine), run off the event loop."""
-        from lipstream.engines.registry import create_engine
-
-        source = self._avatar_source
-        avatar = source if isinstance(source, AvatarBundle) else load_avatar(source)
-        engine = self._engine_source
-        if isinstance(engine, str):
-            engine = create_engine(engine)
-        return avatar, engine
-
     async def _push_audio(self, session: Session, frame: pf.TTSAudioRawFrame) -> None:
-        pcm = np.frombuffer(frame.audio, dtype=np.int16)
-        if frame.num_channels > 1:
-            pcm = pcm.reshape(-1, frame.num_channels).mean(axis=1).astype(np.int16)
+        pcm = mono_int16(frame.audio, frame.num_channels)
         if pcm.size == 0:
             return
         try:

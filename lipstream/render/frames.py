@@ -16,6 +16,7 @@ class AvatarFrame:
     base_index: int  # source frame of the avatar shown (head position)
     audio: np.ndarray  # int16 mono slice, SAMPLES_PER_FRAME long
     image: np.ndarray | None = None  # H×W×3 uint8 RGB when not encoded
+    i420: np.ndarray | None = None  # I420 [(H*3/2), W] uint8 from an I420Frames sink (WebRTC's own format)
     access_unit: bytes | None = None  # H.264 Annex-B access unit when encoded
     keyframe: bool = False  # the access unit is an IDR
     speaking: bool = False  # frame belongs to an utterance (False: idle presenter)

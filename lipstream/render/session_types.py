@@ -31,7 +31,9 @@ class SessionConfig(BaseModel):
     # "full": composite and encode whole frames (what recorders and `lipstream client --out` need);
     # "patch": encode only the crop-space mouth rectangle, the client composites it (docs/protocol.md)
     stream: Literal["full", "patch"] = "full"
-    patch_bitrate: int = Field(300_000, gt=0)  # cap of the patch stream (a 256×96 picture at 25 fps)
+    # cap of the patch stream (a 240×96 crop-space picture at 25 fps): 150 kbit/s codes the mouth at ~39 dB,
+    # 1.5 dB under 300 and alike to the eye at the size the page shows it (benchmarks/patch_bitrate_bench.py)
+    patch_bitrate: int = Field(150_000, gt=0)
 
 
 @dataclass

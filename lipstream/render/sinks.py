@@ -2,8 +2,9 @@
 
 The producer hands each frame's base-frame index and mouth patch (None when the mouth rests) to the
 session's sink on a worker thread; the sink returns what the consumer gets and puts it on the AvatarFrame.
-A consumer that wants raw pictures (a LiveKit or Pipecat adapter, a recorder) takes `RawFrames`, and
-nothing is encoded; the WebSocket server takes one of the H.264 sinks.
+A consumer that wants raw pictures (the Pipecat adapter, a recorder) takes `RawFrames` (RGB), one that
+hands them to WebRTC (the LiveKit generator) `I420Frames`, and nothing is encoded; the WebSocket server
+takes one of the H.264 sinks.
 """
 
 from __future__ import annotations
@@ -91,6 +92,33 @@ class RawFrames(_Bound):
 
     def close(self) -> None:
         """Nothing to free."""
+
+
+class I420Frames(RawFrames):
+    """Composited I420 pictures at the stream size; no encoding. For consumers that hand frames to WebRTC
+    (LiveKit's VideoSource): only the mouth rectangle is colour-converted, on the render worker, instead of
+    the whole RGB picture on the consumer's event loop."""
+
+    def warm_up(self, idle_loop: np.ndarray) -> None:
+        """The avatar's I420 pictures at this size, and the blend geometry of the first frames. A scaled
+        stream builds every picture its loop shows now: each costs a full-size decode, a resize and a
+        conversion the first time (~50 ms at 540x960 of a 1080x1920 avatar on a busy 2-core machine, more
+        than a frame's 40 ms), which would otherwise slow the stream's whole first pass through the loop."""
+        base = self.compositor.base
+        base.decode_ahead()
+        scaled = (base.width, base.height) != tuple(base.bundle.size)
+        for index in np.unique(idle_loop) if scaled else idle_loop[:1]:
+            base.i420(int(index))
+        warm_geometry(self.compositor, idle_loop)
+
+    def make(self, base_id: int, patch: np.ndarray | None, generation: int) -> np.ndarray:
+        """The composited picture, I420."""
+        with self.timer.stage("compositor"):
+            return self.compositor.compose_i420(base_id, patch)
+
+    def fill(self, item: AvatarFrame, made: np.ndarray) -> None:
+        """The picture goes on `item.i420`."""
+        item.i420 = made
 
 
 class _H264Sink(_Bound):

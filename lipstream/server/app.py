@@ -59,6 +59,7 @@ class LiveSessionFactory:
             max_lead_seconds=self.config.max_lead_seconds,
             max_pending_seconds=self.config.limits.max_pending_seconds,
             stream=stream,
+            patch_bitrate=self.config.patch_bitrate,
         )
         return Session(
             bundle, engine, cfg, pools=self.pools, base_frames=self.base_frames, observer=self.metrics

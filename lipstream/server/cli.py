@@ -65,6 +65,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--no-patch-stream", action="store_true",
         help="offer whole frames only: refuse hello.stream=patch (the page then asks for full frames)",
     )
+    serve.add_argument(
+        "--patch-kbps", type=float, default=150.0,
+        help="cap of each patch-mode session's mouth video in kbit/s (default 150: ~39 dB on the mouth; the "
+        "whole session with Opus audio stays under 200 kbit/s)",
+    )
     agent = serve.add_argument_group("conversation (the avatar listens and answers)")
     agent.add_argument("--agent", action="store_true", help="sessions may ask for a conversation (Talk mode)")
     agent.add_argument(
@@ -156,6 +161,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     client.add_argument("--token", default=None, help="bearer token (env LIPSTREAM_TOKEN)")
     client.add_argument("--width", type=int, default=None, help="ask for a smaller stream of this width")
     client.add_argument(
+        "--opus", action="store_true",
+        help="ask for the audio as Opus (protocol 1.3; decoded here, the MP4 still gets AAC)",
+    )
+    client.add_argument(
         "--timeout", type=float, default=120.0,
         help="give up after this many seconds (with --converse: counted from the question's end)",
     )
@@ -192,6 +201,8 @@ def run_serve(args: argparse.Namespace) -> int:
         max_connections=args.max_connections,
         header_timeout_seconds=args.header_timeout,
     )
+    if not 16 <= args.patch_kbps <= 10_000:
+        raise LipstreamError(f"--patch-kbps must be between 16 and 10000 (got {args.patch_kbps:g})")
     if min(args.batch_sizes) < 1 or args.max_batch_wait_ms < 0:
         raise LipstreamError("--batch-sizes must be positive and --max-batch-wait-ms at least 0")
     config = ServerConfig(
@@ -203,10 +214,12 @@ def run_serve(args: argparse.Namespace) -> int:
         voice=args.voice,
         limits=limits,
         stream_modes=("full",) if args.no_patch_stream else ("full", "patch"),
+        patch_bitrate=round(args.patch_kbps * 1000),
         batching=args.batching,
         batch_sizes=tuple(args.batch_sizes),
         max_batch_wait_ms=args.max_batch_wait_ms,
     )
+    _warn_of_unblinking_avatars(config.avatars_dir)
     if args.ray:
         if args.workers is not None:
             log.warning("--workers is ignored with --ray: Ray Serve's replicas are the processes")
@@ -347,6 +360,7 @@ def run_client_command(args: argparse.Namespace) -> int:
             token=_token(args),
             output_width=args.width,
             timeout=args.timeout,
+            audio_codec="opus" if args.opus else "pcm",
         )
     )
     text = report.model_dump_json(indent=2)
@@ -355,7 +369,10 @@ def run_client_command(args: argparse.Namespace) -> int:
         args.report.write_text(text + "\n")
     summary = {
         k: getattr(report, k)
-        for k in ("ttff_ms", "frames_received", "speech_frames", "pts_continuous", "duration_seconds", "out")
+        for k in (
+            "ttff_ms", "frames_received", "speech_frames", "pts_continuous", "duration_seconds",
+            "audio_codec", "out",
+        )  # fmt: skip
     }
     print(json.dumps(summary))
     return 0
@@ -382,3 +399,16 @@ def _run_converse(args: argparse.Namespace, url: str) -> int:
     summary["turn_metrics_ms"] = (report.turn_metrics or {}).get("ms")
     print(json.dumps(summary))
     return 0
+
+
+def _warn_of_unblinking_avatars(avatars_dir: Path | None) -> None:
+    """One warning per avatar prepared before blinks were drawn, with the command that adds them."""
+    from lipstream.avatar.bundle import bundle_path, list_avatars, read_manifest
+
+    for name in list_avatars(avatars_dir):  # the manifests alone: start-up opens no arrays or videos
+        try:
+            note = read_manifest(bundle_path(name, avatars_dir)).blink_note()
+        except LipstreamError:
+            continue  # a broken bundle is refused when a session asks for it, with its own error
+        if note:
+            log.warning("avatar '%s': %s", name, note)

@@ -17,7 +17,17 @@ from pydantic import BaseModel, Field
 
 from lipstream.audio.timeline import SAMPLES_PER_FRAME
 from lipstream.errors import LipstreamError
-from lipstream.server.protocol import PROTOCOL_VERSION, Flags, Kind, MediaMessage, decode_media
+from lipstream.server.protocol import (
+    AUDIO_CODECS,
+    PROTOCOL_VERSION,
+    Flags,
+    Kind,
+    MediaMessage,
+    decode_media,
+    unpack_packets,
+)
+
+OPUS_PACKETS_PER_FRAME = 2  # 20 ms Opus packets in one 40 ms frame's audio message
 
 
 class ClientError(LipstreamError):
@@ -51,6 +61,9 @@ class ClientReport(BaseModel):
     pts_continuous: bool = True
     audio_matches_video: bool = True  # every video frame got exactly its 640-sample audio slice
     audio_samples: int = 0
+    audio_codec: str = "pcm"  # what the server sends (protocol 1.3: "opus" when asked and offered)
+    audio_bytes: int = 0  # audio message payloads received (PCM or Opus packets)
+    video_bytes: int = 0  # video access units received
     duration_seconds: float = 0.0
     interrupted: bool | None = None
     events: list[ReceivedEvent] = Field(default_factory=list)
@@ -66,6 +79,7 @@ class _Recorder:
     audio: list[np.ndarray] = field(default_factory=list)
     pending_video: MediaMessage | None = None
     last_seq: int | None = None
+    opus: Any = None  # a FrameAudioDecoder when the session's audio is Opus
 
     def add(self, msg: MediaMessage, report: ClientReport, t_ms: float) -> None:
         if msg.kind == Kind.VIDEO:
@@ -75,6 +89,7 @@ class _Recorder:
                 report.audio_matches_video = False  # the previous frame never got its audio
             self.pending_video = msg
             self.access_units.append(msg.payload)
+            report.video_bytes += len(msg.payload)
             report.frames_received += 1
             report.keyframes += bool(msg.flags & Flags.KEYFRAME)
             if msg.flags & Flags.SPEAKING:
@@ -89,8 +104,16 @@ class _Recorder:
         elif msg.kind == Kind.AUDIO and self.pending_video is not None:
             video = self.pending_video
             self.pending_video = None
-            pcm = np.frombuffer(msg.payload, dtype="<i2").astype(np.int16)
-            if msg.seq != video.seq or msg.pts != video.pts or len(pcm) != SAMPLES_PER_FRAME:
+            report.audio_bytes += len(msg.payload)
+            if self.opus is not None:
+                # decoded audio stays on the pts grid (see FrameAudioDecoder); a frame is two 20 ms packets
+                packets = unpack_packets(msg.payload)
+                pcm = self.opus.decode(packets, restart=bool(msg.flags & Flags.KEYFRAME))
+                whole = len(packets) == OPUS_PACKETS_PER_FRAME
+            else:
+                pcm = np.frombuffer(msg.payload, dtype="<i2").astype(np.int16)
+                whole = len(pcm) == SAMPLES_PER_FRAME
+            if msg.seq != video.seq or msg.pts != video.pts or not whole:
                 report.audio_matches_video = False
             self.audio.append(pcm)
             report.audio_samples += len(pcm)
@@ -105,8 +128,11 @@ async def run_client(
     token: str | None = None,
     output_width: int | None = None,
     timeout: float = 120.0,
+    audio_codec: str = "pcm",
 ) -> ClientReport:
-    """Open a session, speak text or upload a file, record until playback_finished; return the report."""
+    """Open a session, speak text or upload a file, record until playback_finished; return the report.
+
+    `audio_codec`: "opus" asks for Opus audio (protocol 1.3), decoded here to the same 16 kHz PCM."""
     if (text is None) == (audio is None):
         raise ClientError("give exactly one of --text or --audio")
     upload = None
@@ -117,7 +143,14 @@ async def run_client(
     report = ClientReport(url=url, avatar=avatar)
     recorder = _Recorder()
     try:
-        async with open_session(url, avatar, report, token, output_width, ready_timeout=timeout) as (ws, _):
+        async with open_session(
+            url, avatar, report, token, output_width, ready_timeout=timeout, audio_codec=audio_codec
+        ) as (ws, ready):
+            report.audio_codec = ready.get("audio_codec", "pcm")  # a pre-1.3 server sends PCM
+            if report.audio_codec == "opus":
+                from lipstream.media.opus import FrameAudioDecoder
+
+                recorder.opus = FrameAudioDecoder()
             t_req = time.perf_counter()
             if upload is not None:
                 await ws.send(upload)
@@ -148,9 +181,13 @@ async def open_session(
     output_width: int | None = None,
     agent: bool = False,
     ready_timeout: float = 60.0,
+    audio_codec: str = "pcm",
 ) -> AsyncIterator[tuple[Any, dict[str, Any]]]:
     """Connect, say hello and wait for `ready`: yields (socket, ready). Fills the report's connect and ready
-    times and stream format; a refused session is a ClientError."""
+    times and stream format; a refused session is a ClientError. `audio_codec`: "opus" asks for Opus audio
+    (protocol 1.3); `ready["audio_codec"]` says what the server agreed to send (absent: PCM)."""
+    if audio_codec not in AUDIO_CODECS:
+        raise ClientError(f"unknown audio codec {audio_codec!r}; choose one of {', '.join(AUDIO_CODECS)}")
     headers = {"Authorization": f"Bearer {token}"} if token else None
     t0 = time.perf_counter()
     async with websockets.connect(url, additional_headers=headers, max_size=None, compression=None) as ws:
@@ -160,6 +197,8 @@ async def open_session(
         }  # fmt: skip
         if agent:
             hello["agent"] = True
+        if audio_codec != "pcm":  # only when asked: a plain hello stays what v1 clients send
+            hello["audio_codec"] = audio_codec
         await ws.send(json.dumps(hello))
         ready = json.loads(await asyncio.wait_for(ws.recv(), ready_timeout))
         if ready.get("type") != "ready":

@@ -6,6 +6,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, model_validator
 
+from lipstream.media.opus import OpusSettings
+
 MIB = 1024 * 1024
 
 
@@ -48,7 +50,9 @@ class ServerConfig(BaseModel):
     max_lead_seconds: float = 1.0
     limits: Limits = Field(default_factory=Limits)
     stream_modes: tuple[str, ...] = ("full", "patch")  # what hello.stream may ask for (docs/protocol.md)
+    patch_bitrate: int = Field(150_000, gt=0)  # the mouth-patch stream's cap (SessionConfig.patch_bitrate)
     replica_id: str | None = None  # set on a Ray Serve replica; named in `ready` and /healthz
+    opus: OpusSettings = Field(default_factory=OpusSettings)  # sessions that ask for Opus audio (1.3)
     # the neural engine's passes pooled across sessions (lipstream.engines.batcher); the viseme engine is
     # per-frame cheap and never batched
     batching: bool = True

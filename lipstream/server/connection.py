@@ -16,15 +16,19 @@ from starlette.websockets import WebSocketDisconnect, WebSocketState
 from lipstream.audio.decode import decode_upload
 from lipstream.audio.timeline import SAMPLE_RATE
 from lipstream.avatar.bundle import CROP_SIZE, AvatarBundle, SharedBundles, list_avatars
-from lipstream.errors import LipstreamError, QueueFullError
+from lipstream.errors import LipstreamError, MediaError, QueueFullError
+from lipstream.media.opus import DECODE_RATE, PRE_SKIP, FrameAudioEncoder, OpusSettings, StreamAudioDecoder
 from lipstream.render.workers import WorkerPools
 from lipstream.server.auth import extract_token, token_ok
 from lipstream.server.config import ServerConfig
 from lipstream.server.metrics import ServerMetrics
 from lipstream.server.protocol import (
+    AUDIO_CODECS,
+    MIC_CODECS,
     PROTOCOL_MINOR,
     PROTOCOL_VERSION,
     ClientStats,
+    Flags,
     Flush,
     Hello,
     Interrupt,
@@ -40,6 +44,7 @@ from lipstream.server.protocol import (
     event_message,
     frame_messages,
     parse_control,
+    unpack_packets,
 )
 from lipstream.server.registry import SessionRecord, SessionRegistry
 from lipstream.talk.speaker import Speaker
@@ -50,6 +55,14 @@ SessionFactory = Callable[[AvatarBundle, Any, "int | None"], Any]
 MIN_PCM_RATE, MAX_PCM_RATE = 8000, 48000
 CLOSE_TIMEOUT_SECONDS = 2.0
 HELLO_MAX_BYTES = 64 * 1024  # a hello is a few hundred bytes; nothing big is read before the token is checked
+
+
+def opus_description(settings: OpusSettings) -> dict[str, Any]:
+    """What an Opus client needs to set up its decoder (protocol 1.3); pts stay in 16 kHz samples."""
+    return {
+        "codec": "opus", "sample_rate": DECODE_RATE, "channels": 1, "frame_ms": 20,
+        "packets_per_message": 2, "pre_skip": PRE_SKIP, "bitrate": settings.bitrate,
+    }  # fmt: skip
 
 
 def patch_description(session: Any, bundle: AvatarBundle) -> dict[str, Any]:
@@ -112,6 +125,9 @@ class Connection:
         self._speak_queue: asyncio.Queue[Speak] = asyncio.Queue(maxsize=self.limits.max_queued_speaks)
         self._speaker: asyncio.Task | None = None
         self._patch_stream = False  # hello asked for the patch stream mode (protocol 1.2)
+        # hello asked for Opus audio (protocol 1.3): this session's encoder; None sends PCM as before
+        self._opus: FrameAudioEncoder | None = None
+        self._mic_decoder: StreamAudioDecoder | None = None  # made on the client's first mic_opus message
 
     # ---- sending ----
 
@@ -204,7 +220,16 @@ class Connection:
                 f"{', '.join(self.config.stream_modes)} (omit `stream` for full frames)",
                 4400,
             )
+        if hello.audio_codec not in AUDIO_CODECS:
+            await self._fail(
+                "audio_codec",
+                f"this server has no {hello.audio_codec!r} audio codec; it offers "
+                f"{', '.join(AUDIO_CODECS)} (omit `audio_codec` for PCM)",
+                4400,
+            )
         self._patch_stream = hello.stream == "patch"
+        if hello.audio_codec == "opus":
+            self._opus = FrameAudioEncoder(self.config.opus)
         avatar = hello.avatar or self.ws.query_params.get("avatar")
         try:
             bundle = await asyncio.to_thread(self._open_avatar, avatar)
@@ -252,6 +277,10 @@ class Connection:
             "limits": self.limits.model_dump(exclude={"hello_timeout_seconds"}),
             "stream": "patch" if self._patch_stream else "full",
         }
+        ready["audio_codec"] = "opus" if self._opus is not None else "pcm"
+        ready["mic_codecs"] = list(MIC_CODECS)
+        if self._opus is not None:
+            ready["audio"] = opus_description(self._opus.settings)
         if self._patch_pending:
             ready["patch_pending"] = True
         if self._patch_stream:
@@ -298,7 +327,7 @@ class Connection:
         # the Session makes the first frame after an interrupt an IDR, so every frame can go out as it comes
         async for item in self.session:
             if isinstance(item, AvatarFrame):
-                video, audio = frame_messages(item, patch=self._patch_stream)
+                video, audio = frame_messages(item, patch=self._patch_stream, opus=self._opus)
                 async with self._send_lock:
                     await self._timed_send(self.ws.send_bytes(video))
                     await self._timed_send(self.ws.send_bytes(audio))
@@ -411,6 +440,8 @@ class Connection:
         media = decode_media(data)
         if media.kind == Kind.PCM:
             await self._on_pcm(media)
+        elif media.kind == Kind.MIC_OPUS:
+            await self._on_mic_opus(media)
         elif media.kind == Kind.UPLOAD:
             await self._on_upload(media.payload)
         else:
@@ -419,20 +450,32 @@ class Connection:
             )
 
     async def _on_pcm(self, media: MediaMessage) -> None:
-        if not MIN_PCM_RATE <= media.aux <= MAX_PCM_RATE:
-            raise ProtocolError(
-                f"pcm chunk declares sample rate {media.aux} Hz; "
-                f"put {MIN_PCM_RATE}-{MAX_PCM_RATE} in the aux field",
-                "bad_audio",
-            )
+        _check_rate(media.aux, "pcm chunk declares sample rate")
         if len(media.payload) % 2:
             raise ProtocolError("pcm chunk has an odd byte count; it must be whole s16le samples")
         if media.payload:
             pcm = np.frombuffer(media.payload, dtype="<i2").astype(np.int16)
-            if self.conversation is not None:
-                await self.conversation.push_microphone(pcm, media.aux)
-            else:
-                await self.session.push_audio_async(pcm, media.aux)
+            await self._take_client_audio(pcm, media.aux)
+
+    async def _on_mic_opus(self, media: MediaMessage) -> None:
+        # aux is the capture rate (a browser may encode 44.1 kHz); Opus decodes at 48 kHz whatever it was
+        _check_rate(media.aux, "mic_opus message declares capture rate")
+        packets = unpack_packets(media.payload)
+        if self._mic_decoder is None:
+            self._mic_decoder = StreamAudioDecoder()
+        try:
+            pcm = self._mic_decoder.decode(packets, restart=bool(media.flags & Flags.KEYFRAME))
+        except MediaError as exc:
+            raise ProtocolError(f"{exc}; send whole Opus packets, one encoder's stream", "bad_audio") from exc
+        if len(pcm):
+            await self._take_client_audio(pcm, DECODE_RATE)
+
+    async def _take_client_audio(self, pcm: np.ndarray, rate: int) -> None:
+        """The client's audio: the microphone in a conversation, speech to lip-sync otherwise."""
+        if self.conversation is not None:
+            await self.conversation.push_microphone(pcm, rate)
+        else:
+            await self.session.push_audio_async(pcm, rate)
 
     async def _on_upload(self, payload: bytes) -> None:
         if len(payload) > self.limits.max_upload_bytes:
@@ -462,3 +505,9 @@ class Connection:
             with contextlib.suppress(Exception):  # a client that reads nothing cannot hold us here
                 await asyncio.wait_for(self.ws.close(1000), CLOSE_TIMEOUT_SECONDS)
 
+
+def _check_rate(rate: int, says: str) -> None:
+    """A client audio message's aux rate, within what the server resamples; bad_audio otherwise."""
+    if not MIN_PCM_RATE <= rate <= MAX_PCM_RATE:
+        message = f"{says} {rate} Hz; put {MIN_PCM_RATE}-{MAX_PCM_RATE} in the aux field"
+        raise ProtocolError(message, "bad_audio")

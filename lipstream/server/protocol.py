@@ -23,13 +23,17 @@ from pydantic_core import PydanticCustomError
 from lipstream.errors import LipstreamError
 
 PROTOCOL_VERSION = 1
-# 1.1 added conversation sessions (hello.agent), 1.2 the patch stream mode (hello.stream); older clients
-# see no change
-PROTOCOL_MINOR = 2
+# 1.1 added conversation sessions (hello.agent), 1.2 the patch stream mode (hello.stream), 1.3 Opus audio
+# (hello.audio_codec), 1.4 Opus from the client (mic_opus messages, ready.mic_codecs); older clients see no
+# change
+PROTOCOL_MINOR = 4
 STREAM_MODES = ("full", "patch")  # what hello.stream may ask for; "full" is the default
+AUDIO_CODECS = ("pcm", "opus")  # what hello.audio_codec may ask for; "pcm" is the default
+MIC_CODECS = ("pcm", "opus")  # what a client may send its audio as (ready.mic_codecs, protocol 1.4)
 PATCH_PREFIX = struct.Struct("<II")  # a patch message's payload starts with: loop index, source frame
 HEADER = struct.Struct("<BBBBIIQ")  # version, kind, flags, reserved, seq, aux, pts
 HEADER_SIZE = HEADER.size  # 20
+OPUS_LENGTH = struct.Struct("<H")  # an Opus audio payload: each packet behind its length (protocol 1.3)
 
 
 class ProtocolError(LipstreamError):
@@ -48,6 +52,7 @@ class Kind(IntEnum):
     PCM = 3
     UPLOAD = 4
     PATCH = 5
+    MIC_OPUS = 6  # client -> server: Opus packets of the client's audio (protocol 1.4)
 
 
 class Flags(IntFlag):
@@ -103,17 +108,40 @@ def decode_media(data: bytes) -> MediaMessage:
         kind_enum = Kind(kind)
     except ValueError:
         raise ProtocolError(
-            f"unknown binary message kind {kind}; expected 1-5 (see docs/protocol.md)"
+            f"unknown binary message kind {kind}; expected 1-6 (see docs/protocol.md)"
         ) from None
     return MediaMessage(
         kind_enum, bytes(data[HEADER_SIZE:]), seq=seq, aux=aux, pts=pts, flags=Flags(flags & 7)
     )
 
 
-def frame_messages(frame: Any, patch: bool = False) -> tuple[bytes, bytes]:
+def pack_packets(packets: list[bytes]) -> bytes:
+    """An Opus audio message's payload: each packet behind its u16 little-endian length."""
+    return b"".join(OPUS_LENGTH.pack(len(p)) + p for p in packets)
+
+
+def unpack_packets(payload: bytes) -> list[bytes]:
+    """The Opus packets of an audio message's payload; ProtocolError when the lengths do not add up."""
+    packets, at = [], 0
+    while at < len(payload):
+        if at + OPUS_LENGTH.size > len(payload):
+            raise ProtocolError(f"opus payload ends inside a packet length at byte {at} of {len(payload)}")
+        (size,) = OPUS_LENGTH.unpack_from(payload, at)
+        end = at + OPUS_LENGTH.size + size
+        if size == 0 or end > len(payload):
+            raise ProtocolError(
+                f"opus packet of {size} bytes at byte {at} does not fit the {len(payload)}-byte payload"
+            )
+        packets.append(bytes(payload[at + OPUS_LENGTH.size : end]))
+        at = end
+    return packets
+
+
+def frame_messages(frame: Any, patch: bool = False, opus: Any = None) -> tuple[bytes, bytes]:
     """The video (or, with `patch`, the patch) and audio messages of one AvatarFrame (encoded session
     frames only). A patch message carries the loop index and source frame it was made for, then the
-    patch AU: empty while the mouth rests."""
+    patch AU: empty while the mouth rests. With `opus` (the session's FrameAudioEncoder, protocol 1.3)
+    the audio message carries the frame's Opus packets, flagged `keyframe` where the encoder restarted."""
     if frame.access_unit is None:
         raise ValueError("frame has no access unit; the session must run with encode=True")
     flags = Flags.NONE
@@ -130,9 +158,14 @@ def frame_messages(frame: Any, patch: bool = False) -> tuple[bytes, bytes]:
     else:
         video = MediaMessage(Kind.VIDEO, bytes(frame.access_unit), frame.index, aux, frame.pts, flags)
     audio_flags = flags & ~Flags.KEYFRAME
-    audio = MediaMessage(
-        Kind.AUDIO, frame.audio.astype("<i2").tobytes(), frame.index, aux, frame.pts, audio_flags
-    )
+    if opus is None:
+        audio_payload = frame.audio.astype("<i2").tobytes()
+    else:
+        packets, restarted = opus.encode(frame.pts, frame.audio)
+        audio_payload = pack_packets(packets)
+        if restarted:  # the decoder must restart too, and drop the new stream's pre-skip
+            audio_flags |= Flags.KEYFRAME
+    audio = MediaMessage(Kind.AUDIO, audio_payload, frame.index, aux, frame.pts, audio_flags)
     return video.encode(), audio.encode()
 
 
@@ -218,6 +251,9 @@ class Hello(ClientModel):
     # protocol 1.2: "full" (whole frames) or "patch" (the mouth only; the client composites). Any name is
     # parsed; the connection refuses one the server lacks with the `stream` error code
     stream: Annotated[str, Field(min_length=1, max_length=32), BeforeValidator(_clean_name)] = "full"
+    # protocol 1.3: "pcm" (s16 16 kHz, as before) or "opus" (20 ms Opus packets). Any name is parsed; the
+    # connection refuses one the server lacks with the `audio_codec` error code
+    audio_codec: Annotated[str, Field(min_length=1, max_length=32), BeforeValidator(_clean_name)] = "pcm"
 
 
 class Speak(ClientModel):

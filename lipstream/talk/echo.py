@@ -24,6 +24,7 @@ block is computed at its first sample from the reference, which the server sends
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 
@@ -32,6 +33,8 @@ import numpy as np
 from lipstream.talk.echo_delay import DelayEstimator, ReferenceBuffer
 
 __all__ = ["EchoCanceller", "EchoStats"]
+
+log = logging.getLogger(__name__)
 
 _SILENT_POWER = 1e-10  # mean square below this (−100 dBFS) counts as no signal at all
 _EPS = 1e-12
@@ -210,6 +213,10 @@ class EchoCanceller:
         # followed by the delay search and the filter); a real jump (playback restarted, a stall) moves
         # the timeline, while the acoustic delay stays what it was.
         if abs(int(pts_end) - (last + self._offset)) > self.resync:
+            log.info(
+                "playback timeline moved %+.0f ms at microphone sample %d: resynchronised",
+                (int(pts_end) - (last + self._offset)) * 1000 / self.sample_rate, last,
+            )
             self._offset = int(pts_end) - last
             self._xh_next = None
             self._delay.reset()

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from lipstream.errors import ModelError
+from lipstream.paths import environment_share_dir
 from lipstream.talk.turn_features import TurnFeatures
 
 MODEL_FILE = "smart-turn-v3.2-cpu.onnx"
@@ -33,7 +34,7 @@ INSTALL_HINT = "install it with `lipstream models turn` (fetches the pipecat-ai 
 
 def environment_model_path(prefix: str | os.PathLike | None = None) -> Path:
     """Where `lipstream models turn` puts the model: this Python environment's share/lipstream/models."""
-    return Path(prefix or sys.prefix) / "share" / "lipstream" / "models" / MODEL_FILE
+    return environment_share_dir(prefix) / "models" / MODEL_FILE
 
 
 def _pipecat_model_path() -> Path | None:

@@ -14,7 +14,7 @@ async function openPage(avatar) {
   const page = await browser.newPage();
   page.on('pageerror', (err) => problems.push(`pageerror: ${err.message}`));
   page.on('console', (msg) => { if (msg.type() === 'error') problems.push(`console: ${msg.text()}`); });
-  const query = new URLSearchParams({ avatar, ...(opts.token ? { token: opts.token } : {}), ...(opts.width ? { width: String(opts.width) } : {}), ...(opts.stream ? { stream: opts.stream } : {}) });
+  const query = new URLSearchParams({ avatar, ...(opts.token ? { token: opts.token } : {}), ...(opts.width ? { width: String(opts.width) } : {}), ...(opts.stream ? { stream: opts.stream } : {}), ...(opts.audio ? { audio: opts.audio } : {}) });
   await page.goto(`${opts.url}/?${query}`);
   await page.waitForFunction((name) => [...document.querySelector('#avatar').options].some((o) => o.value === name), avatar);
   await page.selectOption('#avatar', avatar);
@@ -65,6 +65,14 @@ try {
     const snaps = await Promise.all(pages.map((p, i) => speakAndWait(p, opts.text || `Session number ${i + 1} speaking.`)));
     const readies = await Promise.all(pages.map((p) => p.evaluate(() => window.lipstreamPlayer.ready)));
     result = { snaps, readies };
+  } else if (scenario === 'pages') {
+    // benchmarks/opus_bench.py: N pages at once; a snapshot before speaking and one after, per page
+    const pages = await Promise.all(opts.avatars.map((a) => openPage(a)));
+    await Promise.all(pages.map((p) => p.waitForFunction(() => window.lipstreamPlayer.stats.framesShown > 10, null, { timeout: 30000 })));
+    const slim = ({ patch, events, ...rest }) => ({ ...rest, events: events.length, compositorMs: patch?.compositorMs ?? [] });
+    const before = (await Promise.all(pages.map((p) => snapshot(p)))).map(slim);
+    const snaps = (await Promise.all(pages.map((p, i) => speakAndWait(p, opts.text || `Session number ${i + 1} speaking.`)))).map(slim);
+    result = { before, snaps };
   } else {
     throw new Error(`unknown scenario ${scenario}`);
   }

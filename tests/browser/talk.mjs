@@ -1,7 +1,7 @@
 // Drives the page's Talk mode in headless Chromium with a real microphone stream: Chromium's fake capture device
 // plays a WAV file as the mic. Prints one JSON result line.
 // Usage: node talk.mjs '{"url": "http://127.0.0.1:PORT", "scenario": "talk"|"barge_in"|"no_mic", "wav": "/abs/q.wav",
-//                        "avatar": "small", "stopAfterCaptions": 2}'
+//                        "avatar": "small", "stopAfterCaptions": 2, "mic": "pcm"|"opus"}'
 // barge_in is also the benchmark's barge-in figure: `bargeInMs` (onset where the server's VAD put it) and
 // `bargeInLevelMs` (onset where the page's mic level first rose), both to the last avatar speech frame shown.
 import { chromium } from 'playwright-core';
@@ -30,7 +30,7 @@ async function openPage(initScript) {
   page.on('pageerror', (err) => problems.push(`pageerror: ${err.message}`));
   page.on('console', (msg) => { if (msg.type() === 'error') problems.push(`console: ${msg.text()}`); });
   const avatar = opts.avatar || 'small';
-  await page.goto(`${opts.url}/?${new URLSearchParams({ avatar })}`);
+  await page.goto(`${opts.url}/?${new URLSearchParams({ avatar, ...(opts.mic ? { mic: opts.mic } : {}) })}`);
   await page.waitForFunction((name) => !document.querySelector('#talk').hidden
     && [...document.querySelector('#avatar').options].some((o) => o.value === name), avatar, { timeout: 15000 });
   await page.selectOption('#avatar', avatar);
@@ -71,6 +71,7 @@ const state = (page) => page.evaluate(() => ({
   probe: window.__probe,
   bargeIns: window.lipstreamTalk.bargeIns,
   micRate: window.lipstreamMic ? window.lipstreamMic.rate : null,
+  micSeconds: window.lipstreamMic ? window.lipstreamMic.sent16k / 16000 : null,
   talkVisible: !!document.querySelector('#talk').checkVisibility(),
   micButtonVisible: !!document.querySelector('#mic').checkVisibility(),
   conversation: [...document.querySelectorAll('#conversation li')].map((li) => ({ cls: li.className, text: li.textContent })),

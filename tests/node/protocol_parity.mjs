@@ -1,8 +1,10 @@
 // Node (no browser): the page's wire protocol code (lipstream/web/static/protocol.js, and the patch prefix read
 // by patch-view.js) on messages the Python side made, and the client messages it builds, for
-// tests/test_protocol_js_parity.py. stdin: JSON {decode: [hex], build: [{kind, payload: {type, values}, seq?, aux?}],
-// patches: [hex], patchView: path of a folder holding copies of protocol.js, patch-view.js and edge/}.
-// stdout: one JSON line {decoded, built, patches}.
+// tests/test_protocol_js_parity.py. stdin: JSON {decode: [hex], build: [{kind, payload: {type, values} | packets: [hex],
+// seq?, aux?, flags?}],
+// patches: [hex], patchView: path of a folder holding copies of protocol.js, patch-view.js and edge/,
+// opus: [hex audio payloads]}.
+// stdout: one JSON line {decoded, built, patches, opus}.
 import { readFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import * as protocol from '../../lipstream/web/static/protocol.js';
@@ -27,11 +29,14 @@ function payloadOf({ type, values }) {
   throw new Error(`unknown payload type ${type}`);
 }
 
-function build({ kind, payload, seq, aux }) {
+function build({ kind, payload, seq, aux, flags, packets }) {
   const opts = {};
   if (seq !== undefined) opts.seq = seq;
   if (aux !== undefined) opts.aux = aux;
-  return hex(new Uint8Array(protocol.buildMedia(kind, payloadOf(payload), opts)));
+  if (flags !== undefined) opts.flags = flags;
+  // a mic_opus message: the packets framed by packOpus, as player.js sends them
+  const body = packets ? protocol.packOpus(packets.map((h) => new Uint8Array(arrayBuffer(h)))) : payloadOf(payload);
+  return hex(new Uint8Array(protocol.buildMedia(kind, body, opts)));
 }
 
 async function patches(list, folder) {
@@ -49,10 +54,20 @@ async function patches(list, folder) {
   });
 }
 
+/** unpackOpus on an audio payload: the packets as hex, or the error it threw. */
+function opus(h) {
+  try {
+    return { ok: true, packets: protocol.unpackOpus(new Uint8Array(arrayBuffer(h))).map(hex) };
+  } catch (err) {
+    return { ok: false, error: String(err.message) };
+  }
+}
+
 const req = JSON.parse(readFileSync(0, 'utf8'));
 const result = {
   decoded: (req.decode || []).map(decode),
   built: (req.build || []).map(build),
   patches: await patches(req.patches || [], req.patchView),
+  opus: (req.opus || []).map(opus),
 };
 console.log(JSON.stringify(result));

@@ -1,4 +1,5 @@
-"""The Pipecat tests run only in the Pipecat venv (`make test-pipecat`); elsewhere they are not collected."""
+"""The Pipecat tests need pipecat-ai (the `pipecat` extra, in .venv after `make setup`); without it they are
+not collected."""
 
 from __future__ import annotations
 
@@ -11,5 +12,5 @@ def _pipecat_installed() -> bool:
     return spec is not None and spec.origin is not None
 
 
-# pipecat-ai and face tracking cannot share an environment (protobuf), so the main venv has no pipecat
+# an install without the `pipecat` extra (a serving image, say) still runs the rest of the suite
 collect_ignore_glob = [] if _pipecat_installed() else ["test_*.py"]

@@ -1,5 +1,5 @@
-"""Prepare the small avatar the Pipecat test plays. Run by the main venv: preparation needs face tracking,
-which the Pipecat venv does not have (see docs/integrations.md)."""
+"""Prepare the small avatar the Pipecat test plays, in a process of its own (so the test's process never loads
+the face tracker, the way a player that only plays prepared avatars runs)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """LipstreamAvatar in a real in-process Pipecat pipeline (Pipeline + PipelineWorker + WorkerRunner, the
 names Pipecat 1.3+ gives PipelineTask and PipelineRunner).
 
-Runs in .venv-pipecat (no torch, no mediapipe). The avatar it plays is prepared by the main venv, the way
-users do it: preparation needs face tracking, which cannot live next to pipecat-ai (docs/integrations.md).
-Set LIPSTREAM_PIPECAT_AVATAR to a prepared bundle folder to skip that step, or LIPSTREAM_PREPARE_PYTHON to
-the interpreter that prepares it (default: .venv/bin/python of this checkout).
+Runs in the one environment (issue 24: pipecat-ai beside the runtime; mediapipe only in the face tracker's
+own environment). The avatar it plays is prepared by a child process (tests/pipecat/make_avatar.py), so this
+process plays it without ever loading the face tracker. Set LIPSTREAM_PIPECAT_AVATAR to a prepared bundle
+folder to skip that step, or LIPSTREAM_PREPARE_PYTHON to the interpreter that prepares it (default: this one).
 """
 
 from __future__ import annotations
@@ -60,13 +60,11 @@ pytestmark = pytest.mark.timeout(180)
 
 @pytest.fixture(scope="module")
 def avatar_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A small prepared avatar (2 s, 360×640) with its viseme caches, made by the main venv."""
+    """A small prepared avatar (2 s, 360×640) with its viseme caches, made by a child process."""
     given = os.environ.get("LIPSTREAM_PIPECAT_AVATAR")
     if given:
         return Path(given)
-    python = Path(os.environ.get("LIPSTREAM_PREPARE_PYTHON", REPO / ".venv" / "bin" / "python"))
-    if not python.exists():
-        pytest.skip(f"no interpreter with lipstream[prepare] at {python} to prepare the test avatar")
+    python = Path(os.environ.get("LIPSTREAM_PREPARE_PYTHON", sys.executable))
     root = tmp_path_factory.mktemp("pipecat_avatars")
     done = subprocess.run(
         [str(python), str(Path(__file__).with_name("make_avatar.py")), str(root)],
@@ -340,9 +338,8 @@ def test_speech_interruption_and_end(avatar_path: Path, bundle: AvatarBundle, sp
     second = [i for _, i, _ in pairs(items[state["second_from"] : cut]) if info(i)["speaking"]]
     assert len(second) >= 20  # it was interrupted mid-speech, after 0.8 s had played
 
-    # this environment plays avatars without face tracking
+    # the one environment holds no mediapipe: the face tracker lives in its own (protobuf<5)
     assert "mediapipe" not in sys.modules and importlib.util.find_spec("mediapipe") is None
-    assert importlib.util.find_spec("torch") is None
 
 
 def test_end_frame_plays_out_pending_speech_scaled(avatar_path: Path, speech) -> None:
@@ -407,26 +404,9 @@ def test_unknown_avatar_is_reported_and_audio_passes() -> None:
     assert not recorder.images()
 
 
-def test_prepare_without_the_extra_says_how_to_get_it(tmp_path: Path) -> None:
-    """`lipstream avatar prepare` in this environment fails with one line naming the extra."""
-    lipstream_cli = Path(sys.executable).with_name("lipstream")
-    video = tmp_path / "clip.mp4"
-    video.write_bytes(b"not a video")
-    done = subprocess.run(
-        [str(lipstream_cli), "avatar", "prepare", str(video), "--name", "x"],
-        capture_output=True, text=True, timeout=120,
-    )
-    assert done.returncode == 2
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "pip install 'lipstream[prepare]'" in lines[0], done.stderr
-
-
 def test_playback_path_never_imports_face_tracking(avatar_path: Path) -> None:
-    """In the main venv, where mediapipe is installed: loading an avatar, the viseme engine and a Session
-    producing frames import neither mediapipe nor pipecat."""
-    python = Path(os.environ.get("LIPSTREAM_PREPARE_PYTHON", REPO / ".venv" / "bin" / "python"))
-    if not python.exists():
-        pytest.skip(f"no main venv at {python}")
+    """Loading an avatar, the viseme engine and a Session producing frames import neither the face tracker
+    (nor its worker client), nor pipecat, nor torch, though all but mediapipe are installed here."""
     code = f"""
 import asyncio, sys
 import numpy as np
@@ -443,9 +423,10 @@ async def main():
             if getattr(item, "speaking", False):
                 break
 asyncio.run(main())
-bad = [m for m in ("mediapipe", "pipecat", "torch") if m in sys.modules]
+face = ("lipstream.avatar.tracking", "lipstream.avatar.face_client", "lipstream.avatar.face_worker")
+bad = [m for m in ("mediapipe", "pipecat", "torch", *face) if m in sys.modules]
 assert not bad, bad
 print("ok")
 """
-    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +37,7 @@ from lipstream.engines.viseme.crops import CROPS_VIDEO, DerivedCrops, source_cro
 from lipstream.engines.viseme.extractor import ArticulationExtractor, StreamingArticulation
 from lipstream.engines.viseme.geometry import GEOMETRY_DIM, MouthGeometry, measure
 from lipstream.engines.viseme.model import load_model
-from lipstream.engines.viseme.warp import WarpConfig, render_patch
+from lipstream.engines.viseme.warp import WarpConfig, WarpRegion, avatar_teeth_rgb, render_patch, warp_region
 from lipstream.files import atomic_file
 
 CROPS_FILE = "crops.npy"  # format-1 bundles: N×256×256×3 uint8, each frame's box resized to crop space
@@ -52,9 +52,20 @@ class _AvatarCache:
     crops: np.ndarray | DerivedCrops
     geometry: np.ndarray
     opening: OpeningCurve
+    warp: WarpConfig  # the engine's, drawing teeth in this presenter's own colour
     atlas: MouthAtlas | None = None
     quality: AtlasQuality | None = None
     join: np.ndarray | None = None  # [K, K] join costs of the atlas units
+    # per frame id: its geometry and the warp's articulation-free part, made when the frame is first drawn
+    frames: dict[int, tuple[MouthGeometry, WarpRegion | None]] = field(default_factory=dict)
+
+    def frame_warp(self, fid: int) -> tuple[MouthGeometry, WarpRegion | None]:
+        """The frame's mouth geometry and warp region (the same for every row drawn on it, so made once)."""
+        made = self.frames.get(fid)
+        if made is None:
+            geo = MouthGeometry.unpack(self.geometry[fid])
+            made = self.frames[fid] = (geo, warp_region(geo, CROP_SIZE, self.warp))
+        return made
 
     @property
     def use_atlas(self) -> bool:
@@ -132,7 +143,7 @@ class VisemeEngine:
         if not self._cache_valid(bundle):
             previous = bundle.manifest.engines.get(self.name, {})
             crops, geometry = self._build(bundle)
-            opening = self._calibrate(bundle, crops, geometry)
+            opening = self._calibrate(bundle, crops, geometry, self._avatar_warp(bundle, crops, geometry))
             folder.mkdir(parents=True, exist_ok=True)
             # Patches cached from the previous crops/calibration would no longer match what render() draws.
             for stale in folder.glob("codebook*.npz"):
@@ -275,8 +286,23 @@ class VisemeEngine:
             crops[i] = source_crop(bundle, i)
         return crops, geometry
 
-    def _calibrate(
+    def _avatar_warp(
         self, bundle: AvatarBundle, crops: np.ndarray | DerivedCrops, geometry: np.ndarray
+    ) -> WarpConfig:
+        """The warp drawing teeth in the presenter's own colour, sampled on the shown frames' mouths (the
+        engine's warp as it is when `sample_teeth` is off: nothing is sampled then)."""
+        if not self.warp.sample_teeth:
+            return self.warp
+        shown = np.unique(np.asarray(bundle.idle_loop))
+        own = avatar_teeth_rgb(lambda fid: np.asarray(crops[fid]), geometry, shown, self.warp)
+        return self.warp.with_own_teeth(own)
+
+    def avatar_warp(self, bundle: AvatarBundle) -> WarpConfig:
+        """The warp this avatar is drawn with (the engine's, in its own teeth colour): what a port runs."""
+        return self._cache(bundle).warp
+
+    def _calibrate(
+        self, bundle: AvatarBundle, crops: np.ndarray | DerivedCrops, geometry: np.ndarray, warp: WarpConfig
     ) -> OpeningCurve:
         """Aperture the tracker reads at each warp opening, on a few of this avatar's frames."""
 
@@ -284,7 +310,7 @@ class VisemeEngine:
             row = np.zeros(FEATURE_DIM, dtype=np.float32)
             row[OPEN] = level
             geo = MouthGeometry.unpack(geometry[fid])
-            return render_patch(np.asarray(crops[fid]), np.asarray(bundle.masks[fid]), geo, row, self.warp)
+            return render_patch(np.asarray(crops[fid]), np.asarray(bundle.masks[fid]), geo, row, warp)
 
         return measure_opening_curve(bundle, render_open)
 
@@ -296,10 +322,12 @@ class VisemeEngine:
             if self._cache_valid(bundle):
                 crops = self._crops(bundle)
                 geometry = np.load(folder / GEOMETRY_FILE)
+                warp = self._avatar_warp(bundle, crops, geometry)
                 opening = OpeningCurve.unpack(np.load(folder / OPENING_FILE))
             else:
                 crops, geometry = self._build(bundle)
-                opening = self._calibrate(bundle, crops, geometry)
+                warp = self._avatar_warp(bundle, crops, geometry)
+                opening = self._calibrate(bundle, crops, geometry, warp)
             atlas = None
             if self.mouth != "drawn":
                 atlas = load_atlas(folder / ATLAS_FILE) if (folder / ATLAS_FILE).is_file() else None
@@ -309,7 +337,7 @@ class VisemeEngine:
             join = join_costs(atlas) if quality is not None and quality.usable else None
             if isinstance(crops, DerivedCrops):
                 crops.warm()  # the shown frames' crops now, not mid-stream
-            self._caches[key] = _AvatarCache(crops, geometry, opening, atlas, quality, join)
+            self._caches[key] = _AvatarCache(crops, geometry, opening, warp, atlas, quality, join)
         return self._caches[key]
 
     # ---- rendering
@@ -336,9 +364,9 @@ class VisemeEngine:
         out = np.empty((len(frame_ids), CROP_SIZE, CROP_SIZE, 3), dtype=np.uint8)
         for i, (row, fid) in enumerate(zip(features, frame_ids, strict=True)):
             fid = int(fid)
-            geo = MouthGeometry.unpack(cache.geometry[fid])
+            geo, region = cache.frame_warp(fid)
             out[i] = render_patch(
-                np.asarray(cache.crops[fid]), np.asarray(bundle.masks[fid]), geo, row, self.warp
+                np.asarray(cache.crops[fid]), np.asarray(bundle.masks[fid]), geo, row, cache.warp, region
             )
         return out
 

@@ -40,8 +40,12 @@ async function start() {
   try {
     // ?stream=full|patch|auto (default auto: the mouth-only patch stream when this browser can composite)
     const stream = params.get('stream') || 'auto';
-    const ready = await player.connect(`${proto}://${location.host}/ws`, { avatar: $('avatar').value, token, outputWidth: width, agent, stream });
-    setStatus(`live: ${ready.avatar} ${ready.width}×${ready.height} ${ready.codec}${ready.stream === 'patch' ? ' · patch stream' : ''}${ready.agent ? ' · talk mode' : ''}`);
+    // ?audio=opus|pcm|auto (default auto: Opus when WebCodecs decodes it here, protocol 1.3)
+    const audio = params.get('audio') || 'auto';
+    // ?mic=opus|pcm (default pcm: ?mic=opus sends the microphone as Opus where this browser encodes it, 1.4)
+    const mic = params.get('mic') || 'pcm';
+    const ready = await player.connect(`${proto}://${location.host}/ws`, { avatar: $('avatar').value, token, outputWidth: width, agent, stream, audio, mic });
+    setStatus(`live: ${ready.avatar} ${ready.width}×${ready.height} ${ready.codec}${ready.stream === 'patch' ? ' · patch stream' : ''}${ready.audio_codec === 'opus' ? ' · opus audio' : ''}${ready.agent ? ' · talk mode' : ''}`);
     if (agent && !ready.agent) showTalk(false); // the server said no after all: a plain session
     enable(true);
     return true;

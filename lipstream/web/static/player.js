@@ -1,7 +1,9 @@
 // LivePlayer: one WebSocket session, audio scheduled on an AudioContext (the master clock), video decoded in a
 // Worker and each frame drawn when its pts comes due on that clock. Protocol: docs/protocol.md.
+import { OpusMicEncoder, canEncodeOpus } from './mic-opus.js';
+import { OpusAudio, canDecodeOpus } from './opus-audio.js';
 import { PatchView, canComposite } from './patch-view.js';
-import { Flag, Kind, SAMPLE_RATE, SAMPLES_PER_FRAME, VERSION, buildMedia, parseMedia } from './protocol.js';
+import { Flag, Kind, SAMPLE_RATE, SAMPLES_PER_FRAME, VERSION, buildMedia, packOpus, parseMedia } from './protocol.js';
 
 const US_PER_SAMPLE = 1e6 / SAMPLE_RATE;
 const MAX_OFFSET_SAMPLES = 3000;
@@ -48,7 +50,8 @@ export class LivePlayer extends EventTarget {
   resetStats() {
     this.stats = {
       framesReceived: 0, framesDecoded: 0, framesShown: 0, framesDropped: 0, framesLate: 0, decodeErrors: 0,
-      audioChunks: 0, audioLate: 0, speechFramesShown: 0, ttffMs: null, ttffReceivedMs: null, firstFrameMs: null,
+      audioChunks: 0, audioLate: 0, audioBytes: 0, bytesReceived: 0, audioSamples: 0, audioPeak: 0, micBytesSent: 0,
+      speechBytes: 0, speechAudioFrames: 0, speechFramesShown: 0, ttffMs: null, ttffReceivedMs: null, firstFrameMs: null,
       interruptMs: null, lastSpeechShownAt: null, fps: 0, offsets: [], events: [], errors: [],
     };
     this._shownTimes = [];
@@ -71,11 +74,19 @@ export class LivePlayer extends EventTarget {
    * `stream`: 'auto' (patch mode when this browser can composite, protocol 1.2), 'patch' or 'full'. In patch mode
    * the page downloads the avatar's base loop once and composites the mouth; a base loop that fails to load is
    * reported (`basefailed` {message}) and the player reopens the session with full frames.
+   * `audio`: 'auto' (Opus when this browser's WebCodecs AudioDecoder decodes it, protocol 1.3), 'opus' or 'pcm'.
+   * A server that sends PCM anyway (before 1.3) is played as PCM: `ready.audio_codec` decides.
+   * `mic`: how `pushMic` sends the microphone: 'pcm' (default) or 'opus' (when the server takes it, protocol 1.4,
+   * and this browser's AudioEncoder encodes it; PCM otherwise). Opus is 28 kbit/s up instead of 776 but measured
+   * ~30-40 ms slower to barge in (docs/benchmarks.md), so it is asked for, not the default.
    */
-  async connect(url, { avatar, token, outputWidth, agent = false, stream = 'auto' } = {}) {
+  async connect(url, { avatar, token, outputWidth, agent = false, stream = 'auto', audio = 'auto', mic = 'pcm' } = {}) {
+    this._micWanted = mic;
     this.cancelReconnect();
+    await this.unlockAudio(); // first, while the click that started this still counts (autoplay policy)
     const mode = stream === 'auto' ? (canComposite() ? 'patch' : 'full') : stream;
-    const target = { url, options: { avatar, token, outputWidth, agent, stream: mode } };
+    const audioCodec = audio === 'auto' ? ((await canDecodeOpus()) ? 'opus' : 'pcm') : audio;
+    const target = { url, options: { avatar, token, outputWidth, agent, stream: mode, audioCodec } };
     this._target = target;
     try {
       return await this._open(url, target.options);
@@ -87,7 +98,7 @@ export class LivePlayer extends EventTarget {
     }
   }
 
-  async _open(url, { avatar, token, outputWidth, agent, stream = 'full' }) {
+  async _open(url, { avatar, token, outputWidth, agent, stream = 'full', audioCodec = 'pcm' }) {
     await this.unlockAudio();
     this._teardown();
     this.resetStats();
@@ -105,7 +116,7 @@ export class LivePlayer extends EventTarget {
     this.ws.binaryType = 'arraybuffer';
     const opened = new Promise((resolve, reject) => {
       // `agent` only when asked: a plain hello stays byte-for-byte what v1 clients send.
-      this.ws.onopen = () => this._send({ type: 'hello', version: VERSION, avatar, token, output_width: outputWidth, ...(agent ? { agent: true } : {}), ...(stream !== 'full' ? { stream } : {}) });
+      this.ws.onopen = () => this._send({ type: 'hello', version: VERSION, avatar, token, output_width: outputWidth, ...(agent ? { agent: true } : {}), ...(stream !== 'full' ? { stream } : {}), ...(audioCodec !== 'pcm' ? { audio_codec: audioCodec } : {}) });
       this.ws.onerror = () => reject(new Error(`cannot connect to ${url}`));
       this.ws.onclose = (e) => {
         reject(new Error(`session closed (${e.code}) ${e.reason || ''}`.trim()));
@@ -115,12 +126,20 @@ export class LivePlayer extends EventTarget {
         if (reconnect) this._scheduleReconnect(e.code, 0);
       };
       this.ws.onmessage = (e) => {
+        this.stats.bytesReceived += typeof e.data === 'string' ? e.data.length : e.data.byteLength;
         if (typeof e.data !== 'string') return this._onBinary(e.data);
         const msg = JSON.parse(e.data);
         if (msg.type === 'ready') {
           this.ready = msg;
+          this._chooseMicCodec(msg);
           this.canvas.width = msg.width;
           this.canvas.height = msg.height;
+          if (msg.audio_codec === 'opus') {
+            this._opus = new OpusAudio(msg.audio, (chunk) => this._play(chunk), (message) => {
+              this.stats.errors.push(message);
+              this.stats.decodeErrors += 1;
+            });
+          }
           if (msg.stream === 'patch') {
             this.worker.terminate(); // whole frames never come: the patch view has its own decoder
             this.worker = null;
@@ -228,8 +247,44 @@ export class LivePlayer extends EventTarget {
     this._send(buildMedia(Kind.PCM, int16, { aux: rate }));
   }
 
-  /** Send microphone audio to an agent session: the user's voice, so no request timing (TTFF) starts here. */
-  pushMic(int16, rate) { this._send(buildMedia(Kind.PCM, int16, { aux: rate })); }
+  /**
+   * Send one chunk of microphone audio (Int16 at `rate`) to an agent session, as Opus packets or as PCM, whichever
+   * `_chooseMicCodec` chose: the user's voice, so no request timing (TTFF) starts here.
+   */
+  pushMic(int16, rate) {
+    if (this._micCodec === 'opus') {
+      if (!this._micOpus || this._micOpus.rate !== rate) this._startMicOpus(rate);
+      this._micOpus.push(int16);
+      return;
+    }
+    this._sendMic(buildMedia(Kind.PCM, int16, { aux: rate }));
+  }
+
+  _sendMic(message) {
+    this.stats.micBytesSent += message.byteLength;
+    this._send(message);
+  }
+
+  /** PCM until known better: Opus once this browser is found to encode it and the server (1.4) takes it. */
+  _chooseMicCodec(ready) {
+    this._micCodec = 'pcm';
+    if (this._micOpus) { this._micOpus.close(); this._micOpus = null; }
+    if (this._micWanted !== 'opus' || !(ready.mic_codecs || []).includes('opus')) return;
+    canEncodeOpus(this.ac ? this.ac.sampleRate : 48000).then((ok) => { if (ok && this.ready === ready) this._micCodec = 'opus'; });
+  }
+
+  _startMicOpus(rate) {
+    if (this._micOpus) this._micOpus.close();
+    const encoder = new OpusMicEncoder(rate, (packet, first) => {
+      if (this._micOpus !== encoder) return; // replaced or closed: its last packets belong to no stream
+      this._sendMic(buildMedia(Kind.MIC_OPUS, packOpus([packet]), { aux: rate, flags: first ? Flag.KEYFRAME : 0 }));
+    }, (message) => {
+      this.stats.errors.push(message);
+      this._micCodec = 'pcm'; // the next chunk goes as PCM: the microphone is never lost
+      if (this._micOpus === encoder) this._micOpus = null;
+    });
+    this._micOpus = encoder;
+  }
 
   flush() { this._send({ type: 'flush' }); }
 
@@ -252,6 +307,7 @@ export class LivePlayer extends EventTarget {
     });
     for (const m of this._meta) if (m.pts >= cut) m.drop = true; // still inside the decoder
     if (this.patchView) this.patchView.cut(cut);
+    if (this._opus) this._opus.cut(cut);
     for (const node of this._sources) {
       if (node.pts >= cut) { try { node.stop(); } catch { /* not started */ } this._sources.delete(node); }
     }
@@ -279,6 +335,10 @@ export class LivePlayer extends EventTarget {
   _onBinary(buffer) {
     let msg;
     try { msg = parseMedia(buffer); } catch (err) { this.stats.errors.push(String(err)); return; }
+    if (msg.flags & Flag.SPEAKING) { // what speech costs on the wire, whatever the idle/speech mix of a session
+      this.stats.speechBytes += buffer.byteLength;
+      if (msg.kind === Kind.AUDIO) this.stats.speechAudioFrames += 1;
+    }
     if (msg.kind === Kind.VIDEO) {
       this.stats.framesReceived += 1;
       this.stats.videoBytes = (this.stats.videoBytes || 0) + msg.payload.byteLength;
@@ -300,33 +360,43 @@ export class LivePlayer extends EventTarget {
       }
       if (this.patchView) this.patchView.push(msg);
     } else if (msg.kind === Kind.AUDIO) {
-      this._scheduleAudio(msg);
+      this.stats.audioChunks += 1;
+      this.stats.audioBytes += msg.payload.byteLength;
+      if (this._opus) return this._opus.push(msg); // decoded packets come back to _play
+      const pcm = new Int16Array(msg.payload.slice().buffer);
+      const samples = new Float32Array(pcm.length);
+      for (let i = 0; i < pcm.length; i += 1) samples[i] = pcm[i] / 32768;
+      this._play({ pts: msg.pts, samples, rate: SAMPLE_RATE, lead: 0, trim: 0 });
     }
   }
 
-  _scheduleAudio(msg) {
-    this.stats.audioChunks += 1;
+  /**
+   * Schedule audio on the clock: `samples` at `rate` Hz whose sample `lead` is input position `pts` (16 kHz; an Opus
+   * decoder's output lags its input by its pre-skip, PCM has none), the first `trim` samples left out.
+   */
+  _play({ pts, samples, rate, lead, trim }) {
     const ac = this.ac;
     const now = ac.currentTime;
-    let at = this._anchor ? this._anchor.time + (msg.pts - this._anchor.pts) / SAMPLE_RATE : null;
-    if (at == null || at < now + 0.005) {
+    const shift = (trim - lead) / rate; // where the first played sample sits relative to pts
+    let at = this._anchor ? this._anchor.time + (pts - this._anchor.pts) / SAMPLE_RATE : null;
+    if (at == null || at + shift < now + 0.005) {
       // First chunk, or the stream ran dry: (re)start with a small jitter buffer.
       if (at != null) this.stats.audioLate += 1;
       at = now + this.jitter;
-      this._anchor = { pts: msg.pts, time: at };
+      this._anchor = { pts, time: at };
     }
-    const pcm = new Int16Array(msg.payload.slice().buffer);
-    this._audioEnd = Math.max(this._audioEnd, msg.pts + pcm.length);
-    const buf = ac.createBuffer(1, pcm.length, SAMPLE_RATE);
-    const ch = buf.getChannelData(0);
-    for (let i = 0; i < pcm.length; i += 1) ch[i] = pcm[i] / 32768;
+    this._audioEnd = Math.max(this._audioEnd, pts + ((samples.length - lead) / rate) * SAMPLE_RATE);
+    this.stats.audioSamples += ((samples.length - trim) / rate) * SAMPLE_RATE; // in 16 kHz samples, as pts
+    for (let i = 0; i < samples.length; i += 1) if (Math.abs(samples[i]) > this.stats.audioPeak) this.stats.audioPeak = Math.abs(samples[i]);
+    const buf = ac.createBuffer(1, samples.length, rate);
+    buf.copyToChannel(samples, 0);
     const node = ac.createBufferSource();
     node.buffer = buf;
-    node.pts = msg.pts;
+    node.pts = pts;
     node.connect(ac.destination);
     node.onended = () => this._sources.delete(node);
     this._sources.add(node);
-    node.start(at);
+    node.start(at + shift, trim / rate);
   }
 
   _onWorker(msg) {
@@ -454,7 +524,7 @@ export class LivePlayer extends EventTarget {
       compositorMs: view.stats.compositorMs.slice(-1000), patches: view.stats.patches, restFrames: view.stats.restFrames,
       baseLoadMs: view.stats.baseLoadMs, baseBytes: view.stats.baseBytes, seeks: view.stats.seeks, log: view.cstats.log.slice(-300),
     } : null;
-    return { ...rest, stream: this.ready?.stream ?? null, patch, avOffsetMs: this.offsetSummary(), clockPts: this.clockPts(), audioState: this.ac?.state };
+    return { ...rest, stream: this.ready?.stream ?? null, audioCodec: this.ready ? (this.ready.audio_codec ?? 'pcm') : null, micCodec: this.ready ? this._micCodec : null, patch, avOffsetMs: this.offsetSummary(), clockPts: this.clockPts(), audioState: this.ac?.state };
   }
 
   _reportStats() {
@@ -482,6 +552,8 @@ export class LivePlayer extends EventTarget {
     if (this.ws) { this.ws.onclose = null; this.ws.close(); this.ws = null; }
     if (this.worker) { this.worker.postMessage({ type: 'close' }); this.worker.terminate(); this.worker = null; }
     if (this.patchView) { this.patchView.close(); this.patchView = null; }
+    if (this._opus) { this._opus.close(); this._opus = null; }
+    if (this._micOpus) { this._micOpus.close(); this._micOpus = null; }
     for (const f of this._frames ?? []) f.frame.close();
     this._frames = [];
     for (const node of this._sources ?? []) { try { node.stop(); } catch { /* not started */ } }

@@ -235,9 +235,13 @@ export function renderPatch(base32, size, geo, feature, cfg, out32) {
       const y = r0 + i;
       const p = y * size + x;
       const m = src8[p * 4 + 3];
-      warpAt(i, j, rgb);
       const inside = clip((y - top) / edge + 0.5, 0, 1) * clip((lowerDst - y) / edge + 0.5, 0, 1);
       const alpha = inside * strength;
+      // outside the mask nothing moves (the map is the pixel itself): out32 already holds it, unless the
+      // interior is drawn there
+      if (m === 0 && !(alpha > 0)) continue;
+      if (m === 0) for (let c = 0; c < 3; c++) rgb[c] = src8[p * 4 + c];
+      else warpAt(i, j, rgb);
       if (alpha > 0) {
         if (!lipRead) {
           // the lower lip's own colour just under the opening (its inner side rolls into the mouth)
@@ -289,6 +293,12 @@ function lipShapePass(src8, out32, size, geo, r0, c0, c1, u, up, down, width, W,
   const sy = Math.max(0.5 * (bottom - top), 2.0) * 1.25;
   const scale = cfg.spread_thin * spread - cfg.round_full * rounding; // > 0 samples farther out: thinner
   const px = [0, 0, 0];
+  // the rows' own terms, once a row (the same values as per pixel: each product keeps its order)
+  const rowEnv = new Float64Array(size), rowLift = new Float64Array(size);
+  for (let y = r0; y < size; y++) {
+    rowEnv[y] = Math.exp(-(((y - cy) / sy) ** 2));
+    rowLift[y] = Math.exp(-(((y - cy) / (1.5 * sy)) ** 2));
+  }
   for (let j = 0; j < c1 - c0; j++) {
     const x = c0 + j;
     const envU = Math.exp(-((u[j] / 1.15) ** 4));
@@ -296,9 +306,10 @@ function lipShapePass(src8, out32, size, geo, r0, c0, c1, u, up, down, width, W,
     const liftU = cfg.spread_lift * W * spread * corner;
     for (let y = r0; y < size; y++) {
       const p = y * size + x;
+      if (src8[p * 4 + 3] === 0) continue; // outside the mask the map is the pixel itself: out32 holds it
       const weight = src8[p * 4 + 3] / 255;
-      const env = Math.exp(-(((y - cy) / sy) ** 2)) * envU;
-      const lift = liftU * Math.exp(-(((y - cy) / (1.5 * sy)) ** 2));
+      const env = rowEnv[y] * envU;
+      const lift = liftU * rowLift[y];
       const mapY = y + (scale * (y - cy) * env + lift) * weight;
       remapPixel(first, size, x, mapY, px);
       out32[p] = (px[0] | (px[1] << 8) | (px[2] << 16) | (src8[p * 4 + 3] << 24)) >>> 0;

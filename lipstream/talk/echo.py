@@ -68,11 +68,12 @@ class EchoCanceller:
     MU_MIN = 0.05
     DT_RHO = 0.75  # correlation of mic and echo estimate below which a block is double talk
     MU_MAX = 0.8
-    # An error (microphone minus echo estimate) this far under the echo estimate (power ratio, -6 dB) is
+    # An error (microphone minus echo estimate) this far under the echo estimate (power ratio, -10 dB) is
     # residual echo: the voice activity detector hears silence there (silero hears speech even 40 dB down,
-    # so suppression alone is not enough). A user at most 6 dB quieter than the avatar's echo at the
-    # microphone is still heard meanwhile.
-    RESIDUAL_RATIO = 0.25
+    # so suppression alone is not enough). A user at most 10 dB quieter than the avatar's echo at the
+    # microphone is still heard meanwhile. (At -6 dB, a user as loud as the echo on average lost their
+    # first ~0.6 s to it wherever a syllable of the echo peaked: benchmarks/echo_double_talk_bench.py.)
+    RESIDUAL_RATIO = 0.1
 
     def __init__(
         self,
@@ -295,8 +296,9 @@ class EchoCanceller:
 
     def _residual_only(self, hi: int) -> bool:
         """The block so far is echo the filter explains, with nothing of the user's over it: the output is
-        far under the echo estimate. Only once the filter has learnt the room (before, its estimate is 0)."""
-        if not self._adapted:
+        far under the echo estimate. Only once the filter has learnt the room (before, its estimate is 0),
+        and never while double talk is held: a quiet syllable of the user's under a loud one of the echo."""
+        if not self._adapted or self._dt_hold > 0:
             return False
         err, y = self._blk_err[:hi], self._blk_yf[:hi]
         return float(err @ err) < self.RESIDUAL_RATIO * float(y @ y)

@@ -6,7 +6,9 @@ random articulation (open, width ±1, closure, f/v: cues the bench's speech rare
 shown frames; then the patches are compared pixel by pixel. Passes when the max abs difference is ≤ 1 (uint8
 rounding) and the mean ≤ 0.05 on every set.
 
-    OMP_NUM_THREADS=1 LIPSTREAM_HOME=… .venv/bin/python benchmarks/viseme_equality_check.py --before aad2fa4
+    OMP_NUM_THREADS=1 LIPSTREAM_HOME=… .venv/bin/python benchmarks/viseme_equality_check.py --before REV
+
+REV must run in this environment (a checkout from 693b886 on: the face tracker in its own environment).
 """
 
 from __future__ import annotations
@@ -93,7 +95,7 @@ def compare(before: np.ndarray, after: np.ndarray) -> dict:
 def main() -> None:
     """Render on both checkouts and print the differences; exit 1 if they exceed rounding."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--before", default="aad2fa4", help="commit whose patches are the reference")
+    ap.add_argument("--before", required=True, help="commit whose patches are the reference")
     ap.add_argument("--avatar", default="sample", help="prepared avatar in $LIPSTREAM_HOME")
     ap.add_argument("--random", type=int, default=400, help="random articulation rows besides the speech")
     ap.add_argument("--side", nargs=4, help=argparse.SUPPRESS)

@@ -195,6 +195,34 @@ def test_bad_requests_are_answered_and_the_worker_keeps_serving() -> None:
         assert worker.detect(data.astronaut()).shape == (1, 4)
 
 
+def test_a_client_stopped_mid_request_ends_the_worker_quietly() -> None:
+    """The client killed while writing a request (SIGTERM during prepare): the worker exits 0 with nothing on
+    stderr; the same when it goes before reading the reply."""
+    import io
+    import subprocess
+
+    from lipstream.avatar import face_worker
+
+    python = _face_python_or_skip()
+    header, payload = face_worker.array_message(data.astronaut())
+    for cut in ("payload", "reply"):
+        process = subprocess.Popen(
+            [str(python), "-I", face_worker.__file__, "{}"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        if cut == "payload":
+            message = io.BytesIO()
+            face_worker.write_message(message, {**header, "op": "detect"}, payload)
+            process.stdin.write(message.getvalue()[: len(message.getvalue()) // 2])
+        else:
+            face_worker.write_message(process.stdin, {**header, "op": "detect"}, payload)
+            process.stdout.close()  # gone before the reply
+        process.stdin.close()
+        err = process.stderr.read()
+        assert process.wait(timeout=60) == 0, err.decode()
+        assert b"Traceback" not in err and b"Exception" not in err, err.decode()
+
+
 def test_no_face_environment_names_the_command(tmp_path: Path) -> None:
     """Without the environment (or with a wrong $LIPSTREAM_FACE_PYTHON) the error says what to run."""
     with pytest.raises(ModelError, match="there is none at .*lipstream models face"):

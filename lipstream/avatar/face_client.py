@@ -62,7 +62,10 @@ def _stop(process: subprocess.Popen) -> None:
             process.kill()
             process.wait()
     for stream in (process.stdin, process.stdout):
-        stream.close()
+        try:
+            stream.close()
+        except OSError:  # a dead child's pipe: what was still buffered for it cannot be delivered
+            pass
 
 
 def describe_exit(code: int) -> str:

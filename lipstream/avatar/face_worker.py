@@ -141,7 +141,20 @@ def message_array(header: dict, payload: bytes) -> np.ndarray | None:
 
 
 def serve(models: MediapipeFaceModels, requests: BinaryIO, replies: BinaryIO) -> None:
-    """Answer requests until the stream ends."""
+    """Answer requests until the stream ends, or until the client goes away in the middle of a request or
+    before its reply (it was stopped: Ctrl-C, SIGTERM), which ends the worker as quietly."""
+    try:
+        _answer(models, requests, replies)
+    except (EOFError, BrokenPipeError):
+        # what could not be written to a reader that is gone must not fail again (and print) at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, replies.fileno())
+        os.close(devnull)
+    finally:
+        models.close()
+
+
+def _answer(models: MediapipeFaceModels, requests: BinaryIO, replies: BinaryIO) -> None:
     while (message := read_message(requests)) is not None:
         header, payload = message
         try:
@@ -165,7 +178,6 @@ def serve(models: MediapipeFaceModels, requests: BinaryIO, replies: BinaryIO) ->
         except Exception as exc:  # the caller gets the error as a reply; the worker keeps serving
             reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}, b""
         write_message(replies, *reply)
-    models.close()
 
 
 def main(argv: list[str]) -> int:

@@ -33,6 +33,7 @@ NAMESPACE = "lipstream"  # where the board actor lives (replicas run in Serve's 
 REPORT_INTERVAL_SECONDS = 2.0  # how often a replica sends its metrics to the board
 REPORT_TTL_SECONDS = 10.0  # a replica silent this long (dead or gone) drops out of /metrics
 MAX_WARMUP_FAILURES = 20
+PROXY_READY_TIMEOUT_S = 45.0  # how long Serve's controller gives a starting HTTP proxy (serve.start waits 60)
 
 
 class RayOptions(BaseModel):
@@ -92,6 +93,10 @@ def free_port(host: str) -> int:
 def connect_cluster(ray: Any, options: RayOptions) -> bool:
     """Join the cluster at `options.address`, or start a local one bound to 127.0.0.1; True when local."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # nothing leaves this machine
+    # Serve's controller kills an HTTP proxy that is not ready within 5 s (then 10, 15, ...), and
+    # `serve.start` fails when its first proxy dies: on a loaded machine starting its worker alone takes
+    # longer (measured: a 2-core box with two busy processes). A local cluster's processes inherit this.
+    os.environ.setdefault("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", str(PROXY_READY_TIMEOUT_S))
     if options.address:
         _check_reachable(options.address)
         try:

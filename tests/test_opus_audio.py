@@ -14,6 +14,7 @@ import pytest
 import test_server_harness as harness
 import websockets
 from test_server_harness import ServerProcess
+from test_server_live import collect, open_session
 
 from lipstream.media.opus import PRE_SKIP, FrameAudioDecoder, FrameAudioEncoder
 from lipstream.server.client import run_client
@@ -59,28 +60,10 @@ def speech_wav(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, np.ndarr
     return path, pcm
 
 
-async def _session(url: str, **hello) -> tuple[websockets.ClientConnection, dict]:
-    ws = await websockets.connect(url, max_size=None)
-    await ws.send(json.dumps({"type": "hello", "version": 1, "avatar": "small", **hello}))
-    return ws, json.loads(await asyncio.wait_for(ws.recv(), 30))
-
-
-async def _until(ws, done, timeout: float = 60.0) -> tuple[list[MediaMessage], list[dict]]:
-    media, controls = [], []
-    while True:
-        data = await asyncio.wait_for(ws.recv(), timeout)
-        if isinstance(data, bytes):
-            media.append(decode_media(data))
-        else:
-            controls.append(json.loads(data))
-            if done(controls[-1]):
-                return media, controls
-
-
 async def _spoken_upload(url: str, wav: Path, **hello) -> tuple[dict, list[MediaMessage], list[dict]]:
-    ws, ready = await _session(url, **hello)
+    ws, ready = await open_session(url, "small", **hello)
     await ws.send(MediaMessage(Kind.UPLOAD, wav.read_bytes()).encode())
-    media, controls = await _until(ws, lambda m: m["type"] == "playback_finished")
+    media, controls = await collect(ws, lambda m: m["type"] == "playback_finished", timeout=60)
     tail = 0
     while tail < 3:  # a few idle frames more: the decoded stream lags by the pre-skip until the next packet
         data = await asyncio.wait_for(ws.recv(), 10)
@@ -161,9 +144,9 @@ def test_opus_session_audio_matches_the_pcm_session(live_server: ServerProcess, 
 
 def test_old_client_hello_still_gets_pcm(live_server: ServerProcess) -> None:
     async def run():
-        ws, ready = await _session(live_server.ws)  # a 1.2 hello: no audio_codec
+        ws, ready = await open_session(live_server.ws, "small")  # a 1.2 hello: no audio_codec
         await ws.send(json.dumps({"type": "speak", "text": "Hello there."}))
-        media, _ = await _until(ws, lambda m: m["type"] == "playback_finished")
+        media, _ = await collect(ws, lambda m: m["type"] == "playback_finished", timeout=60)
         await ws.close()
         return ready, media
 
@@ -187,7 +170,7 @@ def test_old_client_hello_still_gets_pcm(live_server: ServerProcess) -> None:
 )
 def test_bad_audio_codec_is_refused_with_a_clear_error(live_server: ServerProcess, value, code, says) -> None:
     async def run():
-        ws, first = await _session(live_server.ws, audio_codec=value)
+        ws, first = await open_session(live_server.ws, "small", audio_codec=value)
         with pytest.raises(websockets.exceptions.ConnectionClosed) as closed:
             await asyncio.wait_for(ws.recv(), 10)
         return first, closed.value.rcvd.code
@@ -200,18 +183,18 @@ def test_bad_audio_codec_is_refused_with_a_clear_error(live_server: ServerProces
 
 def test_interrupt_restarts_the_encoder_and_sends_no_stale_audio(live_server: ServerProcess) -> None:
     async def run():
-        ws, _ = await _session(live_server.ws, audio_codec="opus")
+        ws, _ = await open_session(live_server.ws, "small", audio_codec="opus")
         await ws.send(
             json.dumps({"type": "speak", "text": "This sentence keeps going for quite a while. " * 4})
         )
-        before, _ = await _until(ws, lambda m: m["type"] == "speech_started")
+        before, _ = await collect(ws, lambda m: m["type"] == "speech_started", timeout=60)
         more = []
         while len([m for m in more if m.kind == Kind.AUDIO and m.flags & Flags.SPEAKING]) < 25:
             data = await asyncio.wait_for(ws.recv(), 30)
             if isinstance(data, bytes):
                 more.append(decode_media(data))
         await ws.send(json.dumps({"type": "interrupt"}))
-        upto, controls = await _until(ws, lambda m: m["type"] == "playback_finished", timeout=10)
+        upto, controls = await collect(ws, lambda m: m["type"] == "playback_finished", timeout=10)
         after: list[MediaMessage] = []
         while len([m for m in after if m.kind == Kind.AUDIO]) < 25:
             data = await asyncio.wait_for(ws.recv(), 10)
@@ -310,20 +293,20 @@ def test_client_audio_sent_as_opus_plays_as_the_same_audio_sent_as_pcm(live_serv
     chunk = 960  # 20 ms at 48 kHz, what the page sends
 
     async def spoken(messages: list[bytes]) -> tuple[dict, list[MediaMessage], list[dict]]:
-        ws, ready = await _session(live_server.ws)
+        ws, ready = await open_session(live_server.ws, "small")
         for data in messages:
             await ws.send(data)
         await ws.send(json.dumps({"type": "flush"}))
-        media, controls = await _until(ws, lambda m: m["type"] == "playback_finished")
+        media, controls = await collect(ws, lambda m: m["type"] == "playback_finished", timeout=60)
         await ws.close()
         return ready, media, controls
 
     async def refused() -> list[dict]:
-        ws, _ = await _session(live_server.ws)
+        ws, _ = await open_session(live_server.ws, "small")
         await ws.send(MediaMessage(Kind.MIC_OPUS, pack_packets(packets[:2]), aux=96000).encode())
         await ws.send(MediaMessage(Kind.MIC_OPUS, pack_packets([b"\xff\xff\xff"]), aux=48000).encode())
         await ws.send(json.dumps({"type": "ping", "id": 1}))
-        _, controls = await _until(ws, lambda m: m["type"] == "pong", timeout=20)
+        _, controls = await collect(ws, lambda m: m["type"] == "pong", timeout=20)
         await ws.close()
         return controls
 

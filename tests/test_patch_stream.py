@@ -15,9 +15,10 @@ import pytest
 import test_server_harness as harness
 import websockets
 from test_server_harness import ServerProcess, run_browser_script
+from test_server_live import collect
 
 from lipstream.audio.encode import wav_bytes
-from lipstream.server.protocol import Flags, Kind, decode_media
+from lipstream.server.protocol import Flags, Kind
 
 avatars_root = harness.avatars_root  # shared fixtures
 live_server = harness.live_server
@@ -81,15 +82,8 @@ async def _session(url: str, hello: dict, wav: Path | None = None, seconds: floa
                 closed = exc.rcvd.code if exc.rcvd else None
             return ready, closed, []
         await ws.send(struct.pack("<BBBBIIQ", 1, 4, 0, 0, 0, 0, 0) + wav.read_bytes())
-        media, controls = [], []
-        while True:
-            data = await asyncio.wait_for(ws.recv(), seconds)
-            if isinstance(data, bytes):
-                media.append(decode_media(data))
-            else:
-                controls.append(json.loads(data))
-                if controls[-1]["type"] == "playback_finished":
-                    return ready, media, controls
+        media, controls = await collect(ws, lambda m: m["type"] == "playback_finished", timeout=seconds)
+        return ready, media, controls
 
 
 def test_patch_mode_sends_mouth_rectangles_that_decode_to_the_engine_patches(

@@ -20,14 +20,15 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from scipy.signal import resample
 from tqdm import tqdm
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
 
 from bench_common import cpu_model  # noqa: E402
 from echo_bench import AVATAR_TEXT, CHUNK, FRAME, LEAD, SETTLED, SR, echo_of, room, speech_starts  # noqa: E402
+from test_talk_echo import retimed  # noqa: E402
 
 from lipstream.talk.echo import EchoCanceller  # noqa: E402
 from lipstream.talk.tts import create_tts  # noqa: E402
@@ -68,12 +69,6 @@ def stream(kind: type[EchoCanceller], avatar: np.ndarray, mic: np.ndarray) -> tu
         piece = mic[i : i + CHUNK].astype(np.float32)
         out[i : i + len(piece)], mask[i : i + len(piece)] = ec.process_gated(piece, i + len(piece) - 1)
     return out, mask
-
-
-def retimed(avatar: np.ndarray, rate: float, skip: int) -> np.ndarray:
-    """The avatar's voice resampled by `rate` and started `skip` samples in, as long as before."""
-    moved = resample(avatar, int(len(avatar) * rate))[skip:] if (rate, skip) != (1.0, 0) else avatar
-    return np.concatenate([moved, np.zeros(max(0, len(avatar) - len(moved)))])[: len(avatar)]
 
 
 def first_start(model: SileroModel, pcm: np.ndarray) -> float | None:

@@ -91,15 +91,18 @@ def test_f_v_tucks_the_lower_lip_over_the_upper_teeth(engine: VisemeEngine, smal
     assert np.array_equal(tucked[: nose + 1], crop[: nose + 1])
 
 
-def test_silence_gives_exactly_zero_features(engine: VisemeEngine) -> None:
+def test_silence_closes_the_lips_and_moves_nothing_else(engine: VisemeEngine) -> None:
+    """Silent frames: lips closed (the pause pose), no opening, spread or f/v, whatever the timings say."""
+    paused = np.zeros((50, 4), np.float32)
+    paused[:, CLOSURE] = 1.0
     zeros = Speech(np.zeros(SAMPLE_RATE * 2, dtype=np.float32))
-    assert engine.features(zeros).shape == (50, 4)
-    assert not engine.features(zeros).any()
+    assert np.array_equal(engine.features(zeros), paused)
     hiss = np.random.default_rng(0).normal(0, 10 ** (-70 / 20), SAMPLE_RATE * 2).astype(np.float32)
-    assert not engine.features(Speech(hiss)).any()
+    assert np.array_equal(engine.features(Speech(hiss)), paused)
     # Known timings cannot open the mouth over silent audio either.
     timing = _timing([("ɑː", 0.0, 2.0)])
-    assert not engine.features(Speech(np.zeros(SAMPLE_RATE * 2, dtype=np.float32), phonemes=timing)).any()
+    quiet_vowel = Speech(np.zeros(SAMPLE_RATE * 2, dtype=np.float32), phonemes=timing)
+    assert np.array_equal(engine.features(quiet_vowel), paused)
 
 
 def test_audio_only_features_follow_the_phonemes(engine: VisemeEngine, espeak_speech: Speech) -> None:

@@ -192,6 +192,12 @@ def test_closure_gate_matches(params: dict, engine) -> None:
     feats[1:100:2, 2] = np.nextafter(np.float32(gate.min_confidence), np.float32(0))
     loud[:100:3] = np.float32(gate.max_loudness)
     loud[1:100:3] = np.nextafter(np.float32(gate.max_loudness), np.float32(1))
+    # the sure closures' own limits (a louder frame keeps a very confident closure), and full_at's scaling
+    feats[100:200:2, 2] = np.float32(gate.sure)
+    feats[101:200:2, 2] = np.nextafter(np.float32(gate.sure), np.float32(0))
+    loud[100:200:3] = np.float32(gate.max_loudness_sure)
+    loud[101:200:3] = np.nextafter(np.float32(gate.max_loudness_sure), np.float32(1))
+    feats[200:220, 2] = np.float32(gate.full_at) + np.linspace(-0.1, 0.1, 20, dtype=np.float32)
     flat = feats[:, :3].reshape(-1).tolist()
     (values,) = js(params, {"stage": "gate", "feats": flat, "loud": loud.tolist()})
     want = gate.apply(feats, loud)
@@ -241,7 +247,8 @@ def test_finish_matches_on_speech(params: dict, engine, speech: np.ndarray) -> N
     for want, values, case in zip(wants, js(params, *calls), cases, strict=True):
         have = rows3(values, len(want))
         np.testing.assert_allclose(have, want[:, :3], rtol=0, atol=1e-6, err_msg=str(case))
-    assert (wants[0][:, :3] == 0).all(axis=1).any() and (wants[0][:, 0] > 0.1).any()  # rests and openings
+    paused = (wants[0][:, :2] == 0).all(axis=1) & (wants[0][:, 2] == 1)  # silence: lips closed, nothing else
+    assert paused.any() and (wants[0][:, 0] > 0.1).any()  # pauses and openings
 
 
 # ---- the whole feature path, batch and streaming ---------------------------------------------------

@@ -24,9 +24,11 @@ class LoudnessConfig:
     ahead_frames: int = 4  # ... and 160 ms after (must not exceed the extractor's look-ahead)
     min_range_db: float = 15.0  # the reference sits at least this far above the floor
     shape_share: float = 0.3  # part of the opening set by the phoneme target alone (vowel height)
-    open_gain: float = 1.0  # opening (before the power) of the loudest frame of a fully open vowel
+    open_gain: float = 0.8  # opening (before the power) of the loudest frame of a fully open vowel (0.8: the
+    # median speaking frame 0.21 of the mouth's width on the sample, p95 0.29-0.31; docs/benchmarks.md)
     open_power: float = 1.5  # opening = (gain · shaped) ** power: above 1, speech is mostly nearly closed and
     # only loud open vowels open wide (the calibration puts command 1 at an emphasised vowel's aperture)
+    pause_closure: float = 1.0  # silent rows: lips closed (1), or the footage's own rest mouth (0)
     ease_frames: int = 2  # lips take this many frames to settle into (and leave) the rest pose
 
     @property
@@ -45,12 +47,18 @@ class ClosureGate:
 
     min_confidence: float = 0.45  # smoothed model closure output at or above this ...
     max_loudness: float = 0.75  # ... on a frame at most this loud (0..1, see `loudness`)
+    sure: float = 0.7  # a closure this confident ...
+    max_loudness_sure: float = 0.85  # ... is kept on a frame up to this loud
+    full_at: float = 0.6  # a kept closure at or above this confidence shuts the lips fully (scaled below it)
 
     def apply(self, feats: np.ndarray, loud: np.ndarray) -> np.ndarray:
         """Rows with CLOSURE zeroed where the gate rejects it."""
         out = np.array(feats, dtype=np.float32, copy=True)
-        keep = (out[:, CLOSURE] >= self.min_confidence) & (loud <= self.max_loudness)
-        out[~keep, CLOSURE] = 0.0
+        confidence = out[:, CLOSURE]
+        keep = (confidence >= self.min_confidence) & (loud <= self.max_loudness)
+        # /m/ is voiced through the nose, as loud as a soft vowel: a sure closure may be louder
+        keep |= (confidence >= self.sure) & (loud <= self.max_loudness_sure)
+        out[:, CLOSURE] = np.where(keep, np.minimum(out[:, CLOSURE] / self.full_at, 1.0), 0.0)
         return out
 
 
@@ -95,5 +103,7 @@ def ease_to_rest(feats: np.ndarray, silent: np.ndarray, cfg: LoudnessConfig) -> 
     out[:, OPEN] *= cap
     out[:, WIDTH] *= cap
     out[:, LABIODENTAL] *= cap
-    out[mask[e : e + n]] = 0.0
+    pause = mask[e : e + n]
+    out[pause] = 0.0
+    out[pause, CLOSURE] = cfg.pause_closure
     return out

@@ -17,15 +17,23 @@ export function loudness(levels, cfg) {
   return out;
 }
 
-/** ClosureGate.apply: keep CLOSURE only where confident and not loud. */
+/** ClosureGate.apply: keep CLOSURE only where confident and not loud (a sure one may be louder: /m/);
+ * a kept closure at or above full_at shuts the lips fully. */
 export function gateClosures(feats, loud, gate) {
   const out = Float64Array.from(feats);
   // numpy compares the float32 rows with the limits rounded to float32 (0.45 -> 0.44999998...)
   const minConfidence = Math.fround(gate.min_confidence);
   const maxLoudness = Math.fround(gate.max_loudness);
+  // an avatar exported before these limits existed keeps its old gate: no sure tier, closures as confident
+  const sure = Math.fround(gate.sure ?? Infinity);
+  const maxLoudnessSure = Math.fround(gate.max_loudness_sure ?? -Infinity);
+  const fullAt = Math.fround(gate.full_at ?? 0);
   for (let i = 0; i < loud.length; i++) {
-    const keep = out[i * 3 + CLOSURE] >= minConfidence && loud[i] <= maxLoudness;
-    if (!keep) out[i * 3 + CLOSURE] = 0;
+    const confidence = out[i * 3 + CLOSURE];
+    const keep = (confidence >= minConfidence && loud[i] <= maxLoudness)
+      || (confidence >= sure && loud[i] <= maxLoudnessSure);
+    const shut = fullAt > 0 ? Math.fround(Math.min(Math.fround(confidence / fullAt), 1)) : confidence;
+    out[i * 3 + CLOSURE] = keep ? shut : 0;
   }
   return out;
 }
@@ -43,7 +51,8 @@ export function scaleOpening(feats, loud, cfg) {
   return out;
 }
 
-/** ease_to_rest: zero silent rows, taper opening and spread next to them. silent has n + 2e entries. */
+/** ease_to_rest: silent rows closed (pause_closure), opening and spread tapered next to them. silent has
+ * n + 2e entries. */
 export function easeToRest(feats, silent, cfg) {
   const e = cfg.ease_frames;
   const n = feats.length / 3;
@@ -56,7 +65,10 @@ export function easeToRest(feats, silent, cfg) {
     }
     out[i * 3 + OPEN] *= cap;
     out[i * 3 + WIDTH] *= cap;
-    if (silent[e + i]) out.fill(0, i * 3, i * 3 + 3);
+    if (silent[e + i]) {
+      out.fill(0, i * 3, i * 3 + 3);
+      out[i * 3 + CLOSURE] = Math.fround(cfg.pause_closure ?? 0); // older exports: the footage's rest
+    }
   }
   return out;
 }

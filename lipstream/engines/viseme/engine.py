@@ -13,7 +13,7 @@ import numpy as np
 from lipstream.audio.levels import DEFAULT_SILENCE_DBFS, SilenceDetector
 from lipstream.avatar.bundle import CROP_SIZE, AvatarBundle
 from lipstream.engines.base import FeatureStream, Speech
-from lipstream.engines.viseme.articulation import FEATURE_DIM, FEATURE_NAMES, OPEN
+from lipstream.engines.viseme.articulation import CLOSURE, FEATURE_DIM, FEATURE_NAMES, OPEN
 from lipstream.engines.viseme.atlas import (
     ATLAS_FILE,
     ATLAS_VERSION,
@@ -377,7 +377,8 @@ class VisemeEngine:
         assert cache.atlas is not None and cache.join is not None
         key = Path(bundle.path)
         cost = target_costs(cache.atlas, features, self.atlas_config)
-        speaking = features.any(axis=1)
+        # closed lips and nothing else is a pause (or a p/b/m): the closest-to-closed mouth, without a join
+        speaking = np.delete(np.atleast_2d(features), CLOSURE, axis=1).any(axis=1)
         choices = choose_units(
             cache.atlas, cost, cache.join, speaking, self._last_unit.get(key), self.atlas_config
         )

@@ -300,6 +300,7 @@ def test_js_warp_matches_python_on_rounding_spread_and_f_v(small_avatar, tmp_pat
     (tmp_path / "crop.rgba").write_bytes(rgba.tobytes())
     rows = [[0.08, 0.15, 0.0, 1.0], [0.5, 0.0, 0.0, 0.6], [0.6, -0.9, 0.0, 0.0], [0.3, -0.5, 0.4, 0.0]]
     rows.append([0.4, 0.7, 0.0, 0.0])  # spread: corners out and up, lips thinner
+    rows.append([0.0, 0.0, 1.0, 0.0])  # a pause: lips closed, the upper lip taking most of it
     # the second config lets only part of this source's lip gap ride (as on an open source mouth)
     for cfg in (engine.warp, dataclasses.replace(engine.warp, teeth_ride_max=0.1)):
         opts = {

@@ -26,6 +26,8 @@ class WarpConfig:
     jaw_lip: float = 0.85  # the lower lip rides this share of it (it is nearer the jaw's hinge)
     lip_part: float = 0.16  # the lips' own parting on top of the jaw at open=1, in W
     upper_share: float = 0.4  # part of the lips' own parting taken by the upper lip
+    close_upper_share: float = 0.8  # part of a closure taken by the upper lip: lips meet low over the upper
+    # teeth, near the lower lip's own edge (a lower lip rising half the gap lifted it off the lower teeth)
     chin_room: float = 0.85  # the chin drops at most this share of the rows left under it in the crop (the
     # skin there is compressed, and the crop's bottom edge never moves: a larger drop would fold it)
     spread: float = 0.28  # corner shift outwards at width=+1 (ee/i), in W
@@ -185,8 +187,10 @@ def render_patch(
     lip_part = cfg.lip_part * w_half * opening
     # f/v: the lower lip rises in front of the upper teeth (it covers them, it does not squeeze them).
     tuck = labio * cfg.labiodental_tuck * gap
-    d_up = (cfg.upper_share * lip_part + labio * cfg.labiodental_lift * w_half) * profile - 0.5 * close
-    d_low_lip = (cfg.jaw_lip * jaw_drop + (1.0 - cfg.upper_share) * lip_part) * profile - 0.5 * close - tuck
+    close_up = cfg.close_upper_share * close
+    d_up = (cfg.upper_share * lip_part + labio * cfg.labiodental_lift * w_half) * profile - close_up
+    lower_part = cfg.jaw_lip * jaw_drop + (1.0 - cfg.upper_share) * lip_part
+    d_low_lip = lower_part * profile - (close - close_up) - tuck
     d_low_jaw = chin_drop(jaw_drop, geo.chin_y, size, cfg.chin_room) * region.jaw
     upper_dst = upper - d_up
     lower_dst = lower + d_low_lip

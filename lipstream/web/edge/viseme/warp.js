@@ -140,6 +140,7 @@ export function renderPatch(base32, size, geo, feature, cfg, out32) {
   const lipPart = cfg.lip_part * W * opening;
   const chin = chinDrop(jawDrop, geo.chinY, size, cfg.chin_room);
   const us = cfg.upper_share;
+  const closeUpper = cfg.close_upper_share ?? 0.5; // older exports: the lips met halfway
   const chinSpan = Math.max(geo.chinY - geo.lipY, 1.0);
   // First pass over columns: the lip edges, and the opening's height at its tallest and its floor
   // (_shade_interior's `full` and `floor`).
@@ -152,8 +153,9 @@ export function renderPatch(base32, size, geo, feature, cfg, out32) {
     const close = closure * gap;
     // f/v: the lower lip rises in front of the upper teeth (covers them, does not squeeze them)
     colTuck[j] = labio * cfg.labiodental_tuck * gap;
-    colDUp[j] = (us * lipPart + labio * cfg.labiodental_lift * W) * profile[j] - 0.5 * close;
-    colDLowLip[j] = (cfg.jaw_lip * jawDrop + (1.0 - us) * lipPart) * profile[j] - 0.5 * close - colTuck[j];
+    const closeUp = closeUpper * close;
+    colDUp[j] = (us * lipPart + labio * cfg.labiodental_lift * W) * profile[j] - closeUp;
+    colDLowLip[j] = (cfg.jaw_lip * jawDrop + (1.0 - us) * lipPart) * profile[j] - (close - closeUp) - colTuck[j];
     colDLowJaw[j] = chin * jaw[j];
     colUpperDst[j] = upper[j] - colDUp[j];
     colLowerDst[j] = lower[j] + colDLowLip[j];

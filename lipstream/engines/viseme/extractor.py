@@ -85,8 +85,7 @@ class ArticulationExtractor:
         frames_known: int,
         offset_frames: int = 0,
     ) -> np.ndarray:
-        """Gate closures, scale the opening by loudness, ease into rest and zero silent rows (silence is
-        exactly the avatar's own mouth)."""
+        """Gate closures, scale the opening by loudness, ease into silence and close the lips there."""
         e = self.loud.ease_frames
         pad = self.silence.min_silent_frames - 1 + e
         l0 = max(k0 - max(pad, self.loud.back_frames), offset_frames, 0)

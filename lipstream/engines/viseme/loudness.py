@@ -52,7 +52,7 @@ class ClosureGate:
     full_at: float = 0.6  # a kept closure at or above this confidence shuts the lips fully (scaled below it)
 
     def apply(self, feats: np.ndarray, loud: np.ndarray) -> np.ndarray:
-        """Rows with CLOSURE zeroed where the gate rejects it."""
+        """Rows with CLOSURE zeroed where the gate rejects it, and a kept one shut fully from `full_at`."""
         out = np.array(feats, dtype=np.float32, copy=True)
         confidence = out[:, CLOSURE]
         keep = (confidence >= self.min_confidence) & (loud <= self.max_loudness)
@@ -85,7 +85,8 @@ def scale_opening(feats: np.ndarray, loud: np.ndarray, cfg: LoudnessConfig) -> n
 
 
 def ease_to_rest(feats: np.ndarray, silent: np.ndarray, cfg: LoudnessConfig) -> np.ndarray:
-    """Zero silent rows and taper the opening, spread and f/v tuck over the frames next to them.
+    """Silent rows get closed lips and nothing else (`pause_closure`); the opening, spread and f/v tuck taper
+    over the frames next to them.
 
     Lips need ~80 ms to close; snapping from wide open to rest in one 40 ms frame also leaves a ghost of
     the open mouth in the next H.264 picture. `silent` may extend past the rows on both sides by

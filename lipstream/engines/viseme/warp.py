@@ -26,8 +26,8 @@ class WarpConfig:
     jaw_lip: float = 0.85  # the lower lip rides this share of it (it is nearer the jaw's hinge)
     lip_part: float = 0.16  # the lips' own parting on top of the jaw at open=1, in W
     upper_share: float = 0.4  # part of the lips' own parting taken by the upper lip
-    close_upper_share: float = 0.8  # part of a closure taken by the upper lip: lips meet low over the upper
-    # teeth, near the lower lip's own edge (a lower lip rising half the gap lifted it off the lower teeth)
+    close_upper_share: float = 0.8  # part of a closure taken by the upper lip: it comes down over the teeth
+    # it bared and meets the lower lip near its own edge (halfway, the lower lip rose as far, the jaw still)
     chin_room: float = 0.85  # the chin drops at most this share of the rows left under it in the crop (the
     # skin there is compressed, and the crop's bottom edge never moves: a larger drop would fold it)
     spread: float = 0.28  # corner shift outwards at width=+1 (ee/i), in W

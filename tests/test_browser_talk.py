@@ -27,7 +27,9 @@ QUESTION = "Could you please tell me the name of the capital city of France?"
 SECOND_QUESTION = "Wait, stop, tell me about the weather in London instead."
 ANSWER = (
     "Paris is the capital of France. It lies on the river Seine, in the north of the country. "
-    "Millions of people visit its museums, its parks and its cafes every single year."
+    "Millions of people visit its museums, its parks and its cafes every single year. "
+    "In the spring the chestnut trees along its wide avenues flower, and the evenings are long and light. "
+    "Many visitors walk along the river at night, when the bridges and the old buildings are lit."
 )
 
 
@@ -63,11 +65,13 @@ def mic_wavs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("mic")
     talk, barge = root / "question.wav", root / "barge_in.wav"
     write_mic_wav(talk, 1.0, QUESTION, 20.0)
-    # The second question starts 8 s after the first ends: the answer (about 9 s of speech) has begun by
-    # then (the turn judged finished, or the detector's 3 s cap, + transcript + first sentence: 1.5-5 s on a
-    # loaded 2-core box) and is still playing, and it has been audible for the 3 s after which the echo gate
-    # stops holding speech starts for a microphone that does not hear the avatar (this fake one).
-    write_mic_wav(barge, 1.0, QUESTION, 8.0, SECOND_QUESTION, 20.0)
+    # The second question starts 11 s after the first ends. The answer must have been audible for 3 s by then
+    # (after that the echo gate stops holding speech starts for a microphone that does not hear the avatar,
+    # this fake one; a start held earlier is dropped if the question ends first) and still be playing. The
+    # answer begins 2-5 s after the question (turn judged, or the detector's 3 s cap, + transcript + first
+    # sentence; over 5 s under the full suite, where the barge-in was then never heard) and lasts ~20 s,
+    # so any start up to 8 s works; with 8 s and a 9 s answer, a start after 5 s lost the barge-in.
+    write_mic_wav(barge, 1.0, QUESTION, 11.0, SECOND_QUESTION, 20.0)
     return {"talk": talk, "barge_in": barge}
 
 

@@ -197,7 +197,7 @@ def _retracked_landmarks(pictures: list[np.ndarray]) -> list[np.ndarray]:
 
 def test_idle_blinks_entry_counts_per_minute() -> None:
     blinks = IdleBlinks(np.zeros(300, np.int32), np.zeros(1, np.float32), 0, 3, 12.0)
-    assert blinks.entry() == {"own": 0, "drawn": 3, "per_minute": 15.0}
+    assert blinks.entry() == {"own": 0, "drawn": 3, "per_minute": 15.0, "starts": []}
 
 
 def test_a_sample_prepared_before_blinks_is_told_to_rebuild_with_the_sample_command() -> None:

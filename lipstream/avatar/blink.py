@@ -145,6 +145,7 @@ class IdleBlinks:
     own: int  # blinks the footage shows by itself within the loop
     drawn: int  # blinks drawn per pass of the loop
     seconds: float  # one pass of the loop
+    drawing: bool = True  # lipstream draws this avatar's blinks (False: the footage's own, or blinks off)
 
     def draw(self, rgb: np.ndarray, frame: int, landmarks: np.ndarray, config: BlinkConfig) -> np.ndarray:
         """Footage frame `frame` as the loop shows it: its planned lid drawn, or as it was."""
@@ -154,7 +155,11 @@ class IdleBlinks:
     def entry(self) -> dict:
         """What manifest.json records under idle.blinks."""
         per_minute = 60.0 * (self.own + self.drawn) / max(self.seconds, 1e-6)
-        return {"own": self.own, "drawn": self.drawn, "per_minute": round(per_minute, 1)}
+        entry = {"own": self.own, "drawn": self.drawn, "per_minute": round(per_minute, 1)}
+        if self.drawing:  # where the drawn ones begin in the loop: blinks decided while speaking keep clear
+            shut = self.closure[self.loop] > 0
+            entry["starts"] = np.flatnonzero(shut & ~np.roll(shut, 1)).tolist()
+        return entry
 
 
 def plan_idle_blinks(
@@ -174,7 +179,7 @@ def plan_idle_blinks(
     loop = np.asarray(stretch_loop, np.int32)
     if is_still:
         if not config.enabled or frames == source_frames:
-            return IdleBlinks(loop, closure, 0, 0, len(loop) / fps)
+            return IdleBlinks(loop, closure, 0, 0, len(loop) / fps, drawing=False)
         closure[source_frames:] = config.photo_levels[: frames - source_frames]
         played, count = photo_loop(config, fps, rng_for(name))
         # picture 0 of photo_loop is the photo (the last source frame), i its i-th lid height
@@ -186,7 +191,7 @@ def plan_idle_blinks(
     seconds = len(loop) / fps
     passes = 2 if len(loop) > stop - start else 1  # a ping-pong loop shows each stretch frame twice
     if own or not config.enabled:
-        return IdleBlinks(loop, closure, passes * len(own), 0, seconds)
+        return IdleBlinks(loop, closure, passes * len(own), 0, seconds, drawing=False)
     planned = plan_closure(stop - start, fps, config, rng_for(name), lead=config.edge_margin_s)
     closure[start:stop] = planned
     return IdleBlinks(loop, closure, 0, passes * count_blinks(planned), seconds)

@@ -65,6 +65,15 @@ class Manifest(BaseModel):
         a photo's or a never-blinking clip's loop then has none: `prepare --force` adds them)."""
         return "blinks" in self.idle
 
+    def drawn_blink_starts(self) -> list[int] | None:
+        """Loop positions where the idle loop's drawn blinks begin (maybe none: a short stretch); None when
+        lipstream does not draw its blinks (the footage blinks by itself, blinks are off, or it was prepared
+        before the positions were recorded: `prepare --force` records them)."""
+        blinks = self.idle.get("blinks") or {}
+        if "starts" not in blinks:
+            return None
+        return [int(k) for k in blinks["starts"]]
+
     def blink_note(self) -> str | None:
         """What to tell a user whose avatar was prepared before blinks were drawn; None when they were."""
         if self.blinks_planned:

@@ -68,4 +68,5 @@ class StillClip:
     def blinks(self) -> IdleBlinks:
         """The loop (every frame once, in order: the motion wraps without a jump) and its blinks."""
         loop = np.arange(self.frames, dtype=np.int32)
-        return IdleBlinks(loop, self.closure, 0, count_blinks(self.closure), self.frames / self.fps)
+        seconds, drawn = self.frames / self.fps, count_blinks(self.closure)
+        return IdleBlinks(loop, self.closure, 0, drawn, seconds, drawing=self.blink.enabled)

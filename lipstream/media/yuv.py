@@ -68,3 +68,28 @@ def cut_i420(picture: np.ndarray, width: int, height: int, rect: tuple[int, int,
     u = flat[ysize : ysize + cw * ch].reshape(ch, cw)[y0 // 2 : y1 // 2, x0 // 2 : x1 // 2]
     v = flat[ysize + cw * ch :].reshape(ch, cw)[y0 // 2 : y1 // 2, x0 // 2 : x1 // 2]
     return np.concatenate([y.reshape(-1), u.reshape(-1), v.reshape(-1)]).reshape((y1 - y0) * 3 // 2, x1 - x0)
+
+
+def unmasked_i420(alpha: np.ndarray) -> np.ndarray:
+    """Which samples of an even-sized rectangle's I420 picture (flat, as cv2 lays it out) a mask leaves
+    alone: luma where the mask is 0, chroma where all four pixels it covers are 0."""
+    h, w = alpha.shape[:2]
+    still = alpha == 0
+    still_c = still.reshape(h // 2, 2, w // 2, 2).all(axis=(1, 3)).reshape(-1)
+    return np.concatenate([still.reshape(-1), still_c, still_c])
+
+
+def write_i420_rect(
+    frame: np.ndarray, width: int, height: int, rect: tuple[int, int, int, int], rect_yuv: np.ndarray
+) -> None:
+    """Copy an even-aligned rectangle's I420 planes (flat, as cv2 lays them out) into a full picture."""
+    x0, y0, x1, y1 = rect
+    w, h = x1 - x0, y1 - y0
+    flat = frame.reshape(-1)
+    ysize, csize = width * height, (width // 2) * (height // 2)
+    flat[:ysize].reshape(height, width)[y0:y1, x0:x1] = rect_yuv[: w * h].reshape(h, w)
+    cw, ch = w // 2, h // 2
+    u = rect_yuv[w * h : w * h + cw * ch].reshape(ch, cw)
+    v = rect_yuv[w * h + cw * ch :].reshape(ch, cw)
+    flat[ysize : ysize + csize].reshape(height // 2, width // 2)[y0 // 2 : y1 // 2, x0 // 2 : x1 // 2] = u
+    flat[ysize + csize :].reshape(height // 2, width // 2)[y0 // 2 : y1 // 2, x0 // 2 : x1 // 2] = v

@@ -8,8 +8,9 @@ import cv2
 import numpy as np
 
 from lipstream.avatar.bundle import AvatarBundle
-from lipstream.media.yuv import cut_i420
+from lipstream.media.yuv import cut_i420, unmasked_i420, write_i420_rect
 from lipstream.render.base_frames import BaseFrameStore
+from lipstream.render.eyelids import EyeLids
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class Compositor:
         self.base = base or BaseFrameStore(bundle, output_size)
         self.width, self.height = self.base.width, self.base.height
         self._geometry: dict[int, FrameGeometry | None] = {}
+        self.lids = EyeLids(bundle, self.base.scale, (self.width, self.height))
 
     def geometry(self, frame_index: int) -> FrameGeometry | None:
         """Per-frame blend geometry, computed once and cached (it depends only on the avatar)."""
@@ -93,9 +95,10 @@ class Compositor:
         return blended.astype(np.uint8)
 
     def compose(
-        self, frame_index: int, patch: np.ndarray | None, out: np.ndarray | None = None
+        self, frame_index: int, patch: np.ndarray | None, out: np.ndarray | None = None, lids: float = 0.0
     ) -> np.ndarray:
-        """Base frame `frame_index` (RGB, output size) with `patch` blended in; None: the base frame."""
+        """Base frame `frame_index` (RGB, output size) with `patch` blended in (None: the base frame) and its
+        lids lowered by `lids` (0: as the loop shows them)."""
         base = self.base.rgb(frame_index)
         if out is None:
             out = np.empty(base.shape, dtype=np.uint8)
@@ -104,20 +107,27 @@ class Compositor:
         if geo is not None:
             x0, y0, x1, y1 = geo.rect
             out[y0:y1, x0:x1] = self._blend_region(frame_index, patch, base[y0:y1, x0:x1])
+        self.lids.draw_rgb(out, frame_index, lids)
         return out
 
     def compose_i420(
-        self, frame_index: int, patch: np.ndarray | None, out: np.ndarray | None = None
+        self, frame_index: int, patch: np.ndarray | None, out: np.ndarray | None = None, lids: float = 0.0
     ) -> np.ndarray:
         """The same picture as `compose`, as I420 [(H*3/2), W] ready for the H.264 encoder; only the
-        mask's rectangle is colour-converted, the rest is a copy of the cached base picture."""
+        mask's rectangle (and the eyes' while a lid is lowered) is colour-converted, the rest is a copy of the
+        cached base picture."""
         base = self.base.i420(frame_index)
         if out is None:
             out = np.empty(base.shape, dtype=np.uint8)
         np.copyto(out, base)
         geo = self.geometry(frame_index) if patch is not None else None
-        if geo is None:
-            return out
+        if geo is not None:
+            self._blend_i420(out, frame_index, patch, geo)
+        self.lids.draw_i420(out, frame_index, lids)
+        return out
+
+    def _blend_i420(self, out: np.ndarray, frame_index: int, patch: np.ndarray, geo: FrameGeometry) -> None:
+        base = self.base.i420(frame_index)
         x0, y0, x1, y1 = geo.rect
         region = self._blend_region(frame_index, patch, self.base.rgb_region(frame_index, geo.rect))
         yuv = cv2.cvtColor(region, cv2.COLOR_RGB2YUV_I420).reshape(-1)
@@ -125,29 +135,3 @@ class Compositor:
             decoded = cut_i420(base, self.width, self.height, geo.rect).reshape(-1)
             yuv = np.where(geo.unmasked, decoded, yuv)
         write_i420_rect(out, self.width, self.height, (x0, y0, x1, y1), yuv)
-        return out
-
-
-def unmasked_i420(alpha: np.ndarray) -> np.ndarray:
-    """Which samples of an even-sized rectangle's I420 picture (flat, as cv2 lays it out) a mask leaves
-    alone: luma where the mask is 0, chroma where all four pixels it covers are 0."""
-    h, w = alpha.shape[:2]
-    still = alpha == 0
-    still_c = still.reshape(h // 2, 2, w // 2, 2).all(axis=(1, 3)).reshape(-1)
-    return np.concatenate([still.reshape(-1), still_c, still_c])
-
-
-def write_i420_rect(
-    frame: np.ndarray, width: int, height: int, rect: tuple[int, int, int, int], rect_yuv: np.ndarray
-) -> None:
-    """Copy an even-aligned rectangle's I420 planes (flat, as cv2 lays them out) into a full picture."""
-    x0, y0, x1, y1 = rect
-    w, h = x1 - x0, y1 - y0
-    flat = frame.reshape(-1)
-    ysize, csize = width * height, (width // 2) * (height // 2)
-    flat[:ysize].reshape(height, width)[y0:y1, x0:x1] = rect_yuv[: w * h].reshape(h, w)
-    cw, ch = w // 2, h // 2
-    u = rect_yuv[w * h : w * h + cw * ch].reshape(ch, cw)
-    v = rect_yuv[w * h + cw * ch :].reshape(ch, cw)
-    flat[ysize : ysize + csize].reshape(height // 2, width // 2)[y0 // 2 : y1 // 2, x0 // 2 : x1 // 2] = u
-    flat[ysize + csize :].reshape(height // 2, width // 2)[y0 // 2 : y1 // 2, x0 // 2 : x1 // 2] = v

@@ -23,3 +23,5 @@ class AvatarFrame:
     end_of_speech: bool = False  # last frame of an utterance
     utterance_id: int | None = None
     loop_index: int = 0  # position in the avatar's base loop (idle_loop) of this frame
+    lids: float = 0.0  # lid closure of a blink decided while speaking (0: the loop's own eyes)
+    blink_starts: bool = False  # such a blink begins on this frame (a patch-stream client draws it)

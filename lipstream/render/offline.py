@@ -17,6 +17,7 @@ from lipstream.audio.decode import to_int16
 from lipstream.audio.levels import SilenceDetector
 from lipstream.audio.timeline import FPS, SAMPLES_PER_FRAME
 from lipstream.avatar.bundle import AvatarBundle
+from lipstream.avatar.phrase_blinks import PhraseEndBlinks
 from lipstream.engines.base import Engine, Speech
 from lipstream.errors import MediaError
 from lipstream.media.mp4 import Mp4Writer
@@ -195,6 +196,8 @@ def render_speech_to_mp4(
         log.warning(notes[-1])
     codebook = load_codebook(bundle, engine, accel) if accel.enabled and accel.codebook else None
     scheduler = PatchScheduler(bundle, engine, accel, codebook, timer)
+    loop_length = len(bundle.idle_loop)
+    blinks = PhraseEndBlinks.for_manifest(bundle.manifest, loop_length)
     pcm16 = to_int16(speech.pcm[: n * SAMPLES_PER_FRAME])
     width, height = bundle.size
     batch = max(1, int(engine.batch_size)) * 2
@@ -209,7 +212,8 @@ def render_speech_to_mp4(
             for released in _scheduled(scheduler, frames, batch):
                 for k, patch in released:
                     with timer.stage("compositor"):
-                        frame = compositor.compose_i420(int(frames.base_ids[k]), patch)
+                        lids = blinks.step(k, not frames.silent[k], k % loop_length) if blinks else 0.0
+                        frame = compositor.compose_i420(int(frames.base_ids[k]), patch, lids=lids)
                     if ttff_ms is None:
                         ttff_ms = (time.perf_counter() - started) * 1000.0
                     sink.put(frame, pcm16[k * SAMPLES_PER_FRAME : (k + 1) * SAMPLES_PER_FRAME])

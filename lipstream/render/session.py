@@ -27,6 +27,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator, Callable
+from typing import Any
 
 import numpy as np
 
@@ -35,6 +36,7 @@ from lipstream.audio.levels import SilenceDetector
 from lipstream.audio.speech import Speech
 from lipstream.audio.timeline import FPS, SAMPLE_RATE, SAMPLES_PER_FRAME
 from lipstream.avatar.bundle import AvatarBundle
+from lipstream.avatar.phrase_blinks import PhraseEndBlinks
 from lipstream.engines.base import Engine
 from lipstream.engines.batcher import Withdrawn
 from lipstream.render.accel import PatchScheduler, load_codebook, resolve_accel
@@ -117,6 +119,10 @@ class Session:
         if accel.enabled and accel.codebook:
             codebook = load_codebook(avatar, engine, accel)  # read-only: sessions never save it
         self._scheduler = PatchScheduler(avatar, engine, accel, codebook, self._timer)
+        loop_length = len(avatar.idle_loop)
+        phrase_blinks = self.config.phrase_blinks
+        self._blinks = PhraseEndBlinks.for_manifest(avatar.manifest, loop_length) if phrase_blinks else None
+        self._voiced: dict[int, bool] = {}  # tick -> voiced, for speech frames not made yet
 
     def _default_sink(self) -> FrameSink:
         if not self.config.encode:
@@ -227,6 +233,7 @@ class Session:
         else:
             active = self._feed.utterances[0].id if self._feed.utterances else None
         self._feed.clear()
+        self._voiced.clear()
         now = time.perf_counter()
         resume = int(np.ceil(self._clock.position_frames(now))) + self.config.interrupt_margin_frames
         self._tick = min(self._tick, max(resume, 0))
@@ -385,7 +392,7 @@ class Session:
         tick, generation = self._tick, self._generation
         self._tick += 1
         base_id = self.avatar.base_frame_index(tick)
-        frame = await self._pools.run_render(self._sink.make, base_id, None, generation)
+        frame = await self._pools.run_render(self._make, tick, base_id, None, generation)
         silence = np.zeros(SAMPLES_PER_FRAME, dtype=np.int16)
         await self._put_frame(
             tick, base_id, frame, silence, speaking=False, end=False, uid=None, generation=generation
@@ -400,6 +407,7 @@ class Session:
         marks = utt.take_marks(first, count)
         self._tick += count  # these ticks are reserved; the scheduler releases frames in order
         base_ids = self.avatar.base_frame_indices(first, count)
+        self._voiced.update((first + i, bool(v)) for i, v in enumerate(speaking))
         pcm16 = to_int16(audio)
         payloads = [
             (first + i, int(base_ids[i]), pcm16[i * SAMPLES_PER_FRAME : (i + 1) * SAMPLES_PER_FRAME])
@@ -428,7 +436,18 @@ class Session:
                 released += self._scheduler.finish()
         except Withdrawn:  # interrupted while queued for a batched pass: this work is discarded anyway
             return []
-        return [(payload, self._sink.make(payload[1], patch, generation)) for payload, patch in released]
+        return [(payload, self._make(*payload[:2], patch, generation)) for payload, patch in released]
+
+    def _make(
+        self, tick: int, base_id: int, patch: np.ndarray | None, generation: int
+    ) -> tuple[Any, float, bool]:
+        """Worker thread, frames in tick order: the sink's form of the frame, with the lids of a blink decided
+        at a phrase end (and whether it starts here)."""
+        lids, starts = 0.0, False
+        if self._blinks is not None:
+            lids = self._blinks.step(tick, self._voiced.pop(tick, False), tick % len(self.avatar.idle_loop))
+            starts = self._blinks.started == tick
+        return self._sink.make(base_id, patch, generation, lids), lids, starts
 
     async def _emit_released(
         self, utt: Utterance, released: list, generation: int, final: bool, marks: list | None = None
@@ -479,12 +498,13 @@ class Session:
                     level, "session %s: production behind the audio clock by %.0f ms (%d late frames so far)",
                     self.avatar.name, due_late * 1000.0, self._stats.late_frames,
                 )
+        made, lids, blink_starts = frame
         item = AvatarFrame(
             index=tick, pts=tick * SAMPLES_PER_FRAME, base_index=base_id, audio=audio,
             speaking=speaking, end_of_speech=end, utterance_id=uid,
-            loop_index=tick % len(self.avatar.idle_loop),
+            loop_index=tick % len(self.avatar.idle_loop), lids=lids, blink_starts=blink_starts,
         )
-        self._sink.fill(item, frame)
+        self._sink.fill(item, made)
         self._stats.frames += 1
         assert self._out is not None
         await self._out.put((generation, item))

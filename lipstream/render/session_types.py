@@ -34,6 +34,9 @@ class SessionConfig(BaseModel):
     # cap of the patch stream (a 240×96 crop-space picture at 25 fps): 150 kbit/s codes the mouth at ~39 dB,
     # 1.5 dB under 300 and alike to the eye at the size the page shows it (benchmarks/patch_bitrate_bench.py)
     patch_bitrate: int = Field(150_000, gt=0)
+    # blink a little more often at phrase ends, on avatars whose idle loop's blinks are drawn
+    # (lipstream/avatar/phrase_blinks.py)
+    phrase_blinks: bool = True
 
 
 @dataclass

@@ -35,8 +35,9 @@ class FrameSink(Protocol):
     def warm_up(self, idle_loop: np.ndarray) -> None:
         """Build what depends only on the avatar (worker thread, before the first frame)."""
 
-    def make(self, base_id: int, patch: np.ndarray | None, generation: int) -> Any:
-        """Worker thread: the consumer's form of one frame (`generation` changes after an interrupt)."""
+    def make(self, base_id: int, patch: np.ndarray | None, generation: int, lids: float = 0.0) -> Any:
+        """Worker thread: the consumer's form of one frame (`generation` changes after an interrupt; `lids`:
+        how far a blink decided while speaking lowers the lids, drawn by sinks that composite)."""
 
     def fill(self, item: AvatarFrame, made: Any) -> None:
         """Put what `make` returned on the frame handed to the consumer."""
@@ -78,10 +79,10 @@ class RawFrames(_Bound):
         """The blend geometry of the frames the stream starts on."""
         warm_geometry(self.compositor, idle_loop)
 
-    def make(self, base_id: int, patch: np.ndarray | None, generation: int) -> np.ndarray:
+    def make(self, base_id: int, patch: np.ndarray | None, generation: int, lids: float = 0.0) -> np.ndarray:
         """The composited picture."""
         with self.timer.stage("compositor"):
-            return self.compositor.compose(base_id, patch)
+            return self.compositor.compose(base_id, patch, lids=lids)
 
     def fill(self, item: AvatarFrame, made: np.ndarray) -> None:
         """The picture goes on `item.image`."""
@@ -111,10 +112,10 @@ class I420Frames(RawFrames):
             base.i420(int(index))
         warm_geometry(self.compositor, idle_loop)
 
-    def make(self, base_id: int, patch: np.ndarray | None, generation: int) -> np.ndarray:
+    def make(self, base_id: int, patch: np.ndarray | None, generation: int, lids: float = 0.0) -> np.ndarray:
         """The composited picture, I420."""
         with self.timer.stage("compositor"):
-            return self.compositor.compose_i420(base_id, patch)
+            return self.compositor.compose_i420(base_id, patch, lids=lids)
 
     def fill(self, item: AvatarFrame, made: np.ndarray) -> None:
         """The picture goes on `item.i420`."""
@@ -187,10 +188,10 @@ class WholeFrameH264(_H264Sink):
         self.compositor.base.i420(int(idle_loop[0]))  # the first frame the loop shows
         warm_geometry(self.compositor, idle_loop)
 
-    def make(self, base_id: int, patch: np.ndarray | None, generation: int) -> Any:
+    def make(self, base_id: int, patch: np.ndarray | None, generation: int, lids: float = 0.0) -> Any:
         """The frame's access unit."""
         with self.timer.stage("compositor"):
-            image = self.compositor.compose_i420(base_id, patch)
+            image = self.compositor.compose_i420(base_id, patch, lids=lids)
         with self.timer.stage("encode"):
             return self.encoder.encode(image, force_idr=self._must_be_idr(generation))
 
@@ -211,8 +212,8 @@ class MouthPatchH264(_H264Sink):
     def warm_up(self, idle_loop: np.ndarray) -> None:
         """Nothing is composited on the server: no base pictures, no blend geometry."""
 
-    def make(self, base_id: int, patch: np.ndarray | None, generation: int) -> Any:
-        """The patch's access unit, or None while the mouth rests."""
+    def make(self, base_id: int, patch: np.ndarray | None, generation: int, lids: float = 0.0) -> Any:
+        """The patch's access unit, or None while the mouth rests (the client draws `lids` itself)."""
         if patch is None:
             self._resting = True
             return None

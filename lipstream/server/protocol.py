@@ -24,9 +24,9 @@ from lipstream.errors import LipstreamError
 
 PROTOCOL_VERSION = 1
 # 1.1 added conversation sessions (hello.agent), 1.2 the patch stream mode (hello.stream), 1.3 Opus audio
-# (hello.audio_codec), 1.4 Opus from the client (mic_opus messages, ready.mic_codecs); older clients see no
-# change
-PROTOCOL_MINOR = 4
+# (hello.audio_codec), 1.4 Opus from the client (mic_opus messages, ready.mic_codecs), 1.5 the `blink` flag
+# (a patch-stream client draws blinks decided at phrase ends); older clients see no change
+PROTOCOL_MINOR = 5
 STREAM_MODES = ("full", "patch")  # what hello.stream may ask for; "full" is the default
 AUDIO_CODECS = ("pcm", "opus")  # what hello.audio_codec may ask for; "pcm" is the default
 MIC_CODECS = ("pcm", "opus")  # what a client may send its audio as (ready.mic_codecs, protocol 1.4)
@@ -62,6 +62,7 @@ class Flags(IntFlag):
     KEYFRAME = 1
     SPEAKING = 2
     END_OF_SPEECH = 4
+    BLINK = 8  # video and patch messages: a blink decided at a phrase end starts on this frame (protocol 1.5)
 
 
 @dataclass(frozen=True)
@@ -151,13 +152,15 @@ def frame_messages(frame: Any, patch: bool = False, opus: Any = None) -> tuple[b
         flags |= Flags.SPEAKING
     if frame.end_of_speech:
         flags |= Flags.END_OF_SPEECH
+    if getattr(frame, "blink_starts", False):
+        flags |= Flags.BLINK
     aux = 0 if frame.utterance_id is None else frame.utterance_id + 1
     if patch:
         payload = PATCH_PREFIX.pack(frame.loop_index, frame.base_index) + bytes(frame.access_unit)
         video = MediaMessage(Kind.PATCH, payload, frame.index, aux, frame.pts, flags)
     else:
         video = MediaMessage(Kind.VIDEO, bytes(frame.access_unit), frame.index, aux, frame.pts, flags)
-    audio_flags = flags & ~Flags.KEYFRAME
+    audio_flags = flags & ~Flags.KEYFRAME & ~Flags.BLINK
     if opus is None:
         audio_payload = frame.audio.astype("<i2").tobytes()
     else:

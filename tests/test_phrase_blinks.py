@@ -117,3 +117,65 @@ def test_the_compositor_lowers_the_lids_and_touches_nothing_else(small_avatar, i
     # the eyes' rectangle lies above the nose: the mouth is untouched
     nose_y = float(small_avatar.landmarks[frame][2, 1]) * compositor.base.scale
     assert y1 < nose_y
+
+
+@pytest.fixture(scope="module")
+def phrased_speech() -> np.ndarray:
+    """Three espeak-ng sentences with 0.7 s pauses between them and after (16 kHz float32)."""
+    from lipstream.talk.tts import create_tts
+
+    tts = create_tts("espeak")
+    pause = np.zeros(int(0.7 * 16000), np.float32)
+    parts = []
+    for text in ("The bridge reopened today.", "Traffic is moving again.", "More at nine."):
+        speech = tts.synthesize(text)
+        parts += [speech.pcm.astype(np.float32), pause]
+    return np.concatenate(parts)
+
+
+def test_a_live_session_blinks_at_phrase_ends_and_draws_the_lids(small_avatar, phrased_speech) -> None:
+    import asyncio
+
+    from lipstream.engines.registry import create_engine
+    from lipstream.render.frames import AvatarFrame
+    from lipstream.render.session import Session, SessionConfig, SessionEvent
+    from lipstream.server.protocol import Flags, decode_media, frame_messages
+
+    assert small_avatar.manifest.drawn_blink_starts() is not None  # the sample never blinks by itself
+    config = SessionConfig(encode=False, phrase_blinks=PhraseBlinkConfig(chance=1.0, gap_s=0.5))
+
+    async def run() -> list[AvatarFrame]:
+        frames: list[AvatarFrame] = []
+        async with Session(small_avatar, create_engine("viseme"), config) as session:
+            session.push_audio(phrased_speech)
+            session.flush()
+            async for item in session:
+                if isinstance(item, AvatarFrame):
+                    frames.append(item)
+                elif isinstance(item, SessionEvent) and item.type == "playback_finished":
+                    break
+            for _ in range(10):  # the last pause is confirmed after the utterance: idle frames blink too
+                frames.append(await session.__aiter__().__anext__())
+        return frames
+
+    frames = asyncio.run(run())
+    starts = [f.index for f in frames if f.blink_starts]
+    assert len(starts) == 3, starts  # one per phrase end (the third confirmed after the speech)
+    speaking = np.array([f.speaking for f in frames])
+    # each starts in a pause: 0.2 s after the last voiced frame, which is inside the utterance
+    for k in starts[:2]:
+        assert speaking[[f.index for f in frames].index(k)]
+    from lipstream.render.compositor import Compositor
+
+    compositor = Compositor(small_avatar)
+    for f in frames:
+        rect = compositor.lids.rect(f.base_index)
+        x0, y0, x1, y1 = rect
+        plain = compositor.compose(f.base_index, None)[y0:y1, x0:x1]
+        differs = not np.array_equal(f.image[y0:y1, x0:x1], plain)
+        assert differs == (f.lids > 0.05), (f.index, f.lids)
+    # the patch stream tells its client where each starts (flag bit 3, video only)
+    f = next(f for f in frames if f.blink_starts)
+    f.access_unit = b""
+    video, audio = frame_messages(f, patch=True)
+    assert decode_media(video).flags & Flags.BLINK and not decode_media(audio).flags & Flags.BLINK

@@ -55,10 +55,15 @@ class PhraseEndBlinks:
     lid: BlinkConfig = field(default_factory=BlinkConfig)
 
     @classmethod
-    def for_manifest(cls, manifest: Manifest, loop_length: int) -> PhraseEndBlinks | None:
-        """The machine for an avatar whose idle loop's blinks are drawn; None for the others."""
+    def for_manifest(
+        cls, manifest: Manifest, loop_length: int, config: PhraseBlinkConfig | None = None
+    ) -> PhraseEndBlinks | None:
+        """The machine for an avatar whose idle loop's blinks are drawn; None for the others or when off."""
         starts = manifest.drawn_blink_starts()
-        return None if starts is None else cls(loop_length, starts, manifest.fps)
+        config = config or PhraseBlinkConfig()
+        if starts is None or not config.enabled:
+            return None
+        return cls(loop_length, starts, manifest.fps, config)
 
     def __post_init__(self) -> None:
         self.curve = blink_curve(self.config.duration_s * self.fps, self.lid)

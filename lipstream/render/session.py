@@ -119,9 +119,8 @@ class Session:
         if accel.enabled and accel.codebook:
             codebook = load_codebook(avatar, engine, accel)  # read-only: sessions never save it
         self._scheduler = PatchScheduler(avatar, engine, accel, codebook, self._timer)
-        loop_length = len(avatar.idle_loop)
-        phrase_blinks = self.config.phrase_blinks
-        self._blinks = PhraseEndBlinks.for_manifest(avatar.manifest, loop_length) if phrase_blinks else None
+        loop_length, phrase_blinks = len(avatar.idle_loop), self.config.phrase_blinks
+        self._blinks = PhraseEndBlinks.for_manifest(avatar.manifest, loop_length, phrase_blinks)
         self._voiced: dict[int, bool] = {}  # tick -> voiced, for speech frames not made yet
 
     def _default_sink(self) -> FrameSink:

@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from lipstream.avatar.phrase_blinks import PhraseBlinkConfig
 from lipstream.render.accel import AccelConfig
 
 
@@ -35,8 +36,7 @@ class SessionConfig(BaseModel):
     # 1.5 dB under 300 and alike to the eye at the size the page shows it (benchmarks/patch_bitrate_bench.py)
     patch_bitrate: int = Field(150_000, gt=0)
     # blink a little more often at phrase ends, on avatars whose idle loop's blinks are drawn
-    # (lipstream/avatar/phrase_blinks.py)
-    phrase_blinks: bool = True
+    phrase_blinks: PhraseBlinkConfig = Field(default_factory=PhraseBlinkConfig)
 
 
 @dataclass

@@ -91,7 +91,7 @@ class MediaMessage:
 def decode_media(data: bytes) -> MediaMessage:
     """Parse a binary message; raise ProtocolError (and nothing else) naming what is wrong.
 
-    Flag bits above bit 2 and the reserved byte are ignored, so that they can gain a meaning later.
+    Flag bits above bit 3 and the reserved byte are ignored, so that they can gain a meaning later.
     Kind-specific checks (pcm sample rate, sizes) belong to the connection.
     """
     if not isinstance(data, (bytes, bytearray, memoryview)):
@@ -112,7 +112,7 @@ def decode_media(data: bytes) -> MediaMessage:
             f"unknown binary message kind {kind}; expected 1-6 (see docs/protocol.md)"
         ) from None
     return MediaMessage(
-        kind_enum, bytes(data[HEADER_SIZE:]), seq=seq, aux=aux, pts=pts, flags=Flags(flags & 7)
+        kind_enum, bytes(data[HEADER_SIZE:]), seq=seq, aux=aux, pts=pts, flags=Flags(flags & 15)
     )
 
 

@@ -8,11 +8,14 @@ behaviour before issue 22), then rendered from the same speech with the weight-f
   own blinks   the sample clip with blinks drawn into its footage before prepare (a clip that blinks):
                prepare must keep its own and draw none
 
+The "after" bundle renders twice: with the idle loop's blinks only, and with blinks at phrase ends too.
+
 Per case and side: blinks found in the output (`find_blinks` on the re-tracked eye openness) per minute; the
 eye openness outside blinks (its 5th percentile over the median: a dip that is not a blink shows here);
-the head's travel (the tracked nose bridge's 5-95th percentile span, px); prepare seconds. Writes
-benchmarks/results/blink_bench.json and docs/img/blink_strip.png (the photo's first blink in the output,
-eyes enlarged, frame by frame).
+the share of found blinks starting within 0.8 s after a phrase end, beside the share of time such windows
+cover (chance); the head's travel (the tracked nose bridge's 5-95th percentile span, px); prepare seconds.
+Writes benchmarks/results/blink_bench.json and docs/img/blink_strip.png (the photo's first blink drawn at a
+phrase end in the output, eyes enlarged, frame by frame).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/blink_bench.py [--seconds 60]
 """
@@ -124,6 +127,45 @@ def measure(mp4: Path, seconds: float) -> tuple[dict, list[np.ndarray], list[tup
     )
 
 
+def phrase_ends(speech, min_phrase_s: float = 0.8, pause_s: float = 0.2) -> list[int]:
+    """Frames where a phrase ends in the speech: the first silent frame after >= min_phrase_s of voice that
+    a pause of >= pause_s follows (the speech's own silence mask, as the renderer sees it)."""
+    from lipstream.audio.levels import SilenceDetector
+
+    silent = SilenceDetector().silent_mask(speech.pcm)
+    ends, voiced, k = [], 0, 0
+    while k < len(silent):
+        if not silent[k]:
+            voiced += 1
+            k += 1
+            continue
+        run = k
+        while run < len(silent) and silent[run]:
+            run += 1
+        if voiced >= min_phrase_s * 25 and run - k >= pause_s * 25:
+            ends.append(k)
+        if run - k >= pause_s * 25:
+            voiced = 0
+        k = run
+    return ends
+
+
+def phrase_end_figures(
+    found: list[tuple[int, int]], ends: list[int], frames: int, window_s: float = 0.8
+) -> dict:
+    """The share of found blinks starting within `window_s` after a phrase end, beside the share of all
+    frames such windows cover (what blinks at random times would show)."""
+    window = np.zeros(frames, bool)
+    for end in ends:
+        window[end : end + int(window_s * 25)] = True
+    at_ends = sum(1 for start, _ in found if start < frames and window[start])
+    return {
+        "phrase_ends": len(ends),
+        "blinks_after_phrase_ends": round(at_ends / len(found), 3) if found else 0.0,
+        "time_after_phrase_ends": round(float(window.mean()), 3),
+    }
+
+
 def strip(path: Path, eyes: list[np.ndarray], blink: tuple[int, int]) -> None:
     """The frames around one blink, eyes enlarged 3×, left to right."""
     start, stop = blink
@@ -144,12 +186,14 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=60.0, help="speech rendered per case")
     ap.add_argument("--out", type=Path, default=RESULTS / "blink_bench.json")
     ap.add_argument("--strip", type=Path, default=REPO / "docs" / "img" / "blink_strip.png")
+    ap.add_argument("--cases", nargs="*", help="only these cases (photo, 'sample clip', 'own blinks')")
     args = ap.parse_args()
 
     from lipstream.audio.speech import Speech
     from lipstream.audio.timeline import SAMPLE_RATE
     from lipstream.avatar.blink import BlinkConfig
     from lipstream.avatar.breathing import BreathingConfig
+    from lipstream.avatar.phrase_blinks import PhraseBlinkConfig
     from lipstream.avatar.prepare import PrepareConfig, prepare_avatar
     from lipstream.avatar.sample import presenter_frame, write_sample_video
     from lipstream.engines.viseme.engine import VisemeEngine
@@ -170,39 +214,54 @@ def main() -> None:
     own_starts = [30, 110, 170]  # frames: 1.2 s, 4.4 s and 6.8 s into the 8 s clip
     own_blink_clip(clip, blinking, own_starts)
     cases = {"photo": photo, "sample clip": clip, "own blinks": blinking}
-    sides = {
-        "before (no drawn blinks)": PrepareConfig(
-            blink=BlinkConfig(enabled=False), breathing=BreathingConfig(False)
-        ),
-        "after": PrepareConfig(),
-    }
+    before = PrepareConfig(blink=BlinkConfig(enabled=False), breathing=BreathingConfig(False))
+    off = PhraseBlinkConfig(enabled=False)
+    sides = [  # the "after" bundle is prepared once and rendered without and with blinks at phrase ends
+        ("before (no drawn blinks)", before, off),
+        ("after, loop blinks only", PrepareConfig(), off),
+        ("after, + blinks at phrase ends", PrepareConfig(), PhraseBlinkConfig()),
+    ]
+    prepared: dict = {}
     engine = VisemeEngine()
     results: dict = {
         "date": time.strftime("%Y-%m-%d %H:%M"), "cpu_model": cpu_model(), "cpus": os.cpu_count(),
         "seconds": args.seconds, "cases": {},
     }  # fmt: skip
     strip_done = False
+    ends = phrase_ends(speech)
     for case, source in cases.items():
+        if args.cases and case not in args.cases:
+            continue
         results["cases"][case] = {}
-        for side, config in sides.items():
+        for side, config, phrase in sides:
             name = f"{case.replace(' ', '-')}-{'after' if config.blink.enabled else 'before'}"
             t0 = time.perf_counter()
-            bundle = prepare_avatar(source, name, work / "avatars", progress=False, config=config)
+            bundle = prepared.get(name)
+            if bundle is None:
+                bundle = prepare_avatar(source, name, work / "avatars", progress=False, config=config)
+                prepared[name] = bundle
             prepare_s = time.perf_counter() - t0
-            out = work / name / "out.mp4"
+            out = work / f"{name}-{len(results['cases'][case])}" / "out.mp4"
             out.parent.mkdir(parents=True)
-            render_speech_to_mp4(bundle, engine, speech, out, persist_codebook=False)
+            report = render_speech_to_mp4(
+                bundle, engine, speech, out, persist_codebook=False, phrase_blinks=phrase
+            )
             figures, eyes, found = measure(out, args.seconds)
-            figures.update(prepare_s=round(prepare_s, 2), manifest_blinks=bundle.manifest.idle.get("blinks"))
+            figures.update(
+                prepare_s=round(prepare_s, 2), manifest_blinks=bundle.manifest.idle.get("blinks"),
+                phrase_blinks_drawn=len(report.phrase_blinks), **phrase_end_figures(found, ends, len(eyes)),
+            )  # fmt: skip
             results["cases"][case][side] = figures
             print(
-                f"{case:12s} {side:26s} blinks/min {figures['blinks_per_minute']:5.1f}  "
+                f"{case:12s} {side:34s} blinks/min {figures['blinks_per_minute']:5.1f}  "
+                f"at phrase ends {figures['blinks_after_phrase_ends']:.2f} (time share "
+                f"{figures['time_after_phrase_ends']:.2f})  "
                 f"openness p5/median outside blinks {figures['openness_p5_outside_blinks_vs_median']:.3f}  "
-                f"head span {figures['head_span_px']} px  prepare {prepare_s:.1f} s  "
-                f"manifest {figures['manifest_blinks']}"
+                f"head span {figures['head_span_px']} px  prepare {prepare_s:.1f} s"
             )
-            if case == "photo" and config.blink.enabled and found and not strip_done:
-                strip(args.strip, eyes, found[0])
+            drawn_at_ends = [b for b in found if any(0 <= b[0] - k <= 10 for k in report.phrase_blinks)]
+            if case == "photo" and drawn_at_ends and not strip_done:  # one drawn while speaking
+                strip(args.strip, eyes, drawn_at_ends[0])
                 strip_done = True
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")

@@ -17,7 +17,7 @@ from lipstream.audio.decode import to_int16
 from lipstream.audio.levels import SilenceDetector
 from lipstream.audio.timeline import FPS, SAMPLES_PER_FRAME
 from lipstream.avatar.bundle import AvatarBundle
-from lipstream.avatar.phrase_blinks import PhraseEndBlinks
+from lipstream.avatar.phrase_blinks import PhraseBlinkConfig, PhraseEndBlinks
 from lipstream.engines.base import Engine, Speech
 from lipstream.errors import MediaError
 from lipstream.media.mp4 import Mp4Writer
@@ -90,6 +90,7 @@ class RenderReport(BaseModel):
     neural_frames: int = 0  # engine passes
     infill_frames: int = 0  # cross-faded between keyframes
     ttff_ms: float = 0.0  # start of the render to the first composited frame
+    phrase_blinks: list[int] = Field(default_factory=list)  # frames where a blink at a phrase end starts
     quality: str = DEFAULT_QUALITY  # the `--quality` level ("custom" when settings were given directly)
     encoder: dict = Field(default_factory=dict)  # the libx264 settings used: preset, crf, tune, threads
     stage_ms: dict[str, float] = Field(default_factory=dict)
@@ -174,10 +175,12 @@ def render_speech_to_mp4(
     quality: str = DEFAULT_QUALITY,
     encoder: H264Settings | None = None,
     persist_codebook: bool = True,
+    phrase_blinks: PhraseBlinkConfig | None = None,
 ) -> RenderReport:
     """Render `speech` on `bundle` with `engine` into `out_path` (written atomically).
 
-    `quality` picks the H.264 settings (QUALITY_LEVELS); `encoder` overrides them (reported as "custom").
+    `quality` picks the H.264 settings (QUALITY_LEVELS); `encoder` overrides them (reported as "custom");
+    `phrase_blinks`: when blinks come at phrase ends (default PhraseBlinkConfig(); enabled=False: none).
     """
     check_speech(speech)
     settings = encoder or encoder_settings(quality)
@@ -197,7 +200,8 @@ def render_speech_to_mp4(
     codebook = load_codebook(bundle, engine, accel) if accel.enabled and accel.codebook else None
     scheduler = PatchScheduler(bundle, engine, accel, codebook, timer)
     loop_length = len(bundle.idle_loop)
-    blinks = PhraseEndBlinks.for_manifest(bundle.manifest, loop_length)
+    blinks = PhraseEndBlinks.for_manifest(bundle.manifest, loop_length, phrase_blinks)
+    phrase_starts: list[int] = []
     pcm16 = to_int16(speech.pcm[: n * SAMPLES_PER_FRAME])
     width, height = bundle.size
     batch = max(1, int(engine.batch_size)) * 2
@@ -213,6 +217,8 @@ def render_speech_to_mp4(
                 for k, patch in released:
                     with timer.stage("compositor"):
                         lids = blinks.step(k, not frames.silent[k], k % loop_length) if blinks else 0.0
+                        if blinks and blinks.started == k:
+                            phrase_starts.append(k)
                         frame = compositor.compose_i420(int(frames.base_ids[k]), patch, lids=lids)
                     if ttff_ms is None:
                         ttff_ms = (time.perf_counter() - started) * 1000.0
@@ -245,6 +251,7 @@ def render_speech_to_mp4(
         neural_frames=stats.neural_frames,
         infill_frames=stats.infill_frames,
         ttff_ms=round(ttff_ms or 0.0, 1),
+        phrase_blinks=phrase_starts,
         quality="custom" if encoder is not None else quality,
         encoder=asdict(settings),
         stage_ms=timer.mean_ms(n),

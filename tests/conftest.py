@@ -61,3 +61,18 @@ def v1_avatar(small_avatar, tmp_path_factory: pytest.TempPathFactory):
 
     root = tmp_path_factory.mktemp("v1_avatar_root")
     return load_avatar(write_v1_bundle(small_avatar, root / "old"))
+
+
+@pytest.fixture(scope="session")
+def astronaut():
+    """The astronaut photo and its face-mesh landmarks (float32, as a bundle stores them)."""
+    import numpy as np
+    from skimage import data as skdata
+
+    from lipstream.avatar.tracking import FaceTracker
+
+    rgb = skdata.astronaut()
+    with FaceTracker() as tracker:
+        landmarks = tracker.track(rgb)
+    assert landmarks is not None
+    return rgb, np.asarray(landmarks, np.float32)

@@ -28,16 +28,6 @@ from lipstream.avatar.tracking import FaceTracker
 FPS = 25
 
 
-@pytest.fixture(scope="module")
-def astronaut() -> tuple[np.ndarray, np.ndarray]:
-    """The astronaut photo and its face-mesh landmarks."""
-    rgb = skdata.astronaut()
-    with FaceTracker() as tracker:
-        landmarks = tracker.track(rgb)
-    assert landmarks is not None
-    return rgb, landmarks
-
-
 def _retracked_openness(pictures: list[np.ndarray]) -> list[float]:
     return [eye_openness(lm) for lm in _retracked_landmarks(pictures)]
 

@@ -256,6 +256,116 @@ def test_missing_or_corrupted_file_is_named_on_the_page(exported: Path, tmp_path
     assert name in result["error"] and damage in result["error"] and result["status"] == "failed"
 
 
+# ---- blinks at phrase ends ---------------------------------------------------------------------
+
+PHRASES = ("The bridge reopened today.", "Traffic is moving again.")
+
+
+def _blink_starts(machine, voiced: np.ndarray, at0: int, loop: int) -> list[int]:
+    starts = []
+    for k, v in enumerate(voiced):
+        machine.step(k, bool(v), (at0 + k) % loop)
+        if machine.started == k:
+            starts.append(k)
+    return starts
+
+
+def _clear_loop_index(manifest: dict, pcm: np.ndarray) -> int:
+    """Where to hold the video so that the speech's phrase ends (found as Python finds them) lie furthest from
+    the loop's drawn blinks: the page may then blink at any of them (each decided by its frame's hash)."""
+    from lipstream.avatar.phrase_blinks import PhraseBlinkConfig, PhraseEndBlinks
+    from lipstream.engines.base import Speech
+    from lipstream.engines.viseme.engine import VisemeEngine
+
+    fps, gap = manifest["fps"], manifest["blinks"]["phrase"]["gap_s"]
+    features = VisemeEngine().features(Speech(pcm=pcm))
+    voiced = np.delete(features, 2, axis=1).any(axis=1)  # as main.js decides (Python's atlas `speaking`)
+    loop, drawn = len(manifest["loop"]["frames"]), np.asarray(manifest["blinks"]["drawn_starts"])
+    every = PhraseEndBlinks(loop, [], fps, PhraseBlinkConfig(chance=1.0, gap_s=0.0))  # each phrase end
+    ends = _blink_starts(every, voiced, 0, loop)
+
+    def clearance(at0: int) -> int:
+        positions = (at0 + np.asarray(ends))[:, None]
+        return int(np.minimum((positions - drawn) % loop, (drawn - positions) % loop).min())
+
+    best = max(range(loop), key=clearance)
+    assert ends and clearance(best) > gap * fps + 2, ends
+    assert _blink_starts(PhraseEndBlinks(loop, drawn.tolist(), fps), voiced, best, loop), (ends, best)
+    return best  # Python blinks at a phrase end there: so must the page
+
+
+@pytest.fixture(scope="module")
+def photo_export(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """The astronaut photo prepared (blinks drawn, no breathing: 4 pictures) and exported; its manifest."""
+    import cv2
+    from skimage import data as skdata
+
+    from lipstream.avatar.breathing import BreathingConfig
+    from lipstream.avatar.prepare import PrepareConfig, prepare_avatar
+
+    root = tmp_path_factory.mktemp("photo_avatar")
+    photo = root / "astronaut.png"
+    cv2.imwrite(str(photo), cv2.cvtColor(skdata.astronaut(), cv2.COLOR_RGB2BGR))
+    config = PrepareConfig(breathing=BreathingConfig(enabled=False))
+    prepare_avatar(photo, "astro", avatars_root=root / "avatars", progress=False, config=config)
+    out = root / "astro-web"
+    assert main(["export", "web", "astro", "-o", str(out), "--avatars-dir", str(root / "avatars")]) == 0
+    return out, json.loads((out / "export.json").read_text())
+
+
+def test_the_export_carries_eye_points_and_the_blink_machine(photo_export, small_avatar, exported) -> None:
+    from lipstream.avatar.blink import EYES, BlinkConfig
+    from lipstream.avatar.bundle import load_avatar
+    from lipstream.avatar.phrase_blinks import PhraseBlinkConfig
+
+    folder, manifest = photo_export
+    bundle = load_avatar("astro", folder.parent / "avatars")
+    starts = bundle.manifest.drawn_blink_starts()
+    assert starts and manifest["blinks"]["drawn_starts"] == starts
+    assert manifest["blinks"]["phrase"] == PhraseBlinkConfig().entry()
+    lid = BlinkConfig()
+    want = {"meet": lid.meet, "lid_reach": lid.lid_reach, "close_share": lid.close_share}
+    assert manifest["blinks"]["lid"] == want
+    ids = [i for pair in EYES for contour in pair for i in contour]
+    for i, row in enumerate(manifest["eyes"]):
+        assert np.abs(np.asarray(row).reshape(36, 2) - bundle.landmarks[i][ids]).max() <= 0.005 + 1e-6
+    # the clip: frames its loop never shows carry no points
+    clip = json.loads((exported / "export.json").read_text())
+    shown = set(np.asarray(small_avatar.display_frames).tolist())
+    assert [row is not None for row in clip["eyes"]] == [i in shown for i in range(small_avatar.frame_count)]
+
+
+def test_the_page_blinks_at_a_phrase_end_and_lowers_the_lids(photo_export, tmp_path: Path) -> None:
+    from lipstream.talk.tts import create_tts
+
+    folder, manifest = photo_export
+    tts = create_tts("espeak")
+    pause = np.zeros(int(0.7 * 16000), np.float32)
+    pcm = np.concatenate([part for text in PHRASES for part in (tts.synthesize(text).pcm, pause)])
+    wav = tmp_path / "phrases.wav"
+    pcm = write_wav(wav, pcm)
+    server = StaticServer(folder)
+    try:
+        hold = _clear_loop_index(manifest, pcm)
+        opts = {"url": server.url, "scenario": "blink", "wav": str(wav), "stallLoopIndex": hold}
+        result = run_browser_script("edge.mjs", opts, 120)
+    finally:
+        server.stop()
+    assert not result["errors"] and not result["problems"], (result["errors"], result["problems"])
+    print(f"phrase blinks began at {result['blinkStarts']}, {result['blinks']} drawn: {result['samples']}")
+    assert result["blinks"] >= 1 and result["blinkStarts"]
+    # drawn while its frames were heard: each start's frames show the lids, the frames before it none
+    lids = {e["k"]: e["lids"] for e in result["log"]}
+    first = result["blinkStarts"][0]
+    assert any(lids.get(k, 0) > 0 for k in range(first, first + 4))
+    assert all(lids.get(k, 0) == 0 for k in range(first - 10, first))
+    # the overlay's eye rectangle holds the lowered lids: opaque, and unlike the video's own eyes there
+    assert result["samples"], "no display frame caught the lids up"
+    shut = max(result["samples"], key=lambda s: s["closure"])
+    assert shut["opaque"] == shut["pixels"] and shut["differs"] > 30, shut
+    assert result["leftover"] == 0  # and nothing is left there after the utterance
+
+
 # ---- lipstream serve at /edge/NAME/ --------------------------------------------------------------
 
 

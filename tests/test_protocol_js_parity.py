@@ -177,7 +177,7 @@ def test_patch_prefix_and_rest_patches_read_as_python_wrote_them(tmp_path: Path)
     (static / "edge").mkdir(parents=True)  # the server's /static/ layout: shared edge modules under edge/
     for name in ("protocol.js", "patch-view.js"):
         shutil.copy(WEB / "static" / name, static / name)
-    for name in ("compositor.js", "files.js"):
+    for name in ("compositor.js", "files.js", "lids.js"):
         shutil.copy(WEB / "edge" / name, static / "edge" / name)
     rng = np.random.default_rng(3)
     aus = [bytes(rng.integers(0, 256, n, dtype=np.uint8)) for n in (0, 1, 17, 0, 900, 4)]

@@ -26,7 +26,7 @@ class PhraseBlinkConfig:
 
     enabled: bool = True
     # of a phrase end bringing a blink: with the loop's own ~10 a minute (and the gap kept from them) about
-    # 4 in 10 phrase ends of ordinary speech blink, blinks then come at ~16 a minute, as people's while speaking
+    # 4 in 10 phrase ends of ordinary speech blink, ~16 blinks a minute in all, as people's while speaking
     chance: float = 0.7
     min_phrase_s: float = 0.8  # voiced time before a pause for it to end a phrase (not a stop consonant)
     pause_s: float = 0.2  # silence that confirms a phrase end; the blink starts then

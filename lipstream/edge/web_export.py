@@ -405,6 +405,38 @@ def copy_page(
     return copied
 
 
+# ---- blinks at phrase ends -----------------------------------------------------------------------
+
+
+def eye_points(bundle: AvatarBundle) -> list[list[float] | None]:
+    """Per source frame the 36 eye contour points of blink.EYES (x, y flat, 0.01 px), the page's lids drawn at
+    them; None for frames the loop never shows (the page never draws on them)."""
+    from lipstream.avatar.blink import EYES
+
+    ids = [i for pair in EYES for contour in pair for i in contour]
+    shown = set(int(i) for i in bundle.display_frames)
+    landmarks = bundle.landmarks
+    return [
+        np.round(np.asarray(landmarks[i], np.float64)[ids], 2).reshape(-1).tolist() if i in shown else None
+        for i in range(bundle.frame_count)
+    ]
+
+
+def blink_entry(bundle: AvatarBundle) -> dict[str, Any]:
+    """What the page's copy of phrase_blinks.PhraseEndBlinks reads: its config (None when lipstream does not
+    draw this avatar's blinks: none at phrase ends either), the loop's drawn blinks and the lid's shape."""
+    from lipstream.avatar.blink import BlinkConfig
+    from lipstream.avatar.phrase_blinks import PhraseBlinkConfig
+
+    starts = bundle.manifest.drawn_blink_starts()
+    lid = BlinkConfig()
+    return {
+        "phrase": PhraseBlinkConfig().entry() if starts is not None else None,
+        "drawn_starts": starts or [],
+        "lid": {"meet": lid.meet, "lid_reach": lid.lid_reach, "close_share": lid.close_share},
+    }
+
+
 # ---- the export -----------------------------------------------------------------------------------
 
 
@@ -455,6 +487,8 @@ def export_web(
             "loop": {"frames": np.asarray(bundle.idle_loop).astype(int).tolist()},
             "boxes": np.asarray(bundle.boxes).astype(int).tolist(),
             "masks": {"file": "data/masks.pngs", "format": "png", "offsets": mask_offsets},
+            "eyes": eye_points(bundle),
+            "blinks": blink_entry(bundle),
             "viseme": _write_viseme(bundle, data, config),
         }
         if config.engine == "musetalk":

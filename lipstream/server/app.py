@@ -30,7 +30,8 @@ from lipstream.talk.voices import SharedVoices
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "web" / "static"
 EDGE_PAGE_DIR = STATIC_DIR.parent / "edge"
-SHARED_EDGE_MODULES = frozenset({"compositor.js", "files.js"})  # served at /static/edge/ (patch mode)
+# served at /static/edge/ (patch mode)
+SHARED_EDGE_MODULES = frozenset({"compositor.js", "files.js", "lids.js"})
 
 
 @dataclass

@@ -68,7 +68,9 @@ class EdgeExports:
     @staticmethod
     def _fresh(target: Path, frame_count: int) -> bool:
         try:
-            return json.loads((target / MANIFEST).read_text())["frame_count"] == frame_count
+            manifest = json.loads((target / MANIFEST).read_text())
+            # an export made before blinks at phrase ends has no eye points: made again
+            return manifest["frame_count"] == frame_count and "blinks" in manifest
         except (OSError, ValueError, KeyError):
             return False
 

@@ -2,7 +2,8 @@
 // Debian Chromium and prints one JSON result line.
 // Usage: node edge.mjs '{"url": "http://127.0.0.1:PORT/", "scenario": "play", "wav": "/path/speech.wav", ...}'
 // Scenarios: play (file -> playback, stats), parity (raw engine patches written to outDir), stall (base video
-// paused on one frame while speech plays), bad_audio (undecodable file), broken (a missing/corrupted file).
+// paused on one frame while speech plays), blink (blinks at phrase ends: the lids on the overlay, video held on one
+// frame), bad_audio (undecodable file), broken (a missing/corrupted file).
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
@@ -142,6 +143,58 @@ try {
     }
     await page.waitForFunction(() => window.lipstreamEdge.stats.events.some((e) => e.type === 'playback_finished'), null, { timeout: timeoutMs });
     result = { boxes, ...(await summary(page)) };
+  } else if (scenario === 'blink') {
+    // Blinks at phrase ends: the base video held on loop index `stallLoopIndex` (so the page's loop positions, and
+    // with them which phrase ends may blink, are known), speech played; at every display frame with lids up, the
+    // overlay's eye rectangle is read back and compared with the video's own pixels there.
+    const page = await openPage();
+    await page.evaluate(async (loopIndex) => {
+      const v = document.querySelector('#base');
+      v.pause();
+      await new Promise((resolve) => { v.addEventListener('seeked', resolve, { once: true }); v.currentTime = (loopIndex + 0.5) / 25; });
+      const app = window.lipstreamEdge;
+      const overlay = document.querySelector('#mouth').getContext('2d');
+      const copy = new OffscreenCanvas(1, 1).getContext('2d', { willReadFrequently: true });
+      app.lidSamples = [];
+      app.lidRectsSeen = [];
+      const sample = () => {
+        const d = app.compositor.lidDrawn;
+        if (d && app.lidSamples.length < 40) {
+          const [x0, y0, x1, y1] = d.rect;
+          const w = x1 - x0, h = y1 - y0;
+          const mine = overlay.getImageData(x0, y0, w, h).data;
+          copy.canvas.width = w; copy.canvas.height = h;
+          copy.drawImage(v, x0, y0, w, h, 0, 0, w, h);
+          const video = copy.getImageData(0, 0, w, h).data;
+          let opaque = 0, differs = 0;
+          for (let i = 0; i < mine.length; i += 4) {
+            if (mine[i + 3] === 255) opaque += 1;
+            if (Math.abs(mine[i] - video[i]) + Math.abs(mine[i + 1] - video[i + 1]) + Math.abs(mine[i + 2] - video[i + 2]) > 6) differs += 1;
+          }
+          const log = app.stats.log;
+          app.lidSamples.push({ k: log[log.length - 1].k, closure: d.closure, opaque, differs, pixels: w * h });
+          if (!app.lidRectsSeen.some((r) => r.join() === d.rect.join())) app.lidRectsSeen.push(d.rect);
+        }
+        requestAnimationFrame(sample);
+      };
+      requestAnimationFrame(sample);
+    }, opts.stallLoopIndex);
+    const played = await playFile(page, opts.wav);
+    // after the utterance the overlay's eye rectangles hold nothing
+    const leftover = await page.evaluate(() => {
+      const overlay = document.querySelector('#mouth').getContext('2d');
+      let alpha = 0;
+      for (const [x0, y0, x1, y1] of window.lipstreamEdge.lidRectsSeen) {
+        const data = overlay.getImageData(x0, y0, x1 - x0, y1 - y0).data;
+        for (let i = 3; i < data.length; i += 4) alpha += data[i];
+      }
+      return alpha;
+    });
+    const extra = await page.evaluate(() => ({
+      blinks: window.lipstreamEdge.stats.blinks, blinkStarts: window.lipstreamEdge.stats.blinkStarts,
+      samples: window.lipstreamEdge.lidSamples, rects: window.lipstreamEdge.lidRectsSeen,
+    }));
+    result = { ...played, ...(await summary(page)), ...extra, leftover };
   } else if (scenario === 'pack') {
     // Float -> RGBA packing (mask in alpha, one Uint32 write per pixel) of a 256² frame, on the main thread.
     const page = await openPage({ waitReady: false });

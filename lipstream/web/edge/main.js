@@ -2,6 +2,7 @@
 // Audio is the master clock (AudioContext); the mouth follows the base video frame on screen.
 import { Compositor } from './compositor.js';
 import { fetchChecked } from './files.js';
+import { PhraseEndBlinks } from './lids.js';
 import { resampleLinear, startMicrophone } from './mic.js';
 import { checkText, createBrowserTts, probeServerTts } from './tts/tts.js';
 
@@ -12,6 +13,7 @@ const CHUNK_S = 0.5;
 const stats = {
   framesShown: 0, speechFramesShown: 0, late: 0, skipped: 0, mainMs: [], log: [],
   playAt: null, firstFrameAt: null, firstMouthAt: null, patches: 0, renderMs: [], featureMs: [], stages: {}, events: [],
+  blinks: 0, blinkStarts: [],
 };
 const app = { stats, manifest: null, engine: null, compositor: null, ac: null, pcm: null, fileName: null, playing: null, errors: [] };
 window.lipstreamEdge = app;
@@ -108,8 +110,36 @@ function onPatch(patch) {
   }
   const playing = app.playing;
   if (!playing) return;
+  markBlink(playing, patch);
   app.compositor.addPatch(patch);
   if (!playing.started && (playing.kind === 'file' || playing.kind === 'text') && patch.frame >= 0) startPlayback(playing);
+}
+
+// ---- blinks at phrase ends -----------------------------------------------------------------------
+
+/** Start the engine on an utterance whose frame 0 shows loop frame `loopFrameAt0`, with a fresh blink machine. */
+function beginEngine(playing, loopFrameAt0) {
+  const manifest = app.manifest;
+  const phrase = manifest.blinks && manifest.eyes ? manifest.blinks.phrase : null;
+  playing.loopFrameAt0 = loopFrameAt0;
+  // null for an avatar whose idle blinks lipstream does not draw (its footage blinks by itself), as in Python
+  playing.blinks = phrase ? new PhraseEndBlinks({ loopLength: manifest.loop.frames.length,
+    drawnStarts: manifest.blinks.drawn_starts, fps: manifest.fps, phrase, lid: manifest.blinks.lid }) : null;
+  app.engine.begin({ loopFrameAt0 });
+}
+
+/** Step the playback's blink machine on an engine patch (they come in frame order); flag the frame a blink starts. */
+function markBlink(playing, patch) {
+  const machine = playing.blinks;
+  if (!machine || patch.frame < 0 || !patch.feature) return; // engines without feature rows get none
+  // voiced as Python's atlas `speaking`: any articulation but the lip closure (silence gives closed lips only)
+  const voiced = patch.feature.some((v, i) => i !== 2 && v !== 0);
+  const position = (playing.loopFrameAt0 + patch.frame) % app.manifest.loop.frames.length;
+  machine.step(patch.frame, voiced, position);
+  if (machine.started === patch.frame) {
+    patch.blink = true;
+    stats.blinkStarts.push(patch.frame);
+  }
 }
 
 // ---- audio from a file -------------------------------------------------------------------------
@@ -165,7 +195,7 @@ function play() {
   app.playing = playing;
   app.compositor.begin(() => (playing.t0 === null ? -1 : Math.floor((ac.currentTime - playing.t0 - (ac.outputLatency || 0)) * 25)));
   // Which loop frame will be on screen when audio frame 0 plays: the engine renders on that frame's crop.
-  app.engine.begin({ loopFrameAt0: app.compositor.predictLoopIndex(0.05 + (ac.outputLatency || 0)) });
+  beginEngine(playing, app.compositor.predictLoopIndex(0.05 + (ac.outputLatency || 0)));
   feed(playing, 1.0);
   $('stop').disabled = false;
   stats.events.push({ type: 'play', name: app.fileName });
@@ -253,7 +283,7 @@ async function toggleMic() {
   }
   app.playing = playing;
   app.compositor.begin(() => (playing.t0 === null ? -1 : Math.floor((ac.currentTime - playing.t0) * 25)));
-  app.engine.begin({ loopFrameAt0: app.compositor.predictLoopIndex(delay) });
+  beginEngine(playing, app.compositor.predictLoopIndex(delay));
   $('stop').disabled = false;
   setStatus('listening: the mouth follows the microphone (press Microphone again to stop)');
 }
@@ -335,7 +365,7 @@ async function speakText() {
   const playing = { kind: 'text', started: false, t0: null, pushed: 0, sentences: [], ended: false };
   app.playing = playing;
   app.compositor.begin(() => (playing.t0 === null ? -1 : Math.floor((ac.currentTime - playing.t0 - (ac.outputLatency || 0)) * 25)));
-  app.engine.begin({ loopFrameAt0: app.compositor.predictLoopIndex(0.05 + (ac.outputLatency || 0)) });
+  beginEngine(playing, app.compositor.predictLoopIndex(0.05 + (ac.outputLatency || 0)));
   $('stop').disabled = false;
   setStatus('speaking the text…');
   stats.events.push({ type: 'speak', chars: text.length });

@@ -43,7 +43,7 @@ export class PatchView {
     this.holdVideo = false; // tests: leave the video where it is (a stalled decoder)
     this.frozen = false; // tests: no compositing while a picture is read back
     this.entries = new Map(); // timestamp (µs) -> {frame, pts, flags, sourceFrame, drop}
-    this.cstats = { framesShown: 0, speechFramesShown: 0, late: 0, skipped: 0, mainMs: [], log: [], firstFrameAt: null, firstMouthAt: null };
+    this.cstats = { framesShown: 0, speechFramesShown: 0, late: 0, skipped: 0, mainMs: [], log: [], firstFrameAt: null, firstMouthAt: null, blinks: 0 };
     this.stats = { framesShown: 0, speechFramesShown: 0, framesLate: 0, decodeErrors: 0, patches: 0, restFrames: 0,
       baseBytes: 0, baseLoadMs: null, compositorMs: [], shownK: -1, seeks: 0 };
     this._lastSeek = 0;
@@ -112,13 +112,15 @@ export class PatchView {
     const sourceFrame = view.getUint32(4, true);
     const au = msg.payload.subarray(PATCH_PREFIX_BYTES);
     const frame = msg.pts / SAMPLES_PER_FRAME;
+    // the server decided a blink at a phrase end starting on this frame: the compositor lowers the lids
+    const blink = (msg.flags & Flag.BLINK) !== 0;
     if (!au.length) {
       this.stats.restFrames += 1;
-      this.compositor.addPatch({ frame, rgba: null, sourceFrame, pts: msg.pts, flags: msg.flags });
+      this.compositor.addPatch({ frame, rgba: null, sourceFrame, pts: msg.pts, flags: msg.flags, blink });
       return;
     }
     const timestamp = msg.pts * US_PER_SAMPLE;
-    this.entries.set(timestamp, { frame, pts: msg.pts, flags: msg.flags, sourceFrame, drop: false });
+    this.entries.set(timestamp, { frame, pts: msg.pts, flags: msg.flags, sourceFrame, drop: false, blink });
     // a decoder that failed and was rebuilt never answers for what it held: forget the oldest (insertion order)
     while (this.entries.size > 100) this.entries.delete(this.entries.keys().next().value);
     const data = au.slice().buffer;
@@ -131,7 +133,8 @@ export class PatchView {
       this.entries.delete(msg.timestamp);
       if (!entry || entry.drop) return;
       this.stats.patches += 1;
-      this.compositor.addPatch({ frame: entry.frame, rgba: msg.rgba, sourceFrame: entry.sourceFrame, pts: entry.pts, flags: entry.flags });
+      this.compositor.addPatch({ frame: entry.frame, rgba: msg.rgba, sourceFrame: entry.sourceFrame, pts: entry.pts, flags: entry.flags,
+        blink: entry.blink });
     } else if (msg.type === 'skipped') {
       this.entries.delete(msg.timestamp);
     } else if (msg.type === 'error') {
@@ -146,6 +149,7 @@ export class PatchView {
     this._pending = this._pending.filter((m) => m.pts < cut);
     const u = this.compositor && this.compositor.utterance;
     if (u) for (const k of [...u.patches.keys()]) if (k * SAMPLES_PER_FRAME >= cut) u.patches.delete(k);
+    if (u && u.blinks) u.blinks = u.blinks.filter((k) => k * SAMPLES_PER_FRAME < cut); // blinks of dropped frames
   }
 
   /** Keep the base video on the session timeline: loop index floor(clock / 640) mod loop length. */

@@ -2,7 +2,8 @@
 export const VERSION = 1;
 export const HEADER_SIZE = 20;
 export const Kind = Object.freeze({ VIDEO: 1, AUDIO: 2, PCM: 3, UPLOAD: 4, PATCH: 5, MIC_OPUS: 6 });
-export const Flag = Object.freeze({ KEYFRAME: 1, SPEAKING: 2, END_OF_SPEECH: 4 });
+// BLINK (protocol 1.5, kinds 1 and 5): a blink decided at a phrase end starts on this frame
+export const Flag = Object.freeze({ KEYFRAME: 1, SPEAKING: 2, END_OF_SPEECH: 4, BLINK: 8 });
 export const SAMPLE_RATE = 16000;
 export const SAMPLES_PER_FRAME = 640;
 
@@ -17,7 +18,7 @@ export function parseMedia(buffer) {
   if (kind < Kind.VIDEO || kind > Kind.MIC_OPUS) throw new Error(`unknown binary message kind ${kind}; expected 1-6`);
   return {
     kind,
-    flags: view.getUint8(2) & 7, // bits above 2 (and the reserved byte) are ignored, as in protocol.py
+    flags: view.getUint8(2) & 15, // bits above 3 (and the reserved byte) are ignored (bit 3 since protocol 1.5)
     seq: view.getUint32(4, true),
     aux: view.getUint32(8, true),
     pts: Number(view.getBigUint64(12, true)),

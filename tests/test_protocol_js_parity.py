@@ -38,7 +38,8 @@ def _frame(rng: np.random.Generator, index: int, pts: int, flags: int, utterance
     """A duck-typed encoded AvatarFrame, as frame_messages reads it."""
     return SimpleNamespace(
         access_unit=au, keyframe=bool(flags & 1), speaking=bool(flags & 2), end_of_speech=bool(flags & 4),
-        utterance_id=utterance, index=index, pts=pts, loop_index=int(rng.integers(0, 500)),
+        blink_starts=bool(flags & 8), utterance_id=utterance, index=index, pts=pts,
+        loop_index=int(rng.integers(0, 500)),
         base_index=int(rng.integers(0, 500)),
         audio=rng.integers(-32768, 32768, 640).astype(np.int16),
     )  # fmt: skip
@@ -172,7 +173,7 @@ def test_client_messages_built_in_js_decode_in_python(payload_type: str) -> None
 
 
 def test_patch_prefix_and_rest_patches_read_as_python_wrote_them(tmp_path: Path) -> None:
-    """patch-view.js's push() on kind-5 messages: source frame, AU (or rest), keyframe flag."""
+    """patch-view.js's push() on kind-5 messages: source frame, AU (or rest), keyframe and blink flags."""
     static = tmp_path / "static"
     (static / "edge").mkdir(parents=True)  # the server's /static/ layout: shared edge modules under edge/
     for name in ("protocol.js", "patch-view.js"):
@@ -181,7 +182,8 @@ def test_patch_prefix_and_rest_patches_read_as_python_wrote_them(tmp_path: Path)
         shutil.copy(WEB / "edge" / name, static / "edge" / name)
     rng = np.random.default_rng(3)
     aus = [bytes(rng.integers(0, 256, n, dtype=np.uint8)) for n in (0, 1, 17, 0, 900, 4)]
-    frames = [_frame(rng, i, i * 640, int(rng.integers(0, 8)), i % 3, au) for i, au in enumerate(aus)]
+    frames = [_frame(rng, i, i * 640, int(rng.integers(0, 16)), i % 3, au) for i, au in enumerate(aus)]
+    frames[0].blink_starts, frames[1].blink_starts = True, True  # a blink starting at rest and on a patch
     frames.append(_frame(rng, 9, 9 * 640, 1, None, b""))
     frames[2].base_index = U32
     messages = [frame_messages(f, patch=True)[0] for f in frames]
@@ -194,10 +196,12 @@ def test_patch_prefix_and_rest_patches_read_as_python_wrote_them(tmp_path: Path)
         assert au == frame.access_unit
         if au:  # an AU goes to the decoder; an empty one is a mouth at rest, straight to the compositor
             key = bool(msg.flags & Flags.KEYFRAME)
-            want = {"to": "decoder", "sourceFrame": source, "key": key, "au": au.hex()}
+            blink = frame.blink_starts
+            want = {"to": "decoder", "sourceFrame": source, "key": key, "au": au.hex(), "blink": blink}
         else:
             flags = int(msg.flags)
-            want = {"to": "compositor", "sourceFrame": source, "pts": msg.pts, "flags": flags, "au": ""}
+            want = {"to": "compositor", "sourceFrame": source, "pts": msg.pts, "flags": flags,
+                    "blink": frame.blink_starts, "au": ""}  # fmt: skip
         assert got == [want]
 
 

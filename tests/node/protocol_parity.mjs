@@ -46,10 +46,12 @@ async function patches(list, folder) {
     const seen = [];
     const fake = { // only what push() touches once the view is loaded
       loaded: true, stats: { restFrames: 0 }, entries: new Map(),
-      compositor: { addPatch: (p) => seen.push({ to: 'compositor', sourceFrame: p.sourceFrame, pts: p.pts, flags: p.flags, au: '' }) },
+      compositor: { addPatch: (p) => seen.push({ to: 'compositor', sourceFrame: p.sourceFrame, pts: p.pts, flags: p.flags, blink: p.blink, au: '' }) },
       worker: { postMessage: (m) => seen.push({ to: 'decoder', sourceFrame: m.sourceFrame, key: m.key, au: hex(new Uint8Array(m.data)) }) },
     };
     PatchView.prototype.push.call(fake, protocol.parseMedia(arrayBuffer(h)));
+    // a decoded patch reaches the compositor later with its entry's fields: the blink flag rides there
+    for (const entry of fake.entries.values()) seen[0].blink = entry.blink;
     return seen;
   });
 }

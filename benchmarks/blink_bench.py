@@ -166,6 +166,23 @@ def phrase_end_figures(
     }
 
 
+def lid_cost_ms(bundle, reps: int = 200) -> dict:
+    """Compositing one frame at the avatar's size (I420, as the server streams it) with the lids lowered at
+    render time and without, side by side (ms, medians of interleaved runs)."""
+    from lipstream.render.compositor import Compositor
+
+    compositor = Compositor(bundle)
+    frame = int(bundle.idle_loop[0])
+    out = np.empty_like(compositor.base.i420(frame))
+    plain, lids = [], []
+    for _ in range(reps):
+        for amount, times in ((0.0, plain), (1.0, lids)):
+            t0 = time.perf_counter()
+            compositor.compose_i420(frame, None, out, lids=amount)
+            times.append((time.perf_counter() - t0) * 1000.0)
+    return {"plain_ms": round(float(np.median(plain)), 3), "lids_ms": round(float(np.median(lids)), 3)}
+
+
 def strip(path: Path, eyes: list[np.ndarray], blink: tuple[int, int]) -> None:
     """The frames around one blink, eyes enlarged 3×, left to right."""
     start, stop = blink
@@ -260,6 +277,10 @@ def main() -> None:
                 f"head span {figures['head_span_px']} px  prepare {prepare_s:.1f} s"
             )
             drawn_at_ends = [b for b in found if any(0 <= b[0] - k <= 10 for k in report.phrase_blinks)]
+            if phrase.enabled:
+                figures["compose_ms"] = lid_cost_ms(bundle)
+                size = "x".join(str(v) for v in bundle.size)
+                print(f"{case:12s} compositing a {size} frame (ms): {figures['compose_ms']}")
             if case == "photo" and drawn_at_ends and not strip_done:  # one drawn while speaking
                 strip(args.strip, eyes, drawn_at_ends[0])
                 strip_done = True

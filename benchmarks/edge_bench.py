@@ -183,6 +183,7 @@ def main() -> int:
             "main_ms_p50": play["mainMsP50"],
             "main_ms_p95": play["mainMsP95"],
             "main_ms_max": play["mainMsMax"],
+            "phrase_blinks_drawn": play["blinks"],  # their frames read the eyes back from the video
             "play_to_first_frame_ms": play["playToFirstFrameMs"],
             "play_to_first_mouth_ms": play["playToFirstMouthMs"],
             "engine_stages_ms": play["stages"],

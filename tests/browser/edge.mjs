@@ -52,7 +52,7 @@ const summary = (page) => page.evaluate(() => {
   const pct = (a, q) => (a.length ? sorted(a)[Math.min(a.length - 1, Math.floor(q * a.length))] : null);
   return {
     framesShown: s.framesShown, speechFramesShown: s.speechFramesShown, late: s.late, skipped: s.skipped,
-    patches: s.patches, events: s.events,
+    patches: s.patches, events: s.events, blinks: s.blinks, blinkStarts: s.blinkStarts,
     mainMsP50: pct(s.mainMs, 0.5), mainMsP95: pct(s.mainMs, 0.95), mainMsMax: pct(s.mainMs, 1.0), ticks: s.mainMs.length,
     renderMsP50: pct(s.renderMs, 0.5), renderMsP95: pct(s.renderMs, 0.95),
     featureMsP50: pct(s.featureMs, 0.5),

@@ -64,6 +64,13 @@ const summary = (page) => page.evaluate(() => {
   };
 });
 
+/** Pause the base video on loop index `loopIndex` (a stalled decoder; or known loop positions for a test). */
+const holdVideo = (page, loopIndex) => page.evaluate(async (index) => {
+  const v = document.querySelector('#base');
+  v.pause();
+  await new Promise((resolve) => { v.addEventListener('seeked', resolve, { once: true }); v.currentTime = (index + 0.5) / 25; });
+}, loopIndex);
+
 /** Bounding box of the overlay's non-transparent pixels, in video pixels. */
 const overlayBox = (page) => page.evaluate(() => {
   const c = document.querySelector('#mouth');
@@ -124,11 +131,7 @@ try {
   } else if (scenario === 'stall') {
     const page = await openPage();
     // Stall the base video on one frame (as a decoder stall or a paused tab would), then speak.
-    await page.evaluate(async (loopIndex) => {
-      const v = document.querySelector('#base');
-      v.pause();
-      await new Promise((resolve) => { v.addEventListener('seeked', resolve, { once: true }); v.currentTime = (loopIndex + 0.5) / 25; });
-    }, opts.stallLoopIndex);
+    await holdVideo(page, opts.stallLoopIndex);
     await page.setInputFiles('#file', opts.wav);
     await page.waitForFunction(() => !document.querySelector('#play').disabled, null, { timeout: timeoutMs });
     await page.click('#play');
@@ -148,10 +151,9 @@ try {
     // with them which phrase ends may blink, are known), speech played; at every display frame with lids up, the
     // overlay's eye rectangle is read back and compared with the video's own pixels there.
     const page = await openPage();
-    await page.evaluate(async (loopIndex) => {
+    await holdVideo(page, opts.stallLoopIndex);
+    await page.evaluate(() => {
       const v = document.querySelector('#base');
-      v.pause();
-      await new Promise((resolve) => { v.addEventListener('seeked', resolve, { once: true }); v.currentTime = (loopIndex + 0.5) / 25; });
       const app = window.lipstreamEdge;
       const overlay = document.querySelector('#mouth').getContext('2d');
       const copy = new OffscreenCanvas(1, 1).getContext('2d', { willReadFrequently: true });
@@ -178,7 +180,7 @@ try {
         requestAnimationFrame(sample);
       };
       requestAnimationFrame(sample);
-    }, opts.stallLoopIndex);
+    });
     const played = await playFile(page, opts.wav);
     // after the utterance the overlay's eye rectangles hold nothing
     const leftover = await page.evaluate(() => {

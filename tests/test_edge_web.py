@@ -172,8 +172,12 @@ def test_js_viseme_engine_matches_python_on_the_mouth(
     assert result["samples"] == len(pcm)
     frames = result["frames"]
     engine = VisemeEngine()
-    features = engine.features(Speech(pcm=pcm))
+    # as a live session draws them: the closure eased in from the footage's mouth, then the frames after the
+    # audio that ease the last row back to it
+    features = engine.onset(engine.features(Speech(pcm=pcm)), 0)
+    features = np.concatenate([features, engine.release(features[-1])])
     assert [f["frame"] for f in frames] == list(range(len(features)))
+    assert [f["frame"] for f in frames if f["release"]] == list(range(len(pcm) // 640, len(features)))
     js_features = np.array([f["feature"] for f in frames], dtype=np.float32)
     assert np.abs(js_features - features).max() < 2e-3
     moved = [f for f in frames if f["moved"]]

@@ -54,7 +54,8 @@ def _psnr(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def _reference_patches(bundle, wav: Path) -> np.ndarray:
-    """Feature rows of the upload exactly as the server makes them (one decoded chunk, then flush)."""
+    """Feature rows of the upload exactly as the server makes them (one decoded chunk, then flush; the
+    session starts at the footage's own mouth, so the closure eases in)."""
     from lipstream.audio.decode import decode_upload
     from lipstream.audio.levels import SilenceDetector
     from lipstream.engines.viseme.engine import VisemeEngine
@@ -66,7 +67,7 @@ def _reference_patches(bundle, wav: Path) -> np.ndarray:
     utt.append_pcm(decode_upload(wav.read_bytes(), 120.0))
     utt.flush()
     feats, _, _ = utt.take(utt.ready_frames())
-    return engine, feats
+    return engine, engine.onset(feats, 0)
 
 
 async def _session(url: str, hello: dict, wav: Path | None = None, seconds: float = 60.0):

@@ -169,6 +169,7 @@ def viseme_parameters(engine: Any, bundle: AvatarBundle | None = None) -> dict[s
         "loudness": dataclasses.asdict(ex.loud),
         "closure_gate": dataclasses.asdict(ex.closure_gate),
         "warp": dataclasses.asdict(engine.warp if bundle is None else engine.avatar_warp(bundle)),
+        "edges": dataclasses.asdict(engine.edges),
         "lookahead_frames": ex.lookahead_frames,
         "lookback_frames": ex.lookback_frames,
     }  # fmt: skip

@@ -44,6 +44,7 @@ from lipstream.render.base_frames import SharedBaseFrames, stream_size
 from lipstream.render.clock import PlaybackClock
 from lipstream.render.compositor import Compositor
 from lipstream.render.frames import AvatarFrame
+from lipstream.render.mouth_edges import MouthEdges
 from lipstream.render.patch_stream import patch_rect
 from lipstream.render.session_types import SessionConfig, SessionEvent, SessionStats
 from lipstream.render.sinks import FrameSink, MouthPatchH264, RawFrames, WholeFrameH264
@@ -85,6 +86,7 @@ class Session:
         if bind is not None:  # an engine batched across sessions: this session's view, due on its clock
             engine = bind(self._frame_due)
         self.engine = engine
+        self._edges = MouthEdges(engine)  # utterances leave and rejoin the footage's mouth gradually
         self.config = config or SessionConfig()
         self._stats = SessionStats()
         self._timer = StageTimer(listener=observer.stage if observer is not None else None)
@@ -236,6 +238,7 @@ class Session:
         now = time.perf_counter()
         resume = int(np.ceil(self._clock.position_frames(now))) + self.config.interrupt_margin_frames
         self._tick = min(self._tick, max(resume, 0))
+        self._edges.interrupted(self._tick)
         self._speech_until = min(self._speech_until, self._tick * SAMPLES_PER_FRAME)
         self._sink.request_keyframe()
         self._stats.interrupts += 1
@@ -381,6 +384,7 @@ class Session:
     def _finish_utterance(self, utt: Utterance) -> None:
         self._feed.utterances.popleft()
         if utt.started:
+            self._edges.finished(self._tick - 1)
             self._pending_events.append(
                 SessionEvent(
                     "playback_finished", utterance_id=utt.id, position_samples=self._tick * SAMPLES_PER_FRAME
@@ -391,7 +395,8 @@ class Session:
         tick, generation = self._tick, self._generation
         self._tick += 1
         base_id = self.avatar.base_frame_index(tick)
-        frame = await self._pools.run_render(self._make, tick, base_id, None, generation)
+        row = self._edges.idle_row()
+        frame = await self._pools.run_render(self._make_idle, tick, base_id, row, generation)
         silence = np.zeros(SAMPLES_PER_FRAME, dtype=np.int16)
         await self._put_frame(
             tick, base_id, frame, silence, speaking=False, end=False, uid=None, generation=generation
@@ -403,6 +408,7 @@ class Session:
         generation = self._generation
         feats, audio, speaking = utt.take(count)
         first = self._due_tick = self._tick
+        feats = self._edges.speech(utt.id, feats, utt.emitted - count, first)
         marks = utt.take_marks(first, count)
         self._tick += count  # these ticks are reserved; the scheduler releases frames in order
         base_ids = self.avatar.base_frame_indices(first, count)
@@ -435,7 +441,19 @@ class Session:
                 released += self._scheduler.finish()
         except Withdrawn:  # interrupted while queued for a batched pass: this work is discarded anyway
             return []
+        for payload, patch in released:
+            self._edges.shown(payload[0], patch is not None)
         return [(payload, self._make(*payload[:2], patch, generation)) for payload, patch in released]
+
+    def _make_idle(
+        self, tick: int, base_id: int, row: np.ndarray | None, generation: int
+    ) -> tuple[Any, float, bool]:
+        """Worker thread: an idle frame, drawn with `row`'s mouth while it eases back to the footage."""
+        patch = None
+        if row is not None:
+            with contextlib.suppress(Withdrawn):  # interrupted while queued: the footage's mouth will do
+                patch = self.engine.render(self.avatar, row[None, :], np.array([base_id], dtype=np.int64))[0]
+        return self._make(tick, base_id, patch, generation)
 
     def _make(
         self, tick: int, base_id: int, patch: np.ndarray | None, generation: int

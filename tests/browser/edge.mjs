@@ -122,7 +122,7 @@ try {
       let b64 = '';
       for (let i = 0; i < all.length; i += 0x8000) b64 += String.fromCharCode(...all.subarray(i, i + 0x8000));
       return {
-        frames: patches.map((p) => ({ frame: p.frame, sourceFrame: p.sourceFrame, moved: !!p.rgba, feature: p.feature })),
+        frames: patches.map((p) => ({ frame: p.frame, sourceFrame: p.sourceFrame, moved: !!p.rgba, feature: p.feature, release: !!p.release })),
         rgba: btoa(b64), samples: pcm.length,
       };
     }, bytes);

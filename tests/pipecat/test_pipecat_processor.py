@@ -44,6 +44,7 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor  #
 from pipecat.workers.runner import WorkerRunner  # noqa: E402
 
 from lipstream.avatar.bundle import AvatarBundle, load_avatar  # noqa: E402
+from lipstream.engines.viseme.edges import EdgeConfig  # noqa: E402
 from lipstream.integrations.pipecat import LipstreamAvatar  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -319,10 +320,23 @@ def test_speech_interruption_and_end(avatar_path: Path, bundle: AvatarBundle, sp
     changes = {id(image): mouth_change(bundle, image) for _, image, _ in played}
     loud = [changes[id(image)][0] for image, audio in first
             if np.sqrt(np.mean(audio_of([audio]) ** 2)) > 0.05]
-    idle = [changes[id(image)][0] for _, image, _ in played if not info(image)["speaking"]]
+    # idle frames, but for the few after speech that ease the mouth back to the footage's own (nearer each)
+    idle, easing, since_speech = [], [], EdgeConfig().frames
+    for _, image, _ in played:
+        if info(image)["speaking"]:
+            if since_speech:
+                easing.append([])
+            since_speech = 0
+        elif since_speech < EdgeConfig().frames:
+            since_speech += 1
+            easing[-1].append(changes[id(image)][0])
+        else:
+            idle.append(changes[id(image)][0])
     assert len(loud) > 20 and len(idle) > 10
     assert np.median(loud) > 3.0 and np.std(loud) > 1.0, (np.median(loud), np.std(loud))
     assert max(idle) < 0.5
+    assert any(len(run) == EdgeConfig().frames for run in easing), easing
+    assert all(a > b for run in easing for a, b in zip(run, run[1:], strict=False)), easing
     assert max(outside for _, outside in changes.values()) < 0.5
 
     # interruption: reaches the end of the pipeline at once, no speech after it, the stream resumes idle

@@ -34,6 +34,7 @@ from lipstream.engines.viseme.atlas import (
 )
 from lipstream.engines.viseme.calibration import OpeningCurve, measure_opening_curve
 from lipstream.engines.viseme.crops import CROPS_VIDEO, DerivedCrops, source_crop, write_crops_video
+from lipstream.engines.viseme.edges import EdgeConfig, ease_onset, release_rows
 from lipstream.engines.viseme.extractor import ArticulationExtractor, StreamingArticulation
 from lipstream.engines.viseme.geometry import GEOMETRY_DIM, MouthGeometry, measure
 from lipstream.engines.viseme.model import load_model
@@ -99,6 +100,7 @@ class VisemeEngine:
         warp: WarpConfig | None = None,
         mouth: str = "auto",
         atlas: AtlasConfig | None = None,
+        edges: EdgeConfig | None = None,
     ) -> None:
         """Load the acoustic model; use_phonemes=False ignores TTS timings (audio-only features).
 
@@ -110,6 +112,7 @@ class VisemeEngine:
         self.use_phonemes = use_phonemes
         self.mouth = mouth
         self.atlas_config = atlas or AtlasConfig()
+        self.edges = edges or EdgeConfig()
         # The atlas mouth shown last per avatar (and its cross-fade), so the next batch joins and fades on.
         self._last_unit: dict[Path, UnitChoice] = {}
         self.extractor = ArticulationExtractor(
@@ -133,6 +136,14 @@ class VisemeEngine:
     def stream_features(self) -> FeatureStream:
         """Incremental audio-only features for one live utterance."""
         return StreamingArticulation(self.extractor)
+
+    def onset(self, feats: np.ndarray, first_row: int) -> np.ndarray:
+        """An utterance's rows from `first_row` on, for one that starts from the footage's own mouth."""
+        return ease_onset(feats, first_row, self.edges)
+
+    def release(self, last_row: np.ndarray) -> np.ndarray:
+        """Rows for the frames after an utterance, back from its last row to the footage's own mouth."""
+        return release_rows(last_row, self.edges)
 
     # ---- avatar caches
     def prepare(self, bundle: AvatarBundle) -> None:

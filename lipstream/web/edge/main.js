@@ -133,7 +133,8 @@ function markBlink(playing, patch) {
   const machine = playing.blinks;
   if (!machine || patch.frame < 0 || !patch.feature) return; // engines without feature rows get none
   // voiced as Python's atlas `speaking`: any articulation but the lip closure (silence gives closed lips only)
-  const voiced = patch.feature.some((v, i) => i !== 2 && v !== 0);
+  // the frames easing back to the footage after the speech are silent, as the idle frames of a Python session
+  const voiced = !patch.release && patch.feature.some((v, i) => i !== 2 && v !== 0);
   const position = (playing.loopFrameAt0 + patch.frame) % app.manifest.loop.frames.length;
   machine.step(patch.frame, voiced, position);
   if (machine.started === patch.frame) {

@@ -13,7 +13,7 @@ from lipstream.render.frames import AvatarFrame
 from lipstream.render.mouth_edges import MouthEdges
 from lipstream.render.session import Session, SessionConfig, SessionEvent
 
-EDGES = EdgeConfig()
+EDGES = EdgeConfig(frames=3)  # explicit: the tests below do not follow a changed default
 
 
 def test_the_closure_eases_in_and_the_last_row_eases_out() -> None:
@@ -41,7 +41,7 @@ def test_an_engine_without_edges_passes_through_and_a_drawn_row_is_what_is_relea
 
     from lipstream.engines.viseme.engine import VisemeEngine
 
-    edges = MouthEdges(VisemeEngine())
+    edges = MouthEdges(VisemeEngine(edges=EDGES))
     eased = edges.speech(1, rows, 0, 10)
     assert eased[0, CLOSURE] < 1.0
     for tick in (10, 11):
@@ -81,11 +81,11 @@ def _mouth_distance(small_avatar, frames: list[AvatarFrame]) -> np.ndarray:
 
 
 def test_a_live_session_eases_into_and_out_of_the_footage(small_avatar, quiet_ended_speech) -> None:
-    from lipstream.engines.registry import create_engine
+    from lipstream.engines.viseme.engine import VisemeEngine
 
     async def run() -> list:
         items: list = []
-        async with Session(small_avatar, create_engine("viseme"), SessionConfig(encode=False)) as session:
+        async with Session(small_avatar, VisemeEngine(edges=EDGES), SessionConfig(encode=False)) as session:
             for _ in range(4):  # idle first: the utterance starts from the footage's own mouth
                 items.append(await session.__aiter__().__anext__())
             session.push_audio(quiet_ended_speech)
@@ -111,3 +111,4 @@ def test_a_live_session_eases_into_and_out_of_the_footage(small_avatar, quiet_en
     assert not any(f.speaking or f.audio.any() for f in frames[last + 1 :])
     assert all(a > b for a, b in zip(tail, tail[1:], strict=False)), tail
     assert tail[-1] == 0.0 and not distance[last + EDGES.frames + 1 :].any()  # then the footage itself
+    assert (distance[last + 1 :] > 0).sum() == EDGES.frames

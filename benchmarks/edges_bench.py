@@ -11,8 +11,9 @@ idles, speaks, idles again. The drawn mouth of frame k is D_k = frame_k - footag
 midline (the head's own motion cancels out, the eyes are outside); a frame's step is mean |D_k - D_(k-1)|.
 Figures: the largest step at the start (the last idle frame and the utterance's first EdgeConfig.frames + 1),
 the largest at the end (its last frame and the EdgeConfig.frames + 1 after), and the median and 95th
-percentile step inside the speech (ordinary lip motion) to compare them with. Writes benchmarks/results/edges_bench.json and
-docs/img/utterance_edges.png (the sample's mouth around the end of speech, both sides, enlarged).
+percentile step inside the speech (ordinary lip motion) to compare them with. Writes
+benchmarks/results/edges_bench.json and docs/img/utterance_edges.png (the sample's mouth around the end of
+speech, both sides, enlarged).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/edges_bench.py
 """

@@ -306,7 +306,8 @@ def test_the_first_patch_request_gets_whole_frames_while_the_base_loop_builds(
     import time
 
     from lipstream.avatar.bundle import load_avatar
-    from lipstream.server.edge_routes import EdgeExports
+    from lipstream.edge.web_export import EXPORT_VERSION, MANIFEST
+    from lipstream.server.edge_routes import CACHE_NAME, EdgeExports
 
     root = tmp_path / "avatars"
     shutil.copytree(avatars_root / "small", root / "small", ignore=shutil.ignore_patterns("edge-*"))
@@ -323,6 +324,12 @@ def test_the_first_patch_request_gets_whole_frames_while_the_base_loop_builds(
         assert second["stream"] == "patch" and "patch_pending" not in second
     finally:
         server.stop()
+    # an export an older lipstream made (format 1: no utterance edges in its engine data) is made again
+    manifest_path = root / "small" / "cache" / CACHE_NAME / MANIFEST
+    manifest = json.loads(manifest_path.read_text())
+    assert manifest["format_version"] == EXPORT_VERSION and exports.is_built(load_avatar("small", root))
+    manifest_path.write_text(json.dumps({**manifest, "format_version": 1}))
+    assert not exports.is_built(load_avatar("small", root))
 
 
 def test_the_patch_video_is_capped_at_the_servers_setting(avatars_root: Path, capsys) -> None:

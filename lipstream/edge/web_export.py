@@ -27,7 +27,7 @@ from lipstream.render.codebook import SimHashCodebook
 log = logging.getLogger(__name__)
 
 EXPORT_FORMAT = "lipstream-web-export"
-EXPORT_VERSION = 1
+EXPORT_VERSION = 2  # 2: eyes and blinks, and the viseme engine's utterance edges (additive: pages read 1 too)
 MANIFEST = "export.json"
 PAGE_DIR = Path(__file__).resolve().parent.parent / "web" / "edge"
 ENGINES = ("viseme", "musetalk")

@@ -12,7 +12,14 @@ from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 
 from lipstream.avatar.bundle import AvatarBundle, load_avatar
-from lipstream.edge.web_export import _SKIP_PAGE, MANIFEST, PAGE_DIR, WebExportConfig, export_web
+from lipstream.edge.web_export import (
+    _SKIP_PAGE,
+    EXPORT_VERSION,
+    MANIFEST,
+    PAGE_DIR,
+    WebExportConfig,
+    export_web,
+)
 from lipstream.errors import LipstreamError
 from lipstream.server.auth import extract_token, token_ok
 
@@ -69,8 +76,9 @@ class EdgeExports:
     def _fresh(target: Path, frame_count: int) -> bool:
         try:
             manifest = json.loads((target / MANIFEST).read_text())
-            # an export made before blinks at phrase ends has no eye points: made again
-            return manifest["frame_count"] == frame_count and "blinks" in manifest
+            # an export older than this lipstream's (no eye points, no utterance edges, ...) is made again
+            current = manifest.get("format_version", 0) >= EXPORT_VERSION
+            return manifest["frame_count"] == frame_count and current
         except (OSError, ValueError, KeyError):
             return False
 

@@ -53,6 +53,14 @@ def test_an_engine_without_edges_passes_through_and_a_drawn_row_is_what_is_relea
     tail = [edges.idle_row() for _ in range(EDGES.frames + 1)]
     assert all(r is not None for r in tail[:-1]) and tail[-1] is None
     assert np.allclose(tail[0], eased[1] * 0.75)
+    # rows past a cut go with it: a later interrupt while idle on those ticks finds no mouth never seen
+    edges.speech(3, rows, 0, 30)
+    for tick in (30, 31, 32):  # made before the cut, dropped by it but 30
+        edges.shown(tick, drawn=True)
+    edges.interrupted(31)  # cut after 30: eases back from its row
+    assert sum(edges.idle_row() is not None for _ in range(EDGES.frames + 1)) == EDGES.frames
+    edges.interrupted(33)  # tick 32 was dropped by the first cut
+    assert edges.idle_row() is None
     # an utterance that follows another's tail does not ease in again (its lips were not at rest)
     edges.interrupted(12)
     edges.idle_row()

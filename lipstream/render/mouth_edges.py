@@ -21,8 +21,7 @@ class MouthEdges:
         """`engine`: any Engine; its optional `onset` and `release` decide the easing."""
         self._onset = getattr(engine, "onset", None)
         self._release = getattr(engine, "release", None)
-        self._rows: dict[int, np.ndarray] = {}  # tick -> the row to be drawn there (speech not made yet)
-        self._shown: dict[int, np.ndarray | None] = {}  # tick -> row drawn there (None: the footage's mouth)
+        self._rows: dict[int, np.ndarray | None] = {}  # tick -> row drawn there (None: the footage's mouth)
         self._tail: deque[np.ndarray] = deque()  # rows for the next idle frames
         self._at_rest = True  # the last frame made shows the footage's own mouth
         self._eased: int | None = None  # the utterance whose first rows ease in
@@ -35,25 +34,27 @@ class MouthEdges:
         self._at_rest = False
         if self._onset is not None and self._eased == utterance:
             feats = self._onset(feats, first_row)
+        if len(self._rows) > 2 * KEEP_TICKS:
+            self._rows = {t: r for t, r in self._rows.items() if t > first_tick - KEEP_TICKS}
         for i, row in enumerate(feats):
             self._rows[first_tick + i] = row
         return feats
 
     def shown(self, tick: int, drawn: bool) -> None:
-        """(worker, frames in tick order) Frame `tick` was made, with the engine's patch or without one."""
-        row = self._rows.pop(tick, None)
-        self._shown[tick] = row if drawn else None
-        if len(self._shown) > 2 * KEEP_TICKS:
-            self._shown = {t: r for t, r in self._shown.items() if t > tick - KEEP_TICKS}
+        """(worker) Frame `tick` was made, with the engine's patch or without one (accelerated silence)."""
+        if not drawn:
+            self._rows[tick] = None
 
     def finished(self, last_tick: int) -> None:
         """(event loop) The utterance ended at frame `last_tick`: the next idle frames ease its mouth back."""
-        self._start_tail(self._shown.get(last_tick))
+        self._start_tail(self._rows.get(last_tick))
 
     def interrupted(self, resume_tick: int) -> None:
         """(event loop) Frames from `resume_tick` on are dropped: ease back from the one shown before it."""
-        self._rows.clear()
-        self._start_tail(self._shown.get(resume_tick - 1))
+        # the dropped rows go too: idle frames will hold those ticks, and a later interrupt there must not
+        # find a mouth the viewer never saw
+        self._rows = {t: r for t, r in self._rows.items() if t < resume_tick}
+        self._start_tail(self._rows.get(resume_tick - 1))
 
     def idle_row(self) -> np.ndarray | None:
         """(event loop) The row for the next idle frame: a step back to the footage, or None (the footage)."""

@@ -34,4 +34,4 @@ def ease_onset(feats: np.ndarray, first_row: int, config: EdgeConfig) -> np.ndar
 def release_rows(last_row: np.ndarray, config: EdgeConfig) -> np.ndarray:
     """Rows for the frames after an utterance: its last row fading to the footage's own mouth (all zeros)."""
     steps = 1.0 - np.arange(1, config.frames + 1, dtype=np.float32) / (config.frames + 1.0)
-    return (np.asarray(last_row, dtype=np.float32)[None, :] * steps[:, None]).astype(np.float32)
+    return np.asarray(last_row, dtype=np.float32)[None, :] * steps[:, None]

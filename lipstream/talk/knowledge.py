@@ -1,0 +1,278 @@
+"""The user's own documents as a knowledge source: a file or folder of Markdown / plain text (PDF where pypdf
+is installed), cut into chunks under their headings and indexed in SQLite FTS5, searched with BM25.
+
+The index is cached at $LIPSTREAM_HOME/knowledge/<hash of the path>.sqlite and rebuilt when a document is
+added, removed or changed (its mtime or size). Bad input is refused when the knowledge base is opened (at
+start, before any session) with a KnowledgeError naming the file and what to do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from lipstream.errors import LipstreamError
+from lipstream.paths import lipstream_home
+from lipstream.talk.knowledge_text import Chunk, chunk_document, terms
+
+log = logging.getLogger(__name__)
+
+TEXT_SUFFIXES = frozenset({".md", ".markdown", ".txt", ".text"})
+PDF_SUFFIX = ".pdf"
+MAX_FILE_BYTES = 5 * 1024 * 1024
+MAX_DOCUMENTS = 10_000
+SCHEMA = 1  # bump when the index's layout or the chunking changes: older caches are rebuilt
+
+
+class KnowledgeError(LipstreamError):
+    """A knowledge path that cannot be indexed: missing, empty, binary, unreadable or too large."""
+
+
+@dataclass(frozen=True)
+class Passage:
+    """A chunk found for a question: its text, where it came from, and how well it matched."""
+
+    source: str
+    heading: str
+    text: str
+    score: float  # BM25, higher is better
+    matched: tuple[str, ...]  # the question's terms it holds
+    distinctive: bool  # it holds a question term that few chunks hold (not just "library" in a library's FAQ)
+
+
+@dataclass(frozen=True)
+class KnowledgeStats:
+    """What `doctor` and /healthz say about an index."""
+
+    path: str
+    index: str
+    documents: int
+    chunks: int
+    built_at: float  # time.time() of the last build
+
+    def age_seconds(self, now: float | None = None) -> float:
+        """Seconds since the index was built."""
+        return max(0.0, (time.time() if now is None else now) - self.built_at)
+
+
+def index_path(root: Path, home: Path | None = None) -> Path:
+    """Where the index of `root` is cached: $LIPSTREAM_HOME/knowledge/<hash of the resolved path>.sqlite."""
+    digest = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:16]
+    return (home or lipstream_home()) / "knowledge" / f"{digest}.sqlite"
+
+
+class KnowledgeBase:
+    """A searchable index over a file or folder of documents (opened, checked and (re)built at once)."""
+
+    def __init__(
+        self, path: str | os.PathLike, home: Path | None = None, chunk_chars: int = 700,
+        max_file_bytes: int = MAX_FILE_BYTES,
+    ) -> None:  # fmt: skip
+        """`path`: a document or a folder of them; `home`: the data home the index is cached under (default
+        $LIPSTREAM_HOME); `chunk_chars`: the longest chunk."""
+        self.root = Path(path).expanduser()
+        self.chunk_chars = chunk_chars
+        self.max_file_bytes = max_file_bytes
+        self.index = index_path(self.root, home)
+        self._lock = threading.Lock()
+        files = self._documents()
+        stamps = [(self._name(f), st.st_mtime_ns, st.st_size) for f, st in files]
+        self.rebuilt = False
+        db = self._open_cached(stamps)
+        if db is None:
+            self._build(files, stamps)
+            self.rebuilt = True
+            db = self._open_cached(stamps)
+            assert db is not None
+        self._db = db
+        self._chunks = int(db.execute("SELECT count(*) FROM chunks").fetchone()[0])
+
+    # ---- documents --------------------------------------------------------------------------------------
+
+    def _name(self, file: Path) -> str:
+        return file.name if self.root.is_file() else file.relative_to(self.root).as_posix()
+
+    def _documents(self) -> list[tuple[Path, os.stat_result]]:
+        """The documents under the root with their stat, checked (KnowledgeError for bad input)."""
+        if not self.root.exists():
+            raise KnowledgeError(f"--knowledge {self.root}: no such file or folder; give a Markdown or text "
+                                 "file, or a folder of them")  # fmt: skip
+        if self.root.is_file():
+            candidates = [self.root]
+        else:
+            try:
+                candidates = sorted(
+                    p for p in self.root.rglob("*")
+                    if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES | {PDF_SUFFIX}
+                    and not any(part.startswith(".") for part in p.relative_to(self.root).parts)
+                )  # fmt: skip
+            except OSError as exc:
+                raise KnowledgeError(f"cannot list the knowledge folder {self.root}: {exc.strerror}") from None
+            if not candidates:
+                raise KnowledgeError(
+                    f"the knowledge folder {self.root} holds no documents (.md, .markdown, .txt, .text or "
+                    ".pdf); put the documents to answer from there"
+                )
+            if len(candidates) > MAX_DOCUMENTS:
+                raise KnowledgeError(f"the knowledge folder {self.root} holds {len(candidates)} documents; "
+                                     f"at most {MAX_DOCUMENTS} are indexed: point --knowledge at a sub-folder")
+        out = []
+        for file in candidates:
+            try:
+                st = file.stat()
+            except OSError as exc:
+                raise KnowledgeError(f"cannot read {file}: {exc.strerror}; fix its permissions or remove it "
+                                     "from the knowledge folder") from None  # fmt: skip
+            if st.st_size > self.max_file_bytes:
+                raise KnowledgeError(
+                    f"{file} is {st.st_size / 2**20:.1f} MB, over the {self.max_file_bytes / 2**20:.0f} MB "
+                    "limit for one document; split it into smaller files"
+                )
+            out.append((file, st))
+        return out
+
+    def _read(self, file: Path) -> str:
+        """A document's text (KnowledgeError: unreadable, binary or not UTF-8)."""
+        if file.suffix.lower() == PDF_SUFFIX:
+            return _read_pdf(file)
+        try:
+            data = file.read_bytes()
+        except OSError as exc:
+            raise KnowledgeError(f"cannot read {file}: {exc.strerror}; fix its permissions or remove it "
+                                 "from the knowledge folder") from None  # fmt: skip
+        if b"\x00" in data[:8192]:
+            raise KnowledgeError(f"{file} is a binary file, not text; give Markdown or plain-text documents "
+                                 "(convert it, or remove it from the knowledge folder)")  # fmt: skip
+        try:
+            return data.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise KnowledgeError(
+                f"{file} is not UTF-8 text (byte {exc.start}); save it as UTF-8 or remove it from the "
+                "knowledge folder"
+            ) from None
+
+    # ---- the index --------------------------------------------------------------------------------------
+
+    def _open_cached(self, stamps: Sequence[tuple[str, int, int]]) -> sqlite3.Connection | None:
+        """The cached index when it was built from exactly these documents (same mtimes and sizes)."""
+        if not self.index.is_file():
+            return None
+        try:
+            db = sqlite3.connect(self.index, check_same_thread=False)
+            meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+            stored = sorted(db.execute("SELECT name, mtime_ns, size FROM files").fetchall())
+        except sqlite3.DatabaseError:
+            return None  # an older or broken cache: built again
+        if meta.get("schema") != str(SCHEMA) or meta.get("chunk_chars") != str(self.chunk_chars):
+            db.close()
+            return None
+        if stored != sorted(stamps):
+            db.close()
+            return None
+        return db
+
+    def _build(self, files: list[tuple[Path, os.stat_result]], stamps: list[tuple[str, int, int]]) -> None:
+        """Index every document into a new file, then move it into place (readers never see half of one)."""
+        started = time.perf_counter()
+        chunks: list[Chunk] = []
+        for file, _ in files:
+            chunks.extend(chunk_document(self._name(file), self._read(file), self.chunk_chars))
+        if not chunks:
+            raise KnowledgeError(f"the documents in {self.root} hold no text; put the answers to give in them")
+        self.index.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.index.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.unlink(missing_ok=True)
+        db = sqlite3.connect(tmp)
+        try:
+            db.executescript(
+                """
+                CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
+                CREATE TABLE files (name TEXT PRIMARY KEY, mtime_ns INTEGER, size INTEGER);
+                CREATE TABLE df (term TEXT PRIMARY KEY, n INTEGER) WITHOUT ROWID;
+                -- terms: the chunk's own words as the stemmer reduces them (the query is reduced the same way)
+                CREATE VIRTUAL TABLE chunks USING fts5(
+                    terms, heading_terms, source UNINDEXED, heading UNINDEXED, text UNINDEXED,
+                    tokenize = 'unicode61 remove_diacritics 2'
+                );
+                """
+            )
+            df: dict[str, int] = {}
+            rows = []
+            for chunk in chunks:
+                body, head = terms(chunk.text), terms(chunk.heading)
+                for term in set(body) | set(head):
+                    df[term] = df.get(term, 0) + 1
+                rows.append((" ".join(body), " ".join(head), chunk.source, chunk.heading, chunk.text))
+            db.executemany("INSERT INTO chunks VALUES (?, ?, ?, ?, ?)", rows)
+            db.executemany("INSERT INTO df VALUES (?, ?)", df.items())
+            db.executemany("INSERT INTO files VALUES (?, ?, ?)", stamps)
+            meta = {"schema": SCHEMA, "chunk_chars": self.chunk_chars, "root": str(self.root.resolve()),
+                    "built_at": time.time(), "documents": len(files)}  # fmt: skip
+            db.executemany("INSERT INTO meta VALUES (?, ?)", [(k, str(v)) for k, v in meta.items()])
+            db.execute("INSERT INTO chunks(chunks) VALUES ('optimize')")
+            db.commit()
+        finally:
+            db.close()
+        os.replace(tmp, self.index)
+        log.info("knowledge: indexed %d documents, %d chunks from %s in %.1f s", len(files), len(chunks),
+                 self.root, time.perf_counter() - started)  # fmt: skip
+
+    # ---- search -----------------------------------------------------------------------------------------
+
+    def search(self, question: str, limit: int = 4) -> list[Passage]:
+        """The chunks that best answer `question` (BM25 over an OR of its content terms), best first."""
+        wanted = list(dict.fromkeys(terms(question)))
+        if not wanted:
+            return []
+        query = " OR ".join(f'"{t}"' for t in wanted)
+        marks = ",".join("?" * len(wanted))
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT bm25(chunks, 1.0, 2.0), terms, heading_terms, source, heading, text FROM chunks "
+                "WHERE chunks MATCH ? ORDER BY bm25(chunks, 1.0, 2.0) LIMIT ?",
+                (query, limit),
+            ).fetchall()
+            df = dict(self._db.execute(f"SELECT term, n FROM df WHERE term IN ({marks})", wanted).fetchall())
+        # a term most chunks hold (the library's name in its own FAQ) finds everything and tells nothing
+        rare = {t for t in wanted if df.get(t, 0) <= max(1, self._chunks // 2)} if self._chunks > 2 else set()
+        passages = []
+        for score, body, head, source, heading, text in rows:
+            held = set(body.split()) | set(head.split())
+            matched = tuple(t for t in wanted if t in held)
+            distinctive = bool(rare & set(matched)) if self._chunks > 2 else bool(matched)
+            passages.append(Passage(source, heading, text, -float(score), matched, distinctive))
+        return passages
+
+    def stats(self) -> KnowledgeStats:
+        """Documents, chunks and when the index was built."""
+        with self._lock:
+            meta = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
+        return KnowledgeStats(str(self.root), str(self.index), int(meta["documents"]), self._chunks,
+                              float(meta["built_at"]))  # fmt: skip
+
+    def close(self) -> None:
+        """Close the index."""
+        with self._lock:
+            self._db.close()
+
+
+def _read_pdf(file: Path) -> str:
+    """A PDF's text with pypdf (an optional package: `pip install pypdf`)."""
+    try:
+        from pypdf import PdfReader
+        from pypdf.errors import PdfReadError
+    except ImportError:
+        raise KnowledgeError(f"{file} is a PDF: reading PDFs needs `pip install pypdf` (or convert it to "
+                             "text, or remove it from the knowledge folder)") from None  # fmt: skip
+    try:
+        reader = PdfReader(file)
+        return "\n\n".join(page.extract_text() or "" for page in reader.pages)
+    except (PdfReadError, OSError, ValueError) as exc:
+        raise KnowledgeError(f"cannot read the PDF {file}: {exc}; convert it to text or remove it") from None

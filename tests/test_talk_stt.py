@@ -1,4 +1,4 @@
-"""Speech-to-text: Whisper tiny.en (bundled) on Piper speech, the partial-transcript helper, WER."""
+"""Speech-to-text: Whisper tiny.en (bundled) on Piper speech, word timings, streaming recognition, WER."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from lipstream.audio.timeline import SAMPLE_RATE
-from lipstream.talk.stt import PartialTranscriber, SpeechToText, Transcript, WhisperSTT, word_error_rate
+from lipstream.talk.stt import SpeechToText, WhisperSTT, word_error_rate
+from lipstream.talk.transcriber import TurnRecogniser
 
 SENTENCES = [
     "What is the weather like in Paris tomorrow?",
@@ -56,43 +57,29 @@ def test_silence_and_tiny_input_give_no_words(stt: WhisperSTT) -> None:
     assert silent.text == "" or silent.no_speech_prob > 0.5
 
 
-class _CountingSTT:
-    """A SpeechToText that records what it was asked to transcribe."""
-
-    def __init__(self) -> None:
-        self.calls: list[int] = []
-
-    def transcribe(self, pcm: np.ndarray) -> Transcript:
-        self.calls.append(len(pcm))
-        return Transcript(f"{len(pcm)} samples", len(pcm) / SAMPLE_RATE)
-
-
-def test_partial_transcriber_decodes_every_half_second() -> None:
-    fake = _CountingSTT()
-    partials = PartialTranscriber(fake, interval_s=0.5, min_seconds=0.3, max_seconds=2.0)
-    chunk = np.zeros(SAMPLE_RATE // 10, dtype=np.float32)  # 100 ms
-    decoded = []
-    for _ in range(25):
-        partials.push(chunk)
-        if partials.due():
-            decoded.append(partials.partial().text)
-    assert fake.calls == [8000, 16000, 24000, 32000]  # every 0.5 s until max_seconds (2 s) is reached
-    assert partials.full and partials.samples == 2 * SAMPLE_RATE
-    assert partials.final().text == "32000 samples" and len(fake.calls) == 4  # nothing new: reused
-    partials.reset()
-    partials.push(chunk)
-    assert not partials.due()  # under min_seconds
-    assert partials.final().text == "1600 samples"
+def test_whisper_gives_word_timings_in_order(stt: WhisperSTT, spoken: list[np.ndarray]) -> None:
+    pcm = spoken[1]
+    result = stt.transcribe_words(pcm, prompt="Hello there.")
+    assert result.words and word_error_rate(SENTENCES[1], result.text) <= 0.15
+    starts = [start for _, start, _ in result.words]
+    assert starts == sorted(starts)
+    assert all(0 <= start <= end <= len(pcm) / SAMPLE_RATE + 0.1 for _, start, end in result.words)
+    assert "".join(word for word, _, _ in result.words).strip() == result.text
 
 
-def test_partial_transcriber_with_whisper(stt: WhisperSTT, spoken: list[np.ndarray]) -> None:
-    partials = PartialTranscriber(stt)
-    pcm = spoken[0]
-    texts = []
-    for i in range(0, len(pcm), 1600):
-        partials.push(pcm[i : i + 1600])
-        if partials.due():
-            texts.append(partials.partial().text)
-    final = partials.final().text
-    assert len(texts) >= 2 and texts[0] != final
-    assert word_error_rate(SENTENCES[0], final) <= 0.15
+def test_streaming_recognition_commits_words_and_decodes_only_the_tail(
+    stt: WhisperSTT, spoken: list[np.ndarray]
+) -> None:
+    pcm = np.concatenate([spoken[0], np.zeros(SAMPLE_RATE // 5, np.float32), spoken[2]])
+    recog = TurnRecogniser(stt, stt, turn_start=0)
+    step = SAMPLE_RATE // 2
+    for end in range(step, len(pcm), step):  # a partial decode every 0.5 s of speech, as a live turn has
+        start = recog.audio_from()
+        recog.partial(pcm[start:end], start)
+    assert len(recog.state.committed) >= 4  # most of the first sentence is settled before the end
+    tail_start = recog.audio_from()
+    assert tail_start > len(pcm) // 3  # the final decode reads the last part only
+    final = recog.final(pcm[tail_start:], tail_start)
+    reference = f"{SENTENCES[0]} {SENTENCES[2]}"
+    whole = stt.transcribe(pcm).text
+    assert word_error_rate(reference, final) <= word_error_rate(reference, whole) + 0.1, (final, whole)

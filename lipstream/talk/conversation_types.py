@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -45,14 +46,29 @@ class ConversationConfig(BaseModel):
         return self.turn.max_wait_ms if self.turn.uses_detector else self.end_silence_ms
 
 
+def same_words(a: str, b: str) -> bool:
+    """Two transcripts say the same words (case and punctuation aside): an answer to one answers the other."""
+    return _words(a) == _words(b) and bool(_words(a))
+
+
+def _words(text: str) -> list[str]:
+    return re.sub(r"[^a-z0-9' ]", " ", text.lower()).split()
+
+
+# a turn's stages, in order, as the client's waterfall shows them (ms after the end of the user's speech)
+STAGES = ("transcript", "decision", "llm_first_token", "first_phrase", "first_audio", "first_frame")
+
+
 @dataclass
 class TurnTimes:
     """Wall-clock marks of one turn (time.perf_counter seconds)."""
 
     turn: int
     speech_end: float = 0.0  # when the last sample of the user's speech reached the server
-    transcript: float | None = None
+    transcript: float | None = None  # the final transcript was ready
+    decision: float | None = None  # the turn was decided over (the detector, its cap or the silence rule)
     llm_first_token: float | None = None
+    first_phrase: float | None = None  # the first speakable phrase of the answer was complete
     first_audio: float | None = None
     first_frame: float | None = None
     interrupted: bool = False
@@ -62,6 +78,9 @@ class TurnTimes:
     joined: bool = False  # the turn was continued after a pause judged wrongly
     dropped_answers: int = 0  # speculative answers prepared for it and dropped (the user went on)
     dropped_tokens: int = 0  # ... and the tokens the model wrote for them
+    # where the spoken answer was started: at the pause that ended the turn, at an earlier pause the user
+    # spoke past without changing the words ("resumed"), or only once the turn had ended ("none")
+    speculation: Literal["pause", "resumed", "none"] = "none"
 
     def as_ms(self) -> dict[str, float | None]:
         """Each stage's time since the end of the user's speech, in ms."""
@@ -69,9 +88,17 @@ class TurnTimes:
         def since(mark: float | None) -> float | None:
             return None if mark is None else round((mark - self.speech_end) * 1000.0, 1)
 
+        return {stage: since(getattr(self, stage)) for stage in STAGES}
+
+    def as_event(self) -> dict[str, Any]:
+        """The `turn_metrics` event: the stages' times and how the turn was decided and speculated."""
         return {
-            "transcript": since(self.transcript),
-            "llm_first_token": since(self.llm_first_token),
-            "first_audio": since(self.first_audio),
-            "first_frame": since(self.first_frame),
-        }
+            "type": "turn_metrics", "turn": self.turn, "interrupted": self.interrupted,
+            "end_rule": self.rule, "end_score": None if self.score is None else round(self.score, 4),
+            "joined": self.joined,
+            "speculation": {
+                "used": self.speculation, "dropped_answers": self.dropped_answers,
+                "dropped_tokens": self.dropped_tokens,
+            },
+            "ms": self.as_ms(),
+        }  # fmt: skip

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,9 @@ from lipstream.errors import ModelError
 log = logging.getLogger(__name__)
 
 
+WordTiming = tuple[str, float, float]  # a word as the recogniser wrote it, its start and end (s into audio)
+
+
 @dataclass(frozen=True)
 class Transcript:
     """What was said in one stretch of audio."""
@@ -26,6 +28,7 @@ class Transcript:
     elapsed_s: float = 0.0  # wall time the transcription took
     no_speech_prob: float = 0.0  # the model's belief that there was no speech (Whisper invents text on noise)
     avg_logprob: float = 0.0  # mean token log-probability: low values mean a guess
+    words: tuple[WordTiming, ...] = ()  # (word as written, start s, end s) when word timings were asked for
 
 
 @runtime_checkable
@@ -34,6 +37,15 @@ class SpeechToText(Protocol):
 
     def transcribe(self, pcm: np.ndarray) -> Transcript:
         """Transcribe one stretch of audio (a whole turn, or the turn so far)."""
+
+
+@runtime_checkable
+class WordTimingSpeechToText(SpeechToText, Protocol):
+    """A recogniser that can be primed with the text before the audio and gives word timings: what
+    streaming recognition (lipstream.talk.transcriber) needs to decode only a turn's tail."""
+
+    def transcribe_words(self, pcm: np.ndarray, prompt: str = "") -> Transcript:
+        """Transcribe with word timings, `prompt` being what was said just before the audio."""
 
 
 def bundled_whisper_path() -> Path:
@@ -93,6 +105,13 @@ class WhisperSTT:
 
     def transcribe(self, pcm: np.ndarray) -> Transcript:
         """Transcribe 16 kHz float32 mono PCM (blocking)."""
+        return self._decode(pcm, "", words=False)
+
+    def transcribe_words(self, pcm: np.ndarray, prompt: str = "") -> Transcript:
+        """Transcribe with word timings, primed with `prompt` (what was said just before), blocking."""
+        return self._decode(pcm, prompt, words=True)
+
+    def _decode(self, pcm: np.ndarray, prompt: str, words: bool) -> Transcript:
         audio = np.ascontiguousarray(pcm, dtype=np.float32).reshape(-1)
         seconds = len(audio) / SAMPLE_RATE
         started = time.perf_counter()
@@ -104,95 +123,17 @@ class WhisperSTT:
             beam_size=1,
             vad_filter=False,  # our own VAD already cut the turn
             condition_on_previous_text=False,
-            without_timestamps=True,
+            without_timestamps=not words,
+            word_timestamps=words,
+            initial_prompt=prompt or None,
             temperature=0.0,  # no fallback re-decodes at higher temperatures: predictable latency
         )
         segments = list(segments)  # the generator does the decoding
         text = " ".join(s.text.strip() for s in segments).strip()
         no_speech = max((s.no_speech_prob for s in segments), default=1.0)
         logprob = float(np.mean([s.avg_logprob for s in segments])) if segments else 0.0
-        return Transcript(text, seconds, time.perf_counter() - started, no_speech, logprob)
-
-
-class PartialTranscriber:
-    """Keeps a growing turn buffer and says when to re-decode it for a partial transcript.
-
-    Feed it the turn's audio with `push`; when `due()` (≥ `interval_s` of new audio since the last
-    decode, and at least `min_seconds` in all), call `partial()` on a worker thread. `final()` decodes the
-    whole turn. Thread-safe: push from the event loop, decode on a worker.
-    """
-
-    def __init__(
-        self,
-        stt: SpeechToText,
-        interval_s: float = 0.5,
-        min_seconds: float = 0.3,
-        max_seconds: float = 30.0,
-    ) -> None:
-        self.stt = stt
-        self.interval = int(interval_s * SAMPLE_RATE)
-        self.min_samples = int(min_seconds * SAMPLE_RATE)
-        self.max_samples = int(max_seconds * SAMPLE_RATE)
-        self._lock = threading.Lock()
-        self._chunks: list[np.ndarray] = []
-        self._samples = 0
-        self._decoded_at = 0
-        self.last: Transcript | None = None
-
-    def reset(self) -> None:
-        """Start a new turn."""
-        with self._lock:
-            self._chunks = []
-            self._samples = 0
-            self._decoded_at = 0
-            self.last = None
-
-    def push(self, pcm: np.ndarray) -> None:
-        """Append 16 kHz float32 PCM to the turn (audio past max_seconds is dropped)."""
-        room = self.max_samples - self._samples
-        if room <= 0:
-            return
-        chunk = np.asarray(pcm, dtype=np.float32).reshape(-1)[:room]
-        with self._lock:
-            self._chunks.append(chunk.copy())
-            self._samples += len(chunk)
-
-    @property
-    def samples(self) -> int:
-        """Samples in the turn buffer."""
-        return self._samples
-
-    @property
-    def full(self) -> bool:
-        """True when the buffer reached max_seconds (the caller should end the turn)."""
-        return self._samples >= self.max_samples
-
-    def audio(self) -> np.ndarray:
-        """The turn so far, as one array."""
-        with self._lock:
-            if len(self._chunks) > 1:
-                self._chunks = [np.concatenate(self._chunks)]
-            return self._chunks[0] if self._chunks else np.zeros(0, dtype=np.float32)
-
-    def due(self) -> bool:
-        """True when enough new audio arrived since the last decode to be worth a partial."""
-        return self._samples >= self.min_samples and self._samples - self._decoded_at >= self.interval
-
-    def partial(self) -> Transcript:
-        """Decode the turn so far (blocking)."""
-        audio = self.audio()
-        self._decoded_at = len(audio)
-        self.last = self.stt.transcribe(audio)
-        return self.last
-
-    def final(self) -> Transcript:
-        """Decode the whole turn (blocking); reuses the last partial when no audio came after it."""
-        audio = self.audio()
-        if self.last is not None and self._decoded_at == len(audio):
-            return self.last
-        self._decoded_at = len(audio)
-        self.last = self.stt.transcribe(audio)
-        return self.last
+        timings = tuple((w.word, float(w.start), float(w.end)) for s in segments for w in (s.words or ()))
+        return Transcript(text, seconds, time.perf_counter() - started, no_speech, logprob, timings)
 
 
 def _words(text: str) -> list[str]:

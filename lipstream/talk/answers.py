@@ -1,0 +1,161 @@
+"""Answer preparation: a turn's transcript -> the language model (streamed) -> sentences -> speech.
+
+An answer is prepared speculatively at a pause (before the end of the turn is confirmed), so recognition
+and the model's first tokens hide inside the end-of-turn silence; it is spoken once the turn ends, or
+dropped when the user goes on and says something else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from lipstream.errors import LipstreamError
+from lipstream.talk.conversation_types import ConversationConfig, Emit, TurnTimes
+from lipstream.talk.grounding_port import GroundedPrompt, Grounding
+from lipstream.talk.llm import ChatMessage, LanguageModel, LLMError, as_spoken
+from lipstream.talk.sentences import SentenceStream, speakable
+from lipstream.talk.session_port import AvatarSession
+from lipstream.talk.speaker import Speaker
+
+log = logging.getLogger(__name__)
+
+_END = object()  # end of a model's reply in a PreparedAnswer's queue
+
+
+@dataclass
+class PreparedAnswer:
+    """An answer being prepared for the turn that ends at `end_sample`: its transcript, then the model's
+    reply streaming into `deltas`."""
+
+    end_sample: int
+    deltas: asyncio.Queue = field(default_factory=asyncio.Queue)  # str, then _END or an LLMError
+    task: asyncio.Task | None = None  # transcribes, judges, starts `feeder`; its result is the transcript
+    feeder: asyncio.Task | None = None
+    text: str = ""  # the transcript the answer was started on
+    grounded: GroundedPrompt | None = None  # the passages it was given (None: no knowledge source)
+    first_token_at: float | None = None
+    transcript_at: float | None = None  # when the transcript was ready (often before the turn is decided)
+    judged_at: float | None = None  # when the turn detector's judgement came
+    error: LLMError | None = None  # the model failed while writing this answer
+    error_reported: bool = False  # ... and the client was told (an `error` event)
+    score: float | None = None  # the turn detector's judgement of this pause (None: not judged)
+    created_at: float = field(default_factory=time.perf_counter)
+    tokens: int = 0  # text deltas the model wrote for it (wasted when it is dropped)
+    speaking: bool = False  # the turn ended on it: it is the answer being spoken
+
+    def cancel(self) -> None:
+        """Drop it (the user went on, or the answer was interrupted)."""
+        for task in (self.task, self.feeder):
+            if task is not None and not task.done():
+                task.cancel()
+
+
+class AnswerMaker:
+    """Writes (the model) and speaks (the speaker, through the session) the answers of one conversation."""
+
+    def __init__(
+        self,
+        llm: LanguageModel,
+        speaker: Speaker,
+        session: AvatarSession,
+        config: ConversationConfig,
+        emit: Emit,
+        grounding: Grounding | None = None,
+    ) -> None:
+        self.llm = llm
+        self.speaker = speaker
+        self.session = session
+        self.config = config
+        self.emit = emit
+        self.grounding = grounding
+
+    def messages(self, prepared: PreparedAnswer, history: list[ChatMessage], text: str) -> list[ChatMessage]:
+        """The model's input for the transcript `text`: the system prompt (with passages when a knowledge
+        source is given), the history, the question."""
+        system = self.config.system_prompt
+        if self.grounding is not None:
+            prepared.grounded = self.grounding.ground(system, text)
+            system = prepared.grounded.system_prompt
+        return [ChatMessage("system", system), *history, ChatMessage("user", as_spoken(text))]
+
+    def start(self, prepared: PreparedAnswer, messages: list[ChatMessage]) -> None:
+        """Start the model writing the answer into the prepared queue."""
+        prepared.feeder = asyncio.create_task(self._feed(messages, prepared))
+
+    async def _feed(self, messages: list[ChatMessage], prepared: PreparedAnswer) -> None:
+        """The model's reply into the prepared queue: text deltas, then _END or the LLMError."""
+        try:
+            async for delta in self.llm.stream(messages, self.config.max_reply_tokens):
+                if prepared.first_token_at is None:
+                    prepared.first_token_at = time.perf_counter()
+                prepared.tokens += 1
+                prepared.deltas.put_nowait(delta)
+            prepared.deltas.put_nowait(_END)
+        except LLMError as exc:
+            prepared.deltas.put_nowait(exc)
+            prepared.error = exc
+            if prepared.speaking:  # the client hears of it now, not after what was written is played
+                await self.report_error(prepared)
+
+    async def report_error(self, prepared: PreparedAnswer) -> None:
+        """Send the model's failure on this answer as an `error` event, once."""
+        if prepared.error is None or prepared.error_reported:
+            return
+        prepared.error_reported = True
+        log.warning("language model failed: %s", prepared.error)
+        await self.emit({"type": "error", "code": "llm", "message": str(prepared.error), "fatal": False})
+
+    async def speak(
+        self, turn: int, prepared: PreparedAnswer, times: TurnTimes, said: list[str],
+        on_utterance: Callable[[int], None],
+    ) -> None:
+        """Speak the prepared answer through the session as one utterance; `said` collects its sentences."""
+
+        def audio_ready(_speech: object) -> None:
+            if times.first_audio is None:
+                times.first_audio = time.perf_counter()
+
+        prepared.speaking = True
+        try:
+            sentences = self._sentences(prepared, times, said)
+            if self.grounding is not None and prepared.grounded is not None:
+                sentences = self.grounding.guard(prepared.grounded, sentences)
+            speeches = await self.speaker.speak(sentences, self.config.voice, on_speech=audio_ready)
+            await self.session.push_speech_stream(speeches, on_utterance=on_utterance)
+        except asyncio.CancelledError:
+            prepared.cancel()
+            raise
+        except LipstreamError as exc:  # TTS refused a sentence: the turn ends, the session goes on
+            log.warning("turn %d: reply failed: %s", turn, exc)
+            await self.emit({"type": "error", "code": "llm", "message": str(exc), "fatal": False})
+
+    async def _sentences(
+        self, prepared: PreparedAnswer, times: TurnTimes, said: list[str]
+    ) -> AsyncIterator[str]:
+        """The model's reply as speakable sentences, as soon as each is complete (the first one short)."""
+        splitter = SentenceStream()
+        said_any = False
+        while True:
+            item = await prepared.deltas.get()
+            if times.llm_first_token is None and prepared.first_token_at is not None:
+                times.llm_first_token = prepared.first_token_at
+            if isinstance(item, LLMError):
+                prepared.error = item
+                await self.report_error(prepared)
+                if not said_any and self.config.apology:
+                    yield self.config.apology  # not kept in the history: the model did not say it
+                return
+            pieces = splitter.flush() if item is _END else splitter.push(item)
+            for sentence in pieces:
+                if spoken := speakable(sentence):
+                    said_any = True
+                    if times.first_phrase is None:
+                        times.first_phrase = time.perf_counter()
+                    said.append(spoken)
+                    yield spoken
+            if item is _END:
+                return

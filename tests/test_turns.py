@@ -1,0 +1,306 @@
+"""The conversation's turn state machine with fake parts (tests/talk_fakes.py): no model, no session, no
+audio model runs, so each test takes milliseconds. The real Whisper, VAD and models are exercised by
+test_conversation_turns.py, test_turn_end.py and test_conversation_live.py."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+from talk_fakes import (
+    CHUNK,
+    FixedJudge,
+    LevelVAD,
+    PlainSTT,
+    RecordingSession,
+    ScriptedLLM,
+    ScriptedSTT,
+    ToneVoice,
+    cough,
+    silence,
+    spoken,
+)
+
+from lipstream.talk.conversation import Conversation
+from lipstream.talk.conversation_types import STAGES, ConversationConfig, same_words
+from lipstream.talk.grounding_port import GroundedPrompt
+from lipstream.talk.speaker import Speaker
+from lipstream.talk.transcriber import StreamingTranscript, TimedWord
+from lipstream.talk.turn_end import TurnEndConfig
+
+
+@dataclass
+class Run:
+    """One conversation over fakes, and what came out of it."""
+
+    conversation: Conversation
+    session: RecordingSession
+    stt: ScriptedSTT
+    llm: ScriptedLLM
+    events: list[dict] = field(default_factory=list)
+
+    def kinds(self, kind: str) -> list[dict]:
+        """The events of one type."""
+        return [e for e in self.events if e["type"] == kind]
+
+
+def make(config: ConversationConfig | None = None, detector=None, stt=None, grounding=None) -> Run:
+    """A conversation over the fakes (call inside a running loop)."""
+    session, llm = RecordingSession(), ScriptedLLM()
+    stt = stt or ScriptedSTT()
+    events: list[dict] = []
+
+    async def emit(message: dict) -> None:
+        events.append(message)
+
+    config = config or ConversationConfig(start_ms=100, partial_every_seconds=0.3)
+    vad = LevelVAD(config.start_ms, config.pause_ms, config.vad_end_silence_ms)
+    conversation = Conversation(
+        session, stt, llm, emit, config, vad=vad, speaker=Speaker(voices=lambda _name: ToneVoice()),
+        detector=detector, grounding=grounding,
+    )  # fmt: skip
+    return Run(conversation, session, stt.inner if isinstance(stt, PlainSTT) else stt, llm, events)
+
+
+def question(words: str, after: float = 0.8) -> np.ndarray:
+    """A spoken question between a short silence and `after` seconds of silence."""
+    return np.concatenate([silence(0.3), spoken(words), silence(after)])
+
+
+async def say(run: Run, audio: np.ndarray, settle: float = 0.02) -> None:
+    """Push audio as the microphone in 20 ms chunks, letting the loop run in between (decodes finish)."""
+    for i in range(0, len(audio), CHUNK):
+        await run.conversation.push_microphone(audio[i : i + CHUNK], 16000)
+        await asyncio.sleep(0.0005)
+    await asyncio.sleep(settle)
+
+
+async def finish(run: Run) -> None:
+    """Let the answer be spoken, then close."""
+    for _ in range(200):
+        if run.session.said and not run.session.speaking and run.conversation._reply_task is None or (
+            run.conversation._reply_task is not None and run.conversation._reply_task.done()
+        ):
+            break
+        await asyncio.sleep(0.01)
+    await run.conversation.aclose()
+
+
+def test_a_question_is_transcribed_and_answered_once() -> None:
+    async def main() -> Run:
+        run = make()
+        await say(run, question("what time does the library open"))
+        await finish(run)
+        return run
+
+    run = asyncio.run(main())
+    finals = run.kinds("transcript")
+    assert [e["text"] for e in finals if e["kind"] == "final"] == ["what time does the library open"]
+    assert len(run.session.said) == 1 and run.session.said[0][0].startswith("The library opens")
+    assert [m.role for m in run.conversation.history][:1] == ["user"]
+    assert run.llm.calls[-1][-1].content.lower().startswith("what time does the library open")
+
+
+def test_words_are_committed_while_the_user_speaks_and_only_the_tail_is_decoded_at_the_end() -> None:
+    question = "what time does the library open today please tell me how far is moon from earth"
+
+    async def main() -> Run:
+        run = make()
+        await say(run, np.concatenate([silence(0.3), spoken(question), silence(0.8)]))
+        await finish(run)
+        return run
+
+    run = asyncio.run(main())
+    final = [e["text"] for e in run.kinds("transcript") if e["kind"] == "final"]
+    assert final == [question]
+    partials = [e["text"] for e in run.kinds("transcript") if e["kind"] == "partial"]
+    assert partials and all(question.startswith(p) for p in partials)
+    # partial decodes read only the undecided tail (primed with the committed text), never the whole turn
+    decodes = [c for c in run.stt.calls if c[0] == "words"]
+    spoken_seconds = 0.3 * len(question.split())
+    assert max(seconds for _, seconds, _ in decodes) < 0.6 * spoken_seconds
+    assert any(prompt for _, _, prompt in decodes)
+    assert decodes[-1][1] < 2.0  # the final decode: the last moments only
+
+
+def test_a_recogniser_without_word_timings_decodes_the_whole_turn() -> None:
+    async def main() -> Run:
+        run = make(stt=PlainSTT())
+        await say(run, question("how far is moon from earth"))
+        await finish(run)
+        return run
+
+    run = asyncio.run(main())
+    finals = [e["text"] for e in run.kinds("transcript") if e["kind"] == "final"]
+    assert finals == ["how far is moon from earth"]
+    assert all(kind == "plain" for kind, _, _ in run.stt.calls)
+
+
+def test_a_paused_question_is_answered_once_whole_after_it_ends() -> None:
+    config = ConversationConfig(start_ms=100, partial_every_seconds=0.3, end_silence_ms=900)
+
+    async def main() -> Run:
+        run = make(config)
+        audio = [spoken("what time does the library"), silence(0.6), spoken("open today"), silence(1.2)]
+        await say(run, np.concatenate([silence(0.3), *audio]))
+        await finish(run)
+        return run
+
+    run = asyncio.run(main())
+    assert len(run.kinds("user_speech_ended")) == 1
+    finals = [e["text"] for e in run.kinds("transcript") if e["kind"] == "final"]
+    assert finals == ["what time does the library open today"]
+    assert len(run.session.said) == 1  # answered once
+    assert run.llm.calls[-1][-1].content.lower().startswith("what time does the library open today")
+
+
+def test_an_answer_started_at_a_pause_is_kept_when_what_follows_adds_no_words() -> None:
+    config = ConversationConfig(start_ms=100, partial_every_seconds=0.3, end_silence_ms=900)
+
+    async def main() -> Run:
+        run = make(config)
+        audio = [silence(0.3), spoken("how far is moon from earth"), silence(0.4), cough(), silence(1.2)]
+        await say(run, np.concatenate(audio))
+        await finish(run)
+        return run
+
+    run = asyncio.run(main())
+    assert len(run.llm.calls) == 1  # the model wrote the answer once
+    metrics = run.conversation._times[1].as_event()
+    assert metrics["speculation"]["used"] == "resumed"
+    assert len(run.session.said) == 1
+
+
+def test_a_detector_judging_the_pause_finished_ends_the_turn_after_its_short_silence() -> None:
+    turn = TurnEndConfig(detector="text", finished_ms=200, max_wait_ms=1600)
+    config = ConversationConfig(start_ms=100, partial_every_seconds=0.3, turn=turn)
+    judge = FixedJudge(0.5)
+
+    async def main() -> Run:
+        run = make(config, detector=judge)
+        await say(run, np.concatenate([silence(0.3), spoken("tell me a short joke"), silence(0.7)]))
+        await finish(run)
+        return run
+
+    run = asyncio.run(main())
+    ended = run.kinds("user_speech_ended")
+    assert len(ended) == 1 and ended[0]["rule"] == "detector"
+    assert judge.seen and judge.seen[-1].lower().startswith("tell me a short joke")
+    decision = run.kinds("turn_decision")
+    assert decision and decision[0]["finished"] is True
+    assert run.conversation._times[1].speculation == "pause"
+
+
+def test_an_unfinished_judgement_waits_for_the_hard_cap() -> None:
+    turn = TurnEndConfig(detector="text", finished_ms=200, max_wait_ms=800)
+    config = ConversationConfig(start_ms=100, partial_every_seconds=0.3, turn=turn)
+
+    async def main() -> Run:
+        run = make(config, detector=FixedJudge(0.0001))
+        await say(run, np.concatenate([silence(0.3), spoken("tell me a short joke"), silence(1.2)]))
+        await finish(run)
+        return run
+
+    run = asyncio.run(main())
+    ended = run.kinds("user_speech_ended")
+    assert len(ended) == 1 and ended[0]["rule"] == "max_wait"
+
+
+def test_speaking_over_the_answer_interrupts_it_and_the_history_keeps_what_was_heard() -> None:
+    async def main() -> Run:
+        run = make()
+        run.session.hold = asyncio.Event()  # the answer keeps playing
+        await say(run, question("tell me a short joke"))
+        for _ in range(100):
+            if run.session.said and run.session.said[0]:
+                break
+            await asyncio.sleep(0.01)
+        await say(run, silence(3.0))  # past join_seconds: a new question, not a continuation
+        await say(run, np.concatenate([spoken("how far is moon"), silence(0.8)]))
+        await finish(run)
+        return run
+
+    run = asyncio.run(main())
+    assert run.session.interrupts >= 1
+    contents = [m.content for m in run.conversation.history]
+    assert any(c.endswith(" ...") for c in contents), contents  # what was heard, marked as cut
+    assert len(run.kinds("user_speech_started")) == 2
+
+
+def test_turn_metrics_carry_every_stage_in_order() -> None:
+    async def main() -> Run:
+        run = make()
+        await say(run, question("what time does the library open"))
+        await finish(run)
+        times = run.conversation._times[1]
+        times.first_frame = times.first_audio  # no real session: the frame comes with the audio
+        return run
+
+    run = asyncio.run(main())
+    ms = run.conversation._times[1].as_event()["ms"]
+    assert list(ms) == list(STAGES)
+    assert STAGES[0] == "transcript" and STAGES[-1] == "first_frame" and len(STAGES) == 6
+    assert ms["transcript"] is not None and ms["first_phrase"] is not None
+    assert ms["llm_first_token"] <= ms["first_phrase"] <= ms["first_audio"]
+
+
+class FakeGrounding:
+    """Records what retrieval saw; adds a passage and a source."""
+
+    def __init__(self) -> None:
+        self.prefetched: list[str] = []
+
+    def prefetch(self, partial_text: str) -> None:
+        self.prefetched.append(partial_text)
+
+    def ground(self, system_prompt: str, user_text: str) -> GroundedPrompt:
+        return GroundedPrompt(system_prompt + "\nPASSAGE: opens at nine", ["opens at nine"], ["hours.md"])
+
+    async def guard(self, grounded, sentences):  # noqa: ANN001, ANN201
+        async for sentence in sentences:
+            yield sentence
+
+
+def test_a_knowledge_source_is_searched_on_partials_and_its_passages_reach_the_prompt() -> None:
+    grounding = FakeGrounding()
+
+    async def main() -> Run:
+        run = make(grounding=grounding)
+        await say(run, question("what time does the library open today"))
+        await finish(run)
+        return run
+
+    run = asyncio.run(main())
+    assert grounding.prefetched  # retrieval started while the user spoke
+    assert "PASSAGE: opens at nine" in run.llm.calls[-1][0].content
+    assert run.conversation._answer is not None and run.conversation._answer.grounded is not None
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "same"),
+    [("What time is it?", "what time is it", True), ("open", "open today", False), ("", "", False)],
+)
+def test_same_words_ignores_case_and_punctuation(a: str, b: str, same: bool) -> None:
+    assert same_words(a, b) is same
+
+
+def test_local_agreement_commits_what_two_decodes_agree_on_and_drops_repeats() -> None:
+    sr = 16000
+    state = StreamingTranscript(turn_start=0, hold_seconds=0.5)
+
+    def words(*spec: tuple[str, float, float]) -> list[TimedWord]:
+        return [TimedWord(" " + w, int(a * sr), int(b * sr)) for w, a, b in spec]
+
+    first = words(("what", 0.0, 0.3), ("time", 0.3, 0.6), ("does", 0.6, 0.9))
+    assert state.update(first, audio_end=int(1.0 * sr)) == "what time does"
+    assert not state.committed  # one decode is not agreement
+    second = words(("what", 0.0, 0.3), ("time", 0.3, 0.6), ("does", 0.6, 0.9), ("the", 0.9, 1.1))
+    state.update(second, audio_end=int(1.2 * sr))
+    assert [w.key for w in state.committed] == ["what", "time"]  # "does" ends within the hold
+    # a decode from the tail repeats the last committed word: it is not committed twice
+    third = words(("time", 0.4, 0.6), ("does", 0.6, 0.9), ("the", 0.9, 1.1), ("library", 1.1, 1.5))
+    assert state.update(third, audio_end=int(2.2 * sr)) == "what time does the library"
+    assert state.finish(words(("library", 1.1, 1.5), ("open", 1.5, 1.8))) == "what time does the library open"
+    assert state.tail_start < int(1.1 * sr)

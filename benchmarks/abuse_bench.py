@@ -32,7 +32,7 @@ import websockets
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench_common import cpu_model  # noqa: E402
+from bench_common import cpu_model, open_session  # noqa: E402
 
 from lipstream.server.protocol import Kind, MediaMessage, decode_media  # noqa: E402
 
@@ -77,13 +77,6 @@ class Server:
         self._stop.set()
         self.proc.terminate()
         self.proc.wait(timeout=20)
-
-
-async def open_session(url: str, avatar: str, **hello) -> tuple[websockets.ClientConnection, dict]:
-    """Connect, hello, and the server's first answer."""
-    ws = await websockets.connect(url, max_size=None, open_timeout=20)
-    await ws.send(json.dumps({"type": "hello", "version": 1, "avatar": avatar, **hello}))
-    return ws, json.loads(await asyncio.wait_for(ws.recv(), 60))
 
 
 @dataclass
@@ -388,7 +381,7 @@ def plot(runs: dict, path: Path) -> None:
 TWO_HOUR_FLAC: list[bytes] = []  # made once before any witness runs (encoding it takes seconds)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     """Run the cases against this checkout (and another, if asked) and write JSON and a PNG."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--avatars-dir", type=Path, required=True)
@@ -396,7 +389,7 @@ def main() -> None:
     parser.add_argument("--witness-width", type=int, default=None, help="witness stream width (default full)")
     parser.add_argument("--compare-with", type=Path, default=None, help="another checkout to run first")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "abuse_bench.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     checkouts = ([("before", args.compare_with)] if args.compare_with else []) + [("after", REPO)]
     TWO_HOUR_FLAC.append(silent_flac(7200))
     runs: dict = {}
@@ -415,7 +408,8 @@ def main() -> None:
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     plot(runs, args.out.with_suffix(".png"))
     print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

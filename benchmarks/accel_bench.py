@@ -133,12 +133,12 @@ def tiny_musetalk(models_dir: Path):
     )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     """Run and print the acceleration figures."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--avatar", default="sample", help="avatar name (built as the sample when missing)")
     parser.add_argument("--engines", nargs="+", default=["viseme", "musetalk-tiny"])
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     bundle = open_or_build_avatar(args.avatar)
     tts = create_tts("piper")
     seed, test = tts.synthesize(SEED_SCRIPT), tts.synthesize(TEST_SCRIPT)
@@ -181,7 +181,8 @@ def main() -> None:
     (RESULTS / "accel_bench.json").write_text(json.dumps(results, indent=2) + "\n")
     shutil.rmtree(out_dir, ignore_errors=True)
     print(f"\nwrote {RESULTS / 'accel_bench.json'}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

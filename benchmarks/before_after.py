@@ -1,6 +1,7 @@
 """Run one benchmark on two trees of this repository, alternating, and print every figure side by side.
 
-Run: .venv/bin/python benchmarks/before_after.py --before REV [--rounds 2] -- sessions_bench.py ARGS...
+Run: .venv/bin/python -m benchmarks before_after --before REV [--rounds 2] -- NAME ARGS...
+(NAME: a scenario of `python -m benchmarks list`, or a script under benchmarks/, e.g. sessions_bench.py)
 
 The "before" tree is a git worktree of REV (made once under /tmp, with this checkout's npm folders linked);
 "after" is this checkout. Each round runs the benchmark in both trees, in alternating order, with the same
@@ -22,6 +23,12 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # run as a file: `benchmarks` is a package at the repository root
+    sys.path.insert(0, str(REPO))
+
+from benchmarks.results import cpu_model  # noqa: E402
+from benchmarks.scenarios import by_name  # noqa: E402
+
 RESULTS = REPO / "benchmarks" / "results"
 NPM_FOLDERS = ("tests/browser/node_modules", "lipstream/web/edge/musetalk/node_modules",
                "lipstream/web/edge/tts/node_modules")  # fmt: skip
@@ -41,8 +48,19 @@ def before_tree(rev: str) -> Path:
     return tree
 
 
+def script_of(bench: str) -> tuple[str, list[str]]:
+    """A scenario name or a script file name: the script under benchmarks/ and its leading arguments."""
+    if bench.endswith(".py"):
+        return bench, []
+    scenario = by_name(bench)
+    return f"{scenario.module}.py", list(scenario.args)
+
+
 def run_once(tree: Path, bench: str, args: list[str], out: Path) -> dict:
     """Run the benchmark script of `tree` with the lipstream of `tree`; return its JSON."""
+    if not (tree / "benchmarks" / bench).exists():
+        raise SystemExit(f"{tree} has no benchmarks/{bench} (renamed since?); pass the script's old name, "
+                         "e.g. edge_bench.py, instead of the scenario")
     env = {**os.environ, "PYTHONPATH": str(tree)}
     cmd = [sys.executable, str(tree / "benchmarks" / bench), *args, "--out", str(out)]
     started = time.monotonic()
@@ -76,7 +94,7 @@ def compare(before: list[dict], after: list[dict]) -> list[dict]:
     return rows
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     """Alternate the two trees, then print and write the comparison."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", required=True, help="git revision of the before tree")
@@ -85,10 +103,11 @@ def main() -> int:
         "--after-arg", action="append", default=[],
         help="an argument for the after tree's run only (an option the before tree's script lacks)",
     )
-    parser.add_argument("bench", help="script under benchmarks/, e.g. sessions_bench.py")
+    parser.add_argument("bench", help="a scenario (python -m benchmarks list) or a script: sessions_bench.py")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="its arguments (no --out)")
-    opts = parser.parse_args()
-    args = [a for a in opts.args if a != "--"]
+    opts = parser.parse_args(argv)
+    script, leading = script_of(opts.bench)
+    args = leading + [a for a in opts.args if a != "--"]
     trees = {"before": before_tree(opts.before), "after": REPO}
     runs: dict[str, list[dict]] = {"before": [], "after": []}
     scratch = Path("/tmp") / f"before_after_{os.getpid()}"
@@ -99,7 +118,7 @@ def main() -> int:
         for name in order:
             extra = opts.after_arg if name == "after" else []
             out = scratch / f"{name}{round_}.json"
-            runs[name].append(run_once(trees[name], opts.bench, args + extra, out))
+            runs[name].append(run_once(trees[name], script, args + extra, out))
     rows = compare(runs["before"], runs["after"])
     print(f"\n{'figure':60s} {'before':>12s} {'after':>12s} {'after/before':>12s}")
     for row in rows:
@@ -107,7 +126,7 @@ def main() -> int:
         print(f"{row['figure'][:60]:60s} {row['before']:12.4g} {row['after']:12.4g} {ratio:>12s}")
     result = {
         "date": time.strftime("%Y-%m-%d"),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "before": opts.before,
         "after": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
                                 text=True).stdout.strip(),  # fmt: skip
@@ -122,13 +141,6 @@ def main() -> int:
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"\nwrote {out}")
     return 0
-
-
-def _cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 if __name__ == "__main__":

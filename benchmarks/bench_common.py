@@ -1,11 +1,10 @@
-"""What the benchmark scripts share: the avatar they measure on."""
+"""What the benchmark scripts share: the avatar they measure on, a server, a client session, a player."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
-import platform
 import re
 import subprocess
 import sys
@@ -13,9 +12,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from lipstream.avatar.bundle import AvatarBundle, load_avatar
-from lipstream.avatar.sample import build_sample_avatar
-from lipstream.errors import AvatarError
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # a script run as a file: `benchmarks` is a package at the repository root
+    sys.path.insert(0, str(REPO))
+
+from benchmarks.results import cpu_model  # noqa: E402,F401  (re-exported: the scripts import it from here)
+from lipstream.avatar.bundle import AvatarBundle, load_avatar  # noqa: E402
+from lipstream.avatar.sample import build_sample_avatar  # noqa: E402
+from lipstream.errors import AvatarError  # noqa: E402
 
 
 def open_or_build_avatar(name: str) -> AvatarBundle:
@@ -25,17 +29,6 @@ def open_or_build_avatar(name: str) -> AvatarBundle:
         return load_avatar(name)
     except AvatarError:
         return build_sample_avatar(name)
-
-
-def cpu_model() -> str:
-    """The CPU model name from /proc/cpuinfo (platform.processor() elsewhere), recorded with each figure."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def start_server(
@@ -53,6 +46,16 @@ def start_server(
             return proc, match.group(1), time.perf_counter() - started
     log.seek(0)
     raise RuntimeError("server did not start:\n" + log.read()[-3000:])
+
+
+async def open_session(url: str, avatar: str, **hello) -> tuple:
+    """A WebSocket session: connect to `url` (ws://HOST:PORT/ws), send hello (with `hello`'s fields),
+    and the server's first answer (`ready` or an error)."""
+    import websockets  # only the WebSocket benchmarks need it
+
+    ws = await websockets.connect(url, max_size=None, open_timeout=20)
+    await ws.send(json.dumps({"type": "hello", "version": 1, "avatar": avatar, **hello}))
+    return ws, json.loads(await asyncio.wait_for(ws.recv(), 60))
 
 
 def rss_mib(pid: int) -> float:

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import subprocess
-import sys
 from pathlib import Path
+
+import bench_common
 
 REPO = Path(__file__).resolve().parent.parent
 BROWSER_DIR = REPO / "tests" / "browser"
@@ -38,16 +38,8 @@ TWO_PAGES_TEXT = (
 
 def start_server(avatars_dir: Path, extra: list[str] | None = None) -> tuple[subprocess.Popen, str]:
     """`lipstream serve --port 0` (and `extra` arguments); returns the process and its http URL."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "lipstream", "serve", "--port", "0", "--avatars-dir", str(avatars_dir),
-         *(extra or [])],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
-    for line in proc.stdout:  # type: ignore[union-attr]
-        match = re.search(r"(http://[\d.]+:\d+)", line)
-        if match:
-            return proc, match.group(1)
-    raise RuntimeError("server did not start")
+    proc, http, _ = bench_common.start_server(["--avatars-dir", str(avatars_dir), *(extra or [])], cwd=REPO)
+    return proc, http
 
 
 def drive(options: dict, script: str = "player.mjs") -> dict:
@@ -130,7 +122,7 @@ def compare_streams(url: str, avatar: str) -> dict:
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     """Run both sizes and write JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--avatars-dir", type=Path, required=True)
@@ -140,7 +132,7 @@ def main() -> None:
     parser.add_argument(
         "--serve-arg", action="append", default=[], help="a `lipstream serve` argument, repeatable"
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     manifest = json.loads((args.avatars_dir / args.avatar / "manifest.json").read_text())
     w, h = manifest["width"], manifest["height"]
     proc, url = start_server(args.avatars_dir, args.serve_arg)
@@ -186,7 +178,8 @@ def main() -> None:
             f"{r['interrupt_to_last_speech_frame_ms']} ms"
         )
     print(f"wrote {args.out}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

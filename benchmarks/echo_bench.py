@@ -92,10 +92,10 @@ def speech_starts(model: SileroModel, pcm: np.ndarray, offset: int = 0) -> list[
     return [(offset + e.sample) / SR for e in vad.push(pcm.astype(np.float32)) if e.kind == "speech_start"]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "echo_bench.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     avatar = create_tts("piper").synthesize(AVATAR_TEXT).pcm[: 10 * SR].astype(np.float64)
     espeak = create_tts("espeak")
@@ -205,7 +205,8 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -77,10 +77,10 @@ def first_start(model: SileroModel, pcm: np.ndarray) -> float | None:
     return starts[0] if starts else None
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks/results/echo_double_talk_bench.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     voice = create_tts("piper").synthesize(AVATAR_TEXT).pcm[: 6 * SR].astype(np.float64)
     espeak = create_tts("espeak")
@@ -153,7 +153,8 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -82,14 +82,14 @@ def run_side(label: str, ref: str) -> dict:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     """Run or measure the sides asked for; print every side the results file holds."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--ref", action="append", default=[], help="LABEL=REF: clone REF and time its setup")
     parser.add_argument("--measure", action="append", default=[], help="LABEL=DIR: only measure DIR's sizes")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     results = json.loads(RESULT.read_text()) if RESULT.exists() else {}
     results.update({"cpu": cpu_model(), "date": datetime.now(timezone.utc).isoformat(timespec="seconds")})
     sides = results.setdefault("sides", {})
@@ -108,7 +108,8 @@ def main() -> None:
         got = side.get("sizes", {})
         cells = " ".join(f"{got.get(n, 0) / 1e6:>17.0f}" for n in names)
         print(f"{label:10} {side.get('seconds', float('nan')):>8} {cells} {sum(got.values()) / 1e6:>8.0f}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

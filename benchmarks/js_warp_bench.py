@@ -3,7 +3,7 @@
 Both checkouts' warp.js render the same open-mouth rows (ah, ee, oo, a small opening, a closure, f/v) on the
 sample avatar's crop with this checkout's avatar warp config; ms per patch, median over rounds, and after /
 before, and whether both drew the same patches (a sha256 of them all). (The whole
-page's figure, frames dropped at 1080×1920, is benchmarks/edge_bench.py.)
+page's figure, frames dropped at 1080×1920, is benchmarks/serverless_page_bench.py.)
 
     .venv/bin/python benchmarks/js_warp_bench.py --before 4c0f546
 
@@ -40,7 +40,7 @@ ROWS = [
 ]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     """Write the crop and rows once, then time both checkouts' warp.js in turn."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--before", default="4c0f546", help="commit of the 'before' warp.js")
@@ -48,7 +48,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--passes", type=int, default=100)
     ap.add_argument("--out", type=Path, default=RESULTS / "js_warp_bench.json")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     sys.path.insert(0, str(REPO / "benchmarks"))
     from before_after import before_tree
     from bench_common import cpu_model, open_or_build_avatar
@@ -96,7 +96,8 @@ def main() -> None:
     print(f"{cpu_model()}: before {median['before']:.2f} ms, after {median['after']:.2f} ms per patch "
           f"(x{result['after_over_before']}), same patches: {result['same_patches']}")  # fmt: skip
     print(f"wrote {args.out}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

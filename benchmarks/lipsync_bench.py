@@ -134,13 +134,13 @@ def plot_summary(path: Path, cases: dict) -> None:
     plt.close(fig)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     """Run every case, print a table, write JSON and plots."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--avatar", help="avatar name or bundle folder (default: the sample, built here)")
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="lipsync_bench_"))
     bundle = load_avatar(args.avatar) if args.avatar else sample_bundle(work)
@@ -198,7 +198,8 @@ def main() -> None:
     path = args.out / "lipsync_bench.json"
     path.write_text(json.dumps(results, indent=2, default=str) + "\n")
     print(f"wrote {path} and {args.out / 'lipsync_summary.png'}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

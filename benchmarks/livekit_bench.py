@@ -221,7 +221,7 @@ def lipsync_pair(args: argparse.Namespace, speech: np.ndarray, wav: Path, work: 
             (("render", rendered), ("livekit_generator", generated))}  # fmt: skip
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     """Run both parts; print the table; write the JSON."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--avatar", default="anchor", help="prepared avatar with viseme caches (name or folder)")
@@ -232,7 +232,7 @@ def main() -> None:
     )  # fmt: skip
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     ap.add_argument("--live-only", action="store_true", help="skip the lip-sync part (~8 of the ~11 min)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if shutil.which("espeak-ng") is None:
         raise SystemExit("espeak-ng is needed (make setup installs it)")
     work = Path(tempfile.mkdtemp(prefix="livekit-bench-"))
@@ -279,7 +279,8 @@ def main() -> None:
     name = "livekit_bench_live.json" if args.live_only else "livekit_bench.json"
     (args.out / name).write_text(json.dumps(result, indent=2) + "\n")
     shutil.rmtree(work, ignore_errors=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -278,7 +278,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=100)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     """Run the parts asked for and write the results."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--native-python", default=None, help="an interpreter with a native llama.cpp build")
@@ -289,7 +289,7 @@ def main() -> int:
     parser.add_argument("--before-tree", default=None, help="an older checkout: its idle memory too")
     parser.add_argument("--live-only", action="store_true", help="only the live part (and memory)")
     parser.add_argument("--out", type=Path, default=RESULTS / "llm_process_bench.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     result: dict[str, Any] = {"cpu": cpu_model(), "date": time.strftime("%Y-%m-%d"),
                               "load_average_start": os.getloadavg()}  # fmt: skip
     if not args.live_only:

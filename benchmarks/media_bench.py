@@ -133,13 +133,13 @@ def bench_tts(progress: Progress, repeats: int) -> dict[str, dict[str, float]]:
     return results
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     """Run every benchmark, print a table and write JSON."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--frames", type=int, default=100, help="frames per encoder run")
     parser.add_argument("--tts-repeats", type=int, default=3)
     parser.add_argument("--json", type=Path, default=Path("benchmarks/results/media_bench.json"))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     console = Console()
     report: dict = {
         "machine": f"{platform.machine()} {os.cpu_count()} cpus, {platform.python_version()}",
@@ -175,7 +175,8 @@ def main() -> None:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=2))
     console.print(f"wrote {args.json}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -140,7 +140,7 @@ def summarise(runs: list[dict]) -> dict:
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     """PCM and Opus rounds against one server; print side by side and write JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--avatars-dir", type=Path, required=True)
@@ -149,7 +149,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="PCM and Opus runs each, alternating")
     parser.add_argument("--patch-kbps", type=float, default=None, help="passed to lipstream serve")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "opus_bench.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     results: dict = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "cpu": cpu_model(),
@@ -186,7 +186,8 @@ def main() -> None:
     for key in summary["pcm"]:
         print(f"{key:34s} | pcm {summary['pcm'][key]} | opus {summary['opus'][key]}")
     print(f"wrote {args.out}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -248,7 +248,7 @@ def browser_offset(url: str, avatar: str) -> dict | None:
     return {"av_offset_ms": snap.get("avOffsetMs"), "ttff_ms": snap.get("ttffMs")}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     """Run every scenario and write JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--avatars-dir", type=Path, required=True)
@@ -262,7 +262,7 @@ def main() -> int:
         help="which parts to run; results merge into --out (default: all)",
     )
     parser.add_argument("--hold-width", type=int, default=1080, help="stream width in the hold case")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if not RAY_PYTHON.exists():
         print(f"{RAY_PYTHON} is missing: make setup builds it", file=sys.stderr)
         return 2

@@ -112,7 +112,7 @@ def best_factors(runs: list[dict]) -> dict[str, float]:
     return best
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     """Render the clip and print the figures."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--avatar", default="sample")
@@ -125,7 +125,7 @@ def main() -> None:
     )
     parser.add_argument("--with-accel", action="store_true", help="also render with acceleration forced on")
     parser.add_argument("--out", type=Path, default=RESULTS / "render_bench.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     qualities = [q.strip() for q in args.qualities.split(",") if q.strip()]
     unknown = [q for q in qualities if q not in QUALITY_LEVELS and q != OLD]
     if unknown:
@@ -173,7 +173,8 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -73,7 +73,6 @@ def record(
     for figure in figures:
         if not isinstance(figure, Figure):
             raise TypeError(f"record({scenario!r}): {figure!r} is not a benchmarks.results.Figure")
-    path = result_path(scenario, results_dir)
     document = {
         "scenario": scenario,
         "command": command,
@@ -83,16 +82,28 @@ def record(
         "figures": [{**asdict(f), "value": float(f.value)} for f in figures],
         "extra": extra or {},
     }
+    return write(document, results_dir)
+
+
+def write(document: dict, results_dir: Path = RESULTS_DIR) -> Path:
+    """Write one results document (the schema of `record`) as benchmarks/results/<scenario>.json."""
+    path = result_path(document["scenario"], results_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=2) + "\n")
-    print(f"recorded {len(figures)} figure(s) in {path}", file=sys.stderr)
+    print(f"recorded {len(document['figures'])} figure(s) in {path}", file=sys.stderr)
     return path
+
+
+def is_result(data: object) -> bool:
+    """Whether a parsed JSON document has this schema (the scripts' own raw JSON does not)."""
+    keys = ("scenario", "command", "date", "commit", "machine", "figures")
+    return isinstance(data, dict) and all(key in data for key in keys)
 
 
 def load(path: Path) -> dict:
     """One results JSON, checked to have the schema's keys (ValueError naming the file and the key)."""
     data = json.loads(Path(path).read_text())
-    for key in ("scenario", "command", "date", "commit", "machine", "figures"):
-        if key not in data:
-            raise ValueError(f"{path}: not a results file (no {key!r}); write it with benchmarks.results.record")
+    if not is_result(data):
+        raise ValueError(f"{path}: not a results file (scenario, command, date, commit, machine, figures); "
+                         "write it with benchmarks.results.record")
     return data

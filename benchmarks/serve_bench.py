@@ -11,14 +11,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
+import bench_common
 import numpy as np
-import websockets
 from rich.progress import Progress
 
 from lipstream.server.protocol import Flags, Kind, decode_media
@@ -28,24 +26,15 @@ TEXT = "Good evening. Here is the news, read by a face that was never filmed say
 
 
 def start_server(avatars_dir: Path) -> tuple[subprocess.Popen, str]:
-    """`lipstream serve --port 0`; returns the process and its ws URL."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "lipstream", "serve", "--port", "0", "--avatars-dir", str(avatars_dir),
-         "--max-sessions", "16"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
-    for line in proc.stdout:  # type: ignore[union-attr]
-        match = re.search(r"http://([\d.]+:\d+)", line)
-        if match:
-            return proc, f"ws://{match.group(1)}/ws"
-    raise RuntimeError("server did not start")
+    """`lipstream serve --port 0 --max-sessions 16`; returns the process and its ws URL."""
+    args = ["--avatars-dir", str(avatars_dir), "--max-sessions", "16"]
+    proc, http, _ = bench_common.start_server(args, cwd=REPO)
+    return proc, http.replace("http://", "ws://", 1) + "/ws"
 
 
 async def open_session(url: str, avatar: str, width: int | None) -> tuple[object, dict]:
     """Connect and get `ready`."""
-    ws = await websockets.connect(url, max_size=None)
-    await ws.send(json.dumps({"type": "hello", "version": 1, "avatar": avatar, "output_width": width}))
-    return ws, json.loads(await ws.recv())
+    return await bench_common.open_session(url, avatar, output_width=width)
 
 
 async def ttff_once(url: str, avatar: str, width: int | None) -> dict:
@@ -119,7 +108,7 @@ def histogram(values: dict[str, list[float]], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     """Run every measurement and write JSON + PNG."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--avatars-dir", type=Path, required=True)
@@ -128,7 +117,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--max-concurrent", type=int, default=4)
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "serve_bench.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     proc, url = start_server(args.avatars_dir)
     manifest = json.loads((args.avatars_dir / args.avatar / "manifest.json").read_text())
     full_w = manifest["width"]
@@ -175,7 +164,8 @@ def main() -> None:
             + ", ".join(f"{n}: {c['min_fps']}" for n, c in r["sustained"].items())
         )
     print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

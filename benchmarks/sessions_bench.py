@@ -221,7 +221,7 @@ def compare_streams(bundle, engine, pcm, modes: list[str], counts: list[int], se
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     """Measure 1..N sessions at full and half size; print and write JSON."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--avatar", default="sample")
@@ -242,11 +242,11 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32", help="musetalk: float32 (CPU), float16 (CUDA)")
     parser.add_argument("--compile", action="store_true", help="musetalk: torch.compile every batch size")
     parser.add_argument("--max-batch-wait-ms", type=float, default=40.0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     bundle = open_or_build_avatar(args.avatar)
     if args.engine == "musetalk":
         run_batching(args, bundle)
-        return
+        return 0
     engine = create_engine("viseme")
     engine.prepare(bundle)
     text = "Good evening. Here is the news, read by a face that was never filmed saying it. " * 3
@@ -289,6 +289,7 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {out}")
+    return 0
 
 
 def run_batching(args: argparse.Namespace, bundle) -> None:
@@ -334,4 +335,4 @@ def run_batching(args: argparse.Namespace, bundle) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -92,17 +92,17 @@ def compare(before: np.ndarray, after: np.ndarray) -> dict:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     """Render on both checkouts and print the differences; exit 1 if they exceed rounding."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--before", required=True, help="commit whose patches are the reference")
     ap.add_argument("--avatar", default="sample", help="prepared avatar in $LIPSTREAM_HOME")
     ap.add_argument("--random", type=int, default=400, help="random articulation rows besides the speech")
     ap.add_argument("--side", nargs=4, help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.side:
         side(*(Path(p) for p in args.side))
-        return
+        return 0
     sys.path.insert(0, str(REPO / "benchmarks"))
     from viseme_speed_bench import speech_sides
 
@@ -119,8 +119,8 @@ def main() -> None:
     print(json.dumps({"before_commit": args.before, **report}, indent=2))
     ok = all(r["max_abs"] <= MAX_ABS and r["mean_abs"] <= MEAN_ABS for r in report.values())
     print("same picture (within rounding)" if ok else "DIFFERENT beyond rounding")
-    sys.exit(0 if ok else 1)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -72,7 +72,7 @@ def speech_sides(before_commit: str, avatar_name: str, prefix: str) -> tuple[Pat
     return before, avatar, work
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     """Render on both checkouts, alternating, and print the figures side by side."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--before", default="4c0f546", help="commit of the 'before' engine")
@@ -81,10 +81,10 @@ def main() -> None:
     ap.add_argument("--passes", type=int, default=2, help="timed passes over the speech per round")
     ap.add_argument("--out", type=Path, default=RESULTS / "viseme_speed_bench.json")
     ap.add_argument("--side", nargs=3, help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.side:
         side(Path(args.side[0]), Path(args.side[1]), int(args.side[2]))
-        return
+        return 0
     before, avatar, work = speech_sides(args.before, args.avatar, "viseme-speed-")
     from bench_common import cpu_model  # importable once speech_sides has put benchmarks/ on the path
     load_start = os.getloadavg()
@@ -124,7 +124,8 @@ def main() -> None:
         b, a = summary["before"][k], summary["after"][k]
         print(f"| {k} | {b:.2f} | {a:.2f} | {a / b:.2f} |")
     print(f"wrote {args.out}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

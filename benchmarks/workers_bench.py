@@ -99,7 +99,7 @@ async def hold(http: str, pid: int, avatar: str, pcm: bytes, n: int, seconds: fl
     }  # fmt: skip
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     """Run every worker count at each session count, interleaved; write the JSON and print a table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--avatar", default="sample")
@@ -108,7 +108,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=12.0, help="playback measured per session")
     parser.add_argument("--warmup-seconds", type=float, default=4.0, help="untimed first run per server")
     parser.add_argument("--out", type=Path, default=RESULTS / "workers_bench.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     bundle = open_or_build_avatar(args.avatar)
     from lipstream.talk.tts import create_tts

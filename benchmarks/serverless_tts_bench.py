@@ -1,5 +1,5 @@
 """Text -> speech in headless Chromium on the serverless page: first audio, Piper's real-time factor on
-onnxruntime-web (wasm), export size with the voice. Usage: python benchmarks/edge_tts_bench.py EXPORT_DIR
+onnxruntime-web (wasm), export size with the voice. Usage: python benchmarks/serverless_tts_bench.py EXPORT_DIR
 (EXPORT_DIR from `lipstream export web NAME -o EXPORT_DIR --voice`)."""
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.results import Figure, record  # noqa: E402
 from test_edge_web import StaticServer  # noqa: E402
 from test_server_harness import run_browser_script  # noqa: E402
 
@@ -22,8 +24,14 @@ TEXTS = [
 ]
 
 
-def main() -> None:
-    folder = Path(sys.argv[1])
+def main(argv: list[str] | None = None) -> int:
+    """Speak TEXTS in the page of EXPORT_DIR; print the figures and record the headline ones."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or not (Path(args[0]) / "export.json").exists():
+        print("usage: python -m benchmarks serverless_tts EXPORT_DIR  (EXPORT_DIR: a folder made by "
+              "`lipstream export web NAME -o EXPORT_DIR --voice`)", file=sys.stderr)
+        return 2
+    folder = Path(args[0])
     server = StaticServer(folder)
     try:
         with tempfile.TemporaryDirectory() as out:
@@ -43,11 +51,16 @@ def main() -> None:
                      "rtf": round(sum(f["synthMs"]) / 1000 / seconds, 3)})  # fmt: skip
     cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
     model = next((ln.split(":", 1)[1].strip() for ln in cpu.splitlines() if ln.startswith("Model name")), "?")
-    print(json.dumps({
+    report = {
         "cpu": model, "cores": os.cpu_count(), "load": os.getloadavg(), "threads": result["threads"],
         "rows": rows, "export_bytes": size, "voice_bytes": manifest["files"][voice]["bytes"],
-    }, indent=1))  # fmt: skip
+    }  # fmt: skip
+    print(json.dumps(report, indent=1))
+    figures = [Figure("serverless TTS: first audio, short sentence", rows[0]["first_audio_ms"], "ms"),
+               Figure("serverless TTS: Piper real-time factor, wasm", rows[-1]["rtf"], "x (lower is faster)")]
+    record("serverless_tts", figures, "python -m benchmarks serverless_tts EXPORT_DIR", report)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

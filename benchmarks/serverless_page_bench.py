@@ -2,13 +2,13 @@
 static server; main-thread ms per display frame, dropped frames, Play -> first speech frame, engine stages,
 and Float -> RGBA packing per 256² frame.
 
-    LIPSTREAM_HOME=out/home .venv/bin/python benchmarks/edge_bench.py [--engine viseme|musetalk --onnx DIR]
-    .venv/bin/python benchmarks/edge_bench.py --engine musetalk --seconds 6   # tiny models, small avatar:
+    LIPSTREAM_HOME=out/home .venv/bin/python benchmarks/serverless_page_bench.py [--engine viseme|musetalk --onnx DIR]
+    .venv/bin/python benchmarks/serverless_page_bench.py --engine musetalk --seconds 6   # tiny models, small avatar:
         per-stage ms on wasm and WebGPU (SwiftShader), engine passes per frame unseeded vs seeded, shapes
 
 Against a user's own Chrome (a real GPU): start it with `google-chrome --remote-debugging-port=9222`, serve an
 export (`lipstream export web NAME -o site && python -m http.server -d site 8000`), then
-`benchmarks/edge_bench.py --url http://127.0.0.1:8000/ --cdp http://127.0.0.1:9222`.
+`benchmarks/serverless_page_bench.py --url http://127.0.0.1:8000/ --cdp http://127.0.0.1:9222`.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def musetalk_tiny(args: argparse.Namespace, report: dict, work: Path) -> dict:
     return runs
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     """Export, serve, play and report."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--avatar", default="sample")
@@ -134,7 +134,7 @@ def main() -> int:
     parser.add_argument(
         "--webgpu-seconds", type=float, default=1.0, help="tiny MuseTalk run: clip length on WebGPU (slow)"
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     work = Path(tempfile.mkdtemp(prefix="edge_bench_"))
     wav = work / "clip.wav"

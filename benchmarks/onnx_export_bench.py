@@ -1,6 +1,6 @@
 """`lipstream export onnx` at full size with random weights: export time, file sizes, the gate's numbers.
 
-    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/edge_export_bench.py [--tiny] [--dtypes float16 float32]
+    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/onnx_export_bench.py [--tiny] [--dtypes float16 float32]
 writes benchmarks/results/edge_export.json. Full size writes ~3.4 GB of random MuseTalk v1.5 weights in the
 upstream layout to a temp folder first (not timed as export), then exports each dtype through the same code
 as the CLI (load, trace, convert, shape inference, gate, manifest) and deletes everything unless --keep.
@@ -33,7 +33,7 @@ def peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and write its JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiny", action="store_true", help="the CI widths (seconds), not full size")
@@ -42,7 +42,7 @@ def main() -> int:
     parser.add_argument("--work", default=tempfile.gettempdir(), help="where the weights and exports go")
     parser.add_argument("--keep", action="store_true", help="keep the weights and exports")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "edge_export.json"))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     work = Path(tempfile.mkdtemp(dir=args.work, prefix="edge-export-bench-"))
     record: dict = {

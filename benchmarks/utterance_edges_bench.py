@@ -15,7 +15,7 @@ percentile step inside the speech (ordinary lip motion) to compare them with. Wr
 benchmarks/results/edges_bench.json and docs/img/utterance_edges.png (the sample's mouth around the end of
 speech, both sides, enlarged).
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/edges_bench.py
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/utterance_edges_bench.py
 """
 
 from __future__ import annotations
@@ -116,12 +116,12 @@ def strip(path: Path, rows: list[tuple[str, object, list]]) -> None:
     cv2.imwrite(str(path), cv2.cvtColor(np.concatenate([x[:, :w] for x in lines]), cv2.COLOR_RGB2BGR))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     """Both sides on both avatars and both speeches; print and save the figures and the strip."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=RESULTS / "edges_bench.json")
     ap.add_argument("--strip", type=Path, default=REPO / "docs" / "img" / "utterance_edges.png")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     from lipstream.audio.levels import SilenceDetector, frame_rms
     from lipstream.audio.timeline import SAMPLE_RATE, SAMPLES_PER_FRAME
@@ -171,7 +171,8 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"results: {args.out}\nstrip: {args.strip}\nwork folder: {work}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -1,0 +1,120 @@
+"""Run a named scenario: import its module, call `main(argv)`, record its headline figures."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+
+from benchmarks.results import REPO, RESULTS_DIR, Figure, record
+from benchmarks.scenarios import Scenario
+
+BENCH_DIR = REPO / "benchmarks"
+
+
+def ensure_paths() -> None:
+    """Put benchmarks/ and the repository root on sys.path: the scripts import their siblings by bare name."""
+    for folder in (str(REPO), str(BENCH_DIR)):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+
+
+def module_path(scenario: Scenario) -> Path:
+    """The file of a scenario's module."""
+    return BENCH_DIR / f"{scenario.module}.py"
+
+
+def load_module(scenario: Scenario) -> ModuleType:
+    """Import a scenario's module (FileNotFoundError when another change has not added it yet)."""
+    if not module_path(scenario).exists():
+        raise FileNotFoundError(f"scenario {scenario.name!r}: benchmarks/{scenario.module}.py does not exist "
+                                "(yet); `python -m benchmarks list` marks such scenarios as missing")
+    ensure_paths()
+    return importlib.import_module(scenario.module)
+
+
+def call_main(module: ModuleType, argv: list[str]) -> int:
+    """Call the module's `main(argv)`; a `main()` without parameters gets `argv` through sys.argv."""
+    main = getattr(module, "main", None)
+    if main is None:
+        raise AttributeError(f"benchmarks/{module.__name__}.py has no main(argv); add one to run it by name")
+    saved = sys.argv
+    try:
+        if inspect.signature(main).parameters:
+            code = main(argv)
+        else:  # why: a script another change has not given main(argv) yet still runs by name
+            sys.argv = [str(module.__file__), *argv]
+            code = main()
+    except SystemExit as stop:  # argparse's --help and usage errors
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    finally:
+        sys.argv = saved
+    return int(code or 0)
+
+
+def raw_output(scenario: Scenario, argv: list[str]) -> Path:
+    """Where the script wrote its raw JSON: its --out/--json argument (a file, or a folder) or the default."""
+    path = RESULTS_DIR / str(scenario.raw)
+    for flag in ("--out", "--json"):
+        if flag in argv[:-1]:
+            given = Path(argv[argv.index(flag) + 1])
+            path = given / path.name if given.is_dir() else given
+    return path if path.is_absolute() else REPO / path
+
+
+def dig(data: object, path: tuple) -> float:
+    """The number at `path` (keys and indices) in a parsed JSON document (KeyError naming the path)."""
+    node = data
+    for step in path:
+        try:
+            node = node[step]  # type: ignore[index]
+        except (KeyError, IndexError, TypeError):
+            raise KeyError(f"no {'/'.join(map(str, path))} in the raw JSON (stopped at {step!r})") from None
+    if isinstance(node, bool) or not isinstance(node, int | float):
+        raise KeyError(f"{'/'.join(map(str, path))} in the raw JSON is {node!r}, not a number")
+    return float(node)
+
+
+def headline_figures(scenario: Scenario, data: object) -> tuple[list[Figure], list[str]]:
+    """The scenario's headline figures read from its raw JSON, and a note for each one it does not hold."""
+    figures, missing = [], []
+    for headline in scenario.headlines:
+        try:
+            value = dig(data, headline.path) * headline.scale
+        except KeyError as error:
+            missing.append(f"{headline.name}: {error.args[0]}")
+            continue
+        figures.append(Figure(headline.name, round(value, 4), headline.unit, headline.goal))
+    return figures, missing
+
+
+def command_for(scenario: Scenario, argv: list[str]) -> str:
+    """The command line that reproduces a run."""
+    return " ".join(["python -m benchmarks", scenario.name, *argv])
+
+
+def run(scenario: Scenario, argv: list[str]) -> int:
+    """Run one scenario with `argv` after its fixed arguments; record its headline figures when it succeeds."""
+    import json
+
+    module = load_module(scenario)
+    started = time.time()
+    code = call_main(module, [*scenario.args, *argv])
+    if code != 0 or not scenario.headlines or "--help" in argv or "-h" in argv:
+        return code
+    if getattr(module, "record", None) is record:  # the script records its own figures
+        return code
+    path = raw_output(scenario, [*scenario.args, *argv])
+    if not path.exists() or path.stat().st_mtime < started:
+        print(f"{scenario.name}: no fresh raw JSON at {path}; nothing recorded", file=sys.stderr)
+        return 1
+    figures, missing = headline_figures(scenario, json.loads(path.read_text()))
+    for note in missing:
+        print(f"{scenario.name}: headline not in this run's JSON: {note}", file=sys.stderr)
+    if figures:
+        record(scenario.name, figures, command_for(scenario, argv), {"raw": str(path.relative_to(REPO))
+                                                                     if path.is_relative_to(REPO) else str(path)})
+    return code

@@ -14,7 +14,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from test_server_harness import ServerProcess, run_browser_script
+from server_harness import ServerProcess, run_browser_script
 
 from lipstream.audio.encode import wav_bytes
 from lipstream.cli import main
@@ -328,7 +328,8 @@ def test_the_export_carries_eye_points_and_the_blink_machine(photo_export, small
     assert starts and manifest["blinks"]["drawn_starts"] == starts
     assert manifest["blinks"]["phrase"] == PhraseBlinkConfig().entry()
     lid = BlinkConfig()
-    want = {"meet": lid.meet, "lid_reach": lid.lid_reach, "close_share": lid.close_share}
+    want = {"meet": lid.meet, "lid_reach": lid.lid_reach, "close_share": lid.close_share,
+            "shut_share": lid.shut_share, "lash": lid.lash, "lash_keep": lid.lash_keep}
     assert manifest["blinks"]["lid"] == want
     ids = [i for pair in EYES for contour in pair for i in contour]
     for i, row in enumerate(manifest["eyes"]):

@@ -24,7 +24,7 @@ LEVELS = 1
 
 
 def _lid(config: BlinkConfig) -> dict:
-    return {"meet": config.meet, "lid_reach": config.lid_reach, "close_share": config.close_share}
+    return config.lid_entry()  # what export.json's blinks.lid carries
 
 
 def _phrases(count: int, voiced_s: float, pause_s: float) -> list[bool]:
@@ -102,13 +102,14 @@ def test_the_page_machine_blinks_on_the_same_frames_as_python() -> None:
 def test_the_hash_and_the_curve_are_python_s_bit_for_bit() -> None:
     frames = [0, 1, 2, 25, 999, 2**31 - 1, 2**31, 2**32 - 1, 2**32 + 5, 3_000_000_123, 10**12 + 7, 2**53 - 1]
     frames += np.random.default_rng(5).integers(0, 2**40, 200).tolist()
-    durations = (4.0, 0.16 * FPS, 2.5, 3.7, 6.25, 1.0)
-    curves = [{"durationFrames": d, "closeShare": s} for d in durations for s in (0.4, 0.3)]
+    durations = (4.0, 0.16 * FPS, 0.28 * FPS, 0.22 * FPS, 0.32 * FPS, 2.5, 3.7, 6.25, 1.0)
+    shapes = ((0.4, 0.0), (0.3, 0.0), (0.25, 0.3), (0.2, 0.4))  # (close_share, shut_share)
+    curves = [{"durationFrames": d, "closeShare": c, "shutShare": s} for d in durations for c, s in shapes]
     request = {"chances": frames, "curves": curves}
     js = run_node("lids_parity.mjs", request)
     assert js["chances"] == [phrase_chance(f) for f in frames]
     for entry, got in zip(request["curves"], js["curves"], strict=True):
-        config = BlinkConfig(close_share=entry["closeShare"])
+        config = BlinkConfig(close_share=entry["closeShare"], shut_share=entry["shutShare"])
         want = blink_curve(entry["durationFrames"], config)
         assert np.array_equal(np.asarray(got, np.float32), want), (entry, got, want.tolist())
 

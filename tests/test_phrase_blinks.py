@@ -46,10 +46,11 @@ def test_blinks_start_where_a_pause_confirms_a_phrase_end_at_the_configured_rate
     assert set(starts) <= set(ends)
     assert starts == [k for k in ends if phrase_chance(k) < config.chance]
     assert abs(len(starts) / len(ends) - config.chance) < 0.1
-    # one blink is short, eased and shut at its middle
+    # one blink lasts 280 ms (7 frames), eased, shut for 2 frames in its first half
     k = starts[0]
     curve = closure[k : k + len(machine.curve) + 1]
-    assert curve[-1] == 0.0 and curve.max() == 1.0 and np.count_nonzero(curve) == len(machine.curve) == 4
+    assert curve[-1] == 0.0 and curve.max() == 1.0 and np.count_nonzero(curve) == len(machine.curve) == 7
+    assert np.count_nonzero(curve == 1.0) == 2
 
 
 def test_no_blink_after_a_short_burst_a_short_gap_or_near_another_blink() -> None:
@@ -138,7 +139,7 @@ def test_a_live_session_blinks_at_phrase_ends_and_draws_the_lids(small_avatar, p
 
     from lipstream.engines.registry import create_engine
     from lipstream.render.frames import AvatarFrame
-    from lipstream.render.session import Session, SessionConfig, SessionEvent
+    from lipstream.render.session import RenderSession, SessionConfig, SessionEvent
     from lipstream.server.protocol import Flags, decode_media, frame_messages
 
     assert small_avatar.manifest.drawn_blink_starts() is not None  # the sample never blinks by itself
@@ -146,7 +147,7 @@ def test_a_live_session_blinks_at_phrase_ends_and_draws_the_lids(small_avatar, p
 
     async def run() -> list[AvatarFrame]:
         frames: list[AvatarFrame] = []
-        async with Session(small_avatar, create_engine("viseme"), config) as session:
+        async with RenderSession(small_avatar, create_engine("viseme"), config) as session:
             session.push_audio(phrased_speech)
             session.flush()
             async for item in session:

@@ -30,15 +30,30 @@ class BlinkConfig:
 
     enabled: bool = True
     interval_s: tuple[float, float] = (2.0, 6.0)  # between blink starts (people: ~10-20 a minute)
-    duration_s: tuple[float, float] = (0.10, 0.25)  # lid down and up again
-    close_share: float = 0.4  # of a blink's time spent closing (the lid falls faster than it rises)
+    # lid down and up again: people's spontaneous blinks last ~200-350 ms (5-8 frames at 25 fps); shorter
+    # ones (one shut frame) did not read as blinks to a face mesh run over the output (issue 37)
+    duration_s: tuple[float, float] = (0.22, 0.32)
+    close_share: float = 0.25  # of a blink's time spent closing (the lid falls fast: ~2 frames) ...
+    shut_share: float = 0.37  # ... then shut (>= 2 frame centres at 0.22 s), then up slower over the rest
     photo_loop_s: float = 12.0  # a photo's idle loop: long enough that the irregular rhythm does not show
     photo_levels: tuple[float, ...] = (0.35, 0.7, 1.0)  # lid heights a photo's pictures are drawn at
     edge_margin_s: float = 0.6  # no planned blink this near a clip stretch's ends (the loop turns there)
     meet: float = 0.78  # the closed lids meet this far down the eye's opening (the lower lid rises too)
     lid_reach: float = 0.55  # lid skin stretched over the eye: from this many eye widths above its edge
+    lash: float = 0.07  # the lash line: this many eye widths of dark margin above the upper lid's edge ...
+    lash_keep: float = 0.45  # ... kept at this share of its thickness when shut (a thin line, not a crescent)
+    lower_skip: float = 0.1  # the rising lower lid starts this many eye widths under its edge (its wet rim
+    # and the eye's white along it stay under the lid, not a bright line under the lashes)
     found_drop: float = 0.55  # a frame whose openness is below this share of the clip's median is closed
     found_max_s: float = 0.5  # ... for at most this long (longer is a squint or a look down, not a blink)
+
+    def lid_entry(self) -> dict:
+        """What the page's copy of the lid drawing and of the blink curve reads (web export's blinks.lid)."""
+        return {
+            "meet": self.meet, "lid_reach": self.lid_reach, "close_share": self.close_share,
+            "shut_share": self.shut_share, "lash": self.lash, "lash_keep": self.lash_keep,
+            "lower_skip": self.lower_skip,
+        }  # fmt: skip
 
 
 def eye_openness(landmarks: np.ndarray) -> float:
@@ -70,13 +85,15 @@ def find_blinks(openness: np.ndarray, fps: int, config: BlinkConfig | None = Non
 
 
 def blink_curve(duration_frames: float, config: BlinkConfig) -> np.ndarray:
-    """Lid closure 0..1 at each frame centre of one blink lasting `duration_frames` (eased down, then up)."""
+    """Lid closure 0..1 at each frame centre of one blink lasting `duration_frames`: eased down over
+    `close_share` of it, shut over `shut_share`, eased up over the rest (a real blink reopens slower)."""
     n = max(2, int(np.ceil(duration_frames)))
     t = (np.arange(n) + 0.5) / duration_frames
     closing = np.clip(t / config.close_share, 0.0, 1.0)
-    opening = np.clip((1.0 - t) / (1.0 - config.close_share), 0.0, 1.0)
+    rest = max(1.0 - config.close_share - config.shut_share, 1e-6)
+    opening = np.clip((1.0 - t) / rest, 0.0, 1.0)
     curve = 0.5 - 0.5 * np.cos(np.pi * np.minimum(closing, opening))
-    # at 25 fps a short blink falls between frame centres: its nearest frame still shows the eye shut
+    # a blink too short for a frame centre to fall on its shut part: its nearest frame still shows it shut
     return (curve / max(float(curve.max()), 1e-6)).astype(np.float32)
 
 
@@ -240,12 +257,25 @@ def _lower_lid(out: np.ndarray, rgb: np.ndarray, upper: np.ndarray, lower: np.nd
     new_low = low_edge - closure * (low_edge - meet) * taper
     lid_top = top_edge - reach
     below_reach = low_edge + 0.5 * reach
+    # The lid's skin (lid_top .. the lash band) stretches over the eye; the lash band above the edge (dark
+    # lashes, liner) thins as it goes down, so the shut lid shows skin with a thin lash line at the meeting
+    # line, not the band stretched into a dark crescent.
+    # (outside the corners it fades with the taper, as every displacement does)
+    lash = np.float32(config.lash * eye_w)
+    lash_out = lash * (1.0 - np.float32(closure * (1.0 - config.lash_keep)) * taper)
+    skin_src = top_edge - lash
+    skin_dst = new_top - lash_out
     # Backward map: where each output pixel takes its colour from.
-    over_lid = (ys >= lid_top) & (ys <= new_top)
-    src_upper = lid_top + (ys - lid_top) * (top_edge - lid_top) / np.maximum(new_top - lid_top, 1e-3)
+    over_skin = (ys >= lid_top) & (ys < skin_dst)
+    src_skin = lid_top + (ys - lid_top) * (skin_src - lid_top) / np.maximum(skin_dst - lid_top, 1e-3)
+    over_lash = (ys >= skin_dst) & (ys <= new_top)
+    src_lash = skin_src + (ys - skin_dst) * lash / np.maximum(lash_out, 1e-3)
+    low_src = low_edge + np.float32(closure * config.lower_skip * eye_w) * taper
     under_lid = (ys >= new_low) & (ys <= below_reach)
-    src_lower = low_edge + (ys - new_low) * (below_reach - low_edge) / np.maximum(below_reach - new_low, 1e-3)
-    map_y = np.where(over_lid, src_upper, np.where(under_lid, src_lower, ys)).astype(np.float32)
+    src_lower = low_src + (ys - new_low) * (below_reach - low_src) / np.maximum(below_reach - new_low, 1e-3)
+    map_y = np.where(
+        over_skin, src_skin, np.where(over_lash, src_lash, np.where(under_lid, src_lower, ys))
+    ).astype(np.float32)
     map_x = np.broadcast_to(xs[None, :], map_y.shape).astype(np.float32)
     # the maps hold whole-picture coordinates, so remap returns just the region
     out[y0:y1, x0:x1] = cv2.remap(rgb, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)

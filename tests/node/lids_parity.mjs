@@ -1,7 +1,7 @@
 // Node (no browser): the page's phrase-end blinks and lid drawing (lipstream/web/edge/lids.js) on inputs the Python
 // side made, for tests/test_lids_js_parity.py.
 // stdin: JSON {machines: [{loopLength, drawnStarts, fps, phrase, lid, steps: [[frame, voiced, position], ...]}],
-//   curves: [{durationFrames, closeShare}], chances: [frame, ...],
+//   curves: [{durationFrames, closeShare, shutShare}], chances: [frame, ...],
 //   close: [{width, height, rgba: base64 RGBA bytes, points: [72 numbers], closure, lid}],
 //   rects: [{points, lid, width, height}]}
 // stdout: one JSON line {machines: [[closure, ...]], starts: [[frame, ...]], curves: [[...]], chances: [...],
@@ -34,7 +34,8 @@ const close = (req.close || []).map(({ width, height, rgba, points, closure, lid
 console.log(JSON.stringify({
   machines,
   starts,
-  curves: (req.curves || []).map(({ durationFrames, closeShare }) => Array.from(blinkCurve(durationFrames, closeShare))),
+  curves: (req.curves || []).map(({ durationFrames, closeShare, shutShare }) =>
+    Array.from(blinkCurve(durationFrames, closeShare, shutShare))),
   chances: (req.chances || []).map(phraseChance),
   close,
   rects: (req.rects || []).map(({ points, lid, width, height }) => lidRect(points, lid, width, height)),

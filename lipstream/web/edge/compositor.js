@@ -4,7 +4,7 @@
 // eyes' rectangle is read back from the video, redrawn by lids.js and put on the overlay while the blink lasts.
 import { blinkCurve, closeEyes, lidRect } from './lids.js';
 
-const BLINK_DURATION_S = 0.16; // phrase_blinks.PhraseBlinkConfig.duration_s, for an export that names none
+const BLINK_DURATION_S = 0.28; // phrase_blinks.PhraseBlinkConfig.duration_s, for an export that names none
 
 export class Compositor {
   constructor({ video, canvas, manifest, stats }) {
@@ -45,7 +45,7 @@ export class Compositor {
     this.lidConfig = blinks.lid;
     // the page's blinks and the server's flagged ones last as the export's config says (the server's default)
     const seconds = blinks.phrase ? blinks.phrase.duration_s : BLINK_DURATION_S;
-    this.lidCurve = blinkCurve(seconds * this.fps, blinks.lid.close_share);
+    this.lidCurve = blinkCurve(seconds * this.fps, blinks.lid.close_share, blinks.lid.shut_share ?? 0);
     this.lidCanvas = new OffscreenCanvas(1, 1);
     this.lidCtx = this.lidCanvas.getContext('2d', { willReadFrequently: true });
   }

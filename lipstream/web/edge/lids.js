@@ -18,19 +18,23 @@ function mod(a, n) {
   return ((a % n) + n) % n;
 }
 
-/** blink.blink_curve: lid closure 0..1 at each frame centre of a blink `durationFrames` long, as float32. */
-export function blinkCurve(durationFrames, closeShare) {
+/**
+ * blink.blink_curve: lid closure 0..1 at each frame centre of a blink `durationFrames` long, as float32: eased down
+ * over `closeShare` of it, shut over `shutShare`, eased up over the rest.
+ */
+export function blinkCurve(durationFrames, closeShare, shutShare = 0) {
   const n = Math.max(2, Math.ceil(durationFrames));
+  const rest = Math.max(1 - closeShare - shutShare, 1e-6);
   const curve = new Float64Array(n);
   let peak = 0;
   for (let i = 0; i < n; i++) {
     const t = (i + 0.5) / durationFrames;
     const closing = Math.min(Math.max(t / closeShare, 0), 1);
-    const opening = Math.min(Math.max((1 - t) / (1 - closeShare), 0), 1);
+    const opening = Math.min(Math.max((1 - t) / rest, 0), 1);
     curve[i] = 0.5 - 0.5 * Math.cos(Math.PI * Math.min(closing, opening));
     peak = Math.max(peak, curve[i]);
   }
-  // at 25 fps a short blink falls between frame centres: its nearest frame still shows the eye shut
+  // a blink too short for a frame centre to fall on its shut part: its nearest frame still shows it shut
   return Float32Array.from(curve, (v) => v / Math.max(peak, 1e-6));
 }
 
@@ -44,14 +48,15 @@ export function phraseChance(frame) {
 export class PhraseEndBlinks {
   /**
    * @param {{loopLength: number, drawnStarts: number[], fps: number, phrase: object, lid: object}} options
-   *   phrase: export.json's blinks.phrase (PhraseBlinkConfig.entry()); lid: blinks.lid (close_share is read)
+   *   phrase: export.json's blinks.phrase (PhraseBlinkConfig.entry()); lid: blinks.lid (close_share and shut_share
+   *   are read; an export without shut_share had no shut plateau)
    */
   constructor({ loopLength, drawnStarts, fps = 25, phrase, lid }) {
     this.loopLength = loopLength;
     this.drawnStarts = drawnStarts || [];
     this.fps = fps;
     this.config = phrase;
-    this.curve = blinkCurve(phrase.duration_s * fps, lid.close_share);
+    this.curve = blinkCurve(phrase.duration_s * fps, lid.close_share, lid.shut_share ?? 0);
     this.voicedRun = 0;
     this.pauseRun = 0;
     this.started = null; // frame the current or last phrase blink began
@@ -188,6 +193,12 @@ function lowerLid(dst, src, width, height, upper, lower, closure, lid) {
   const right = f(Math.max(upper.xs[0], upper.xs[EYE_POINTS - 1]));
   const fifth = f(0.2 * eyeW), meetShare = f(lid.meet), c = f(closure), reach32 = f(reach), half = f(0.5 * reach);
   const eps = f(1e-3);
+  // the lash band above the edge thins as the lid goes down (a thin line where the lids meet, not a crescent), and
+  // the rising lower lid starts a little under its edge; both fade outside the corners with the taper. An export
+  // written before them (no `lash`, `lower_skip`) draws the lid as it did.
+  const lash = f((lid.lash ?? 0) * eyeW);
+  const thin = f(closure * (1 - (lid.lash_keep ?? 1)));
+  const skip = f(closure * (lid.lower_skip ?? 0) * eyeW);
   for (let x = x0; x < x1; x++) {
     const top = rowAt(upper, x);
     const low = Math.max(rowAt(lower, x), top);
@@ -199,12 +210,17 @@ function lowerLid(dst, src, width, height, upper, lower, closure, lid) {
     const newLow = f(low - f(f(c * f(low - meet)) * taper));
     const lidTop = f(top - reach32);
     const belowReach = f(low + half);
-    const upperScale = f(top - lidTop), upperSpan = Math.max(f(newTop - lidTop), eps);
-    const lowerScale = f(belowReach - low), lowerSpan = Math.max(f(belowReach - newLow), eps);
+    const lashOut = f(lash * f(1 - f(thin * taper)));
+    const lowSrc = f(low + f(skip * taper));
+    const skinSrc = f(top - lash), skinDst = f(newTop - lashOut);
+    const skinScale = f(skinSrc - lidTop), skinSpan = Math.max(f(skinDst - lidTop), eps);
+    const lashSpan = Math.max(lashOut, eps);
+    const lowerScale = f(belowReach - lowSrc), lowerSpan = Math.max(f(belowReach - newLow), eps);
     for (let y = y0; y < y1; y++) {
       let sy;
-      if (y >= lidTop && y <= newTop) sy = f(lidTop + f(f(f(y - lidTop) * upperScale) / upperSpan));
-      else if (y >= newLow && y <= belowReach) sy = f(low + f(f(f(y - newLow) * lowerScale) / lowerSpan));
+      if (y >= lidTop && y < skinDst) sy = f(lidTop + f(f(f(y - lidTop) * skinScale) / skinSpan));
+      else if (y >= skinDst && y <= newTop) sy = f(skinSrc + f(f(f(y - skinDst) * lash) / lashSpan));
+      else if (y >= newLow && y <= belowReach) sy = f(lowSrc + f(f(f(y - newLow) * lowerScale) / lowerSpan));
       else continue; // the map is the identity here: the copy already holds this pixel
       sample(dst, src, width, height, x, y, sy);
     }

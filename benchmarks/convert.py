@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from dataclasses import asdict
 from pathlib import Path
@@ -10,6 +11,14 @@ from pathlib import Path
 from benchmarks.results import REPO, RESULTS_DIR, is_result, result_path, write
 from benchmarks.runner import command_for, headline_figures
 from benchmarks.scenarios import Scenario
+
+# Machines the raw JSON does not name (or names only as "x86_64 vm"), as docs/benchmarks-history.md states them
+DOC_MACHINES = {
+    "serve": {"cpu_model": "x86_64 (model not recorded)", "cores": 2},
+    "browser": {"cpu_model": "x86_64 (model not recorded)", "cores": 2},
+    "musetalk_cpu": {"cpu_model": "AMD EPYC (avx512_bf16), load average 6.5-9", "cores": 2},
+    "lipsync": {"cpu_model": "AMD EPYC (re-measured 2026-12-01 03:10, quiet)", "cores": 2},
+}
 
 
 def git_last(path: Path, fmt: str) -> str | None:
@@ -19,34 +28,45 @@ def git_last(path: Path, fmt: str) -> str | None:
     return out or None
 
 
-def raw_machine(raw: dict) -> dict:
-    """The machine as the raw JSON names it (nothing invented: a key it lacks stays None)."""
-    cpu = raw.get("cpu_model") or raw.get("cpu") or raw.get("machine")
+def raw_machine(scenario: Scenario, raw: dict) -> dict:
+    """The machine as the raw JSON (or the history doc, for runs whose JSON lacks it) names it; a key
+    neither holds stays None: nothing is invented."""
+    meta = raw.get("meta") if isinstance(raw.get("meta"), dict) else {}
+    cpu = raw.get("cpu_model") or raw.get("cpu") or meta.get("device") or raw.get("machine")
     cores = raw.get("cores") or raw.get("cpus")
-    return {"cpu_model": cpu or "not recorded", "cores": cores if isinstance(cores, int) else None,
-            "python": raw.get("python")}  # fmt: skip
+    if not isinstance(cores, int) and isinstance(raw.get("machine"), str):
+        found = re.search(r"(\d+) (?:cpus|CPUs|cores)", raw["machine"])
+        cores = int(found.group(1)) if found else None
+    machine = {"cpu_model": cpu or "not recorded", "cores": cores if isinstance(cores, int) else None,
+               "python": raw.get("python")}  # fmt: skip
+    if scenario.name in DOC_MACHINES:
+        machine.update(DOC_MACHINES[scenario.name])
+    return machine
 
 
 def converted(scenario: Scenario, raw_path: Path) -> dict | None:
     """The results document for `scenario` from its pre-schema raw JSON (None when it holds no headline)."""
     raw = json.loads(raw_path.read_text())
-    if is_result(raw) or not isinstance(raw, dict):
+    if not isinstance(raw, dict) or is_result(raw):
         return None
     figures, missing = headline_figures(scenario, raw)
     if not figures:
         return None
-    rel = str(raw_path.relative_to(REPO))
-    date = raw.get("date") or git_last(raw_path, "%cI") or "not recorded"
-    extra = {"converted_from": rel, "original_command": raw.get("command")} if raw.get("command") else {
-        "converted_from": rel}
+    meta = raw.get("meta") if isinstance(raw.get("meta"), dict) else {}
+    date = raw.get("date") or meta.get("date")
+    extra: dict = {"converted_from": str(raw_path.relative_to(REPO))}
+    if not date:  # why: the JSON does not say when; the commit that added it does
+        date, extra["date_from"] = git_last(raw_path, "%cI") or "not recorded", "the commit of the raw JSON"
+    if raw.get("command"):
+        extra["original_command"] = raw["command"]
     if missing:
         extra["headlines_not_in_raw"] = missing
     return {
         "scenario": scenario.name,
-        "command": command_for(scenario, []),
+        "command": command_for(scenario, scenario.usage.split()),
         "date": str(date),
         "commit": git_last(raw_path, "%h") or "unknown",
-        "machine": raw_machine(raw),
+        "machine": raw_machine(scenario, raw),
         "figures": [asdict(f) for f in figures],
         "extra": extra,
     }

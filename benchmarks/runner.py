@@ -65,16 +65,17 @@ def raw_output(scenario: Scenario, argv: list[str]) -> Path:
     return path if path.is_absolute() else REPO / path
 
 
-def dig(data: object, path: tuple) -> float:
-    """The number at `path` (keys and indices) in a parsed JSON document (KeyError naming the path)."""
+def dig(data: object, path: str) -> float:
+    """The number at `path` ("a > b > 0": keys, and indices into lists) in a parsed JSON document
+    (KeyError naming the path and the step where it stopped)."""
     node = data
-    for step in path:
+    for step in (part.strip() for part in path.split(">")):
         try:
-            node = node[step]  # type: ignore[index]
-        except (KeyError, IndexError, TypeError):
-            raise KeyError(f"no {'/'.join(map(str, path))} in the raw JSON (stopped at {step!r})") from None
+            node = node[int(step)] if isinstance(node, list) else node[step]  # type: ignore[index]
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise KeyError(f"no {path!r} in the raw JSON (stopped at {step!r})") from None
     if isinstance(node, bool) or not isinstance(node, int | float):
-        raise KeyError(f"{'/'.join(map(str, path))} in the raw JSON is {node!r}, not a number")
+        raise KeyError(f"{path!r} in the raw JSON is {node!r}, not a number")
     return float(node)
 
 
@@ -115,6 +116,6 @@ def run(scenario: Scenario, argv: list[str]) -> int:
     for note in missing:
         print(f"{scenario.name}: headline not in this run's JSON: {note}", file=sys.stderr)
     if figures:
-        record(scenario.name, figures, command_for(scenario, argv), {"raw": str(path.relative_to(REPO))
-                                                                     if path.is_relative_to(REPO) else str(path)})
+        raw = str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+        record(scenario.name, figures, command_for(scenario, argv), {"raw": raw})
     return code

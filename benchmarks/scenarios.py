@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-Path_ = tuple  # a path into a script's raw JSON: keys and list indices
-
 
 @dataclass(frozen=True)
 class Headline:
-    """One headline figure read from a script's raw JSON: name, path, unit, goal; `scale` converts units."""
+    """One headline figure read from a script's raw JSON: its name, its path there ("a > b > 0": keys and
+    list indices), unit and goal; `scale` converts units (a share to %, bytes to GB)."""
 
     name: str
-    path: Path_
+    path: str
     unit: str
     goal: str | None = None
     scale: float = 1.0
@@ -21,8 +20,9 @@ class Headline:
 @dataclass(frozen=True)
 class Scenario:
     """A named scenario: the module under benchmarks/ whose `main(argv)` runs it, fixed leading arguments,
-    a one-line description, the raw JSON the script writes (relative to benchmarks/results) and the
-    headline figures the runner records from it (none: the script records its own)."""
+    a one-line description, the raw JSON the script writes (relative to benchmarks/results), the
+    headline figures the runner records from it (none: the script records its own), and the arguments a
+    run needs (`usage`, part of the command that reproduces its figures)."""
 
     name: str
     module: str
@@ -30,188 +30,185 @@ class Scenario:
     args: tuple[str, ...] = ()
     raw: str | None = None
     headlines: tuple[Headline, ...] = field(default_factory=tuple)
+    usage: str = ""
 
 
-H = Headline
-FULL, HALF = "full 1080x1920", "half 540x960"
+H, S = Headline, Scenario
+AVATARS = "--avatars-dir $LIPSTREAM_HOME/avatars"
+FULL = "sizes > full 1080x1920"
+R_AT_0 = "lipsync > correlation_lag0"
 
 SCENARIOS: tuple[Scenario, ...] = (
-    # avatars and offline rendering
-    Scenario("prepare", "prepare_bench", "avatar preparation speed and tracking accuracy, 1080x1920 sample clip",
-             raw="prepare_bench.json", headlines=(
-                 H("prepare_avatar, 10 s 1080x1920 clip", ("stages", "prepare", "fps"), "fps", ">= 25"),
-                 H("crop box tracking error, mean", ("tracking", "smoothed_box", "mean_px"), "px", "<= 3"))),
-    Scenario("lipsync", "lipsync_bench", "viseme engine lip-sync r, silent frames closed, engine ms (held-out speech)",
-             raw="lipsync_bench.json", headlines=(
-                 H("lip-sync r at lag 0, Piper, timings", ("cases", "piper-text", "lipsync", "correlation_lag0"),
-                   "r", ">= 0.6"),
-                 H("lip-sync r at lag 0, Piper, audio only", ("cases", "piper-audio", "lipsync", "correlation_lag0"),
-                   "r", ">= 0.6"),
-                 H("lip-sync r at lag 0, espeak, timings", ("cases", "espeak-text", "lipsync", "correlation_lag0"),
-                   "r", ">= 0.6"),
-                 H("lip-sync r at lag 0, espeak, audio only",
-                   ("cases", "espeak-audio", "lipsync", "correlation_lag0"), "r", ">= 0.6"),
-                 H("silent frames closed, Piper, timings", ("cases", "piper-text", "lipsync", "silent_closed_share"),
-                   "%", ">= 90", 100.0),
-                 H("viseme engine per frame, Piper, timings", ("cases", "piper-text", "total_ms"), "ms", "<= 5"))),
-    Scenario("render", "render_bench", "offline render speed, ~30 s speech on the 1080x1920 sample, whole path",
-             raw="render_bench.json", headlines=(
-                 H("offline render, default", ("best_default_realtime_factor",), "x real time", ">= 2.0"),
-                 H("compositor per frame", ("runs", 0, "stage_ms", "compositor"), "ms", "<= 3"),
-                 H("engine per frame (render)", ("runs", 0, "stage_ms", "engine"), "ms", "<= 5"))),
-    Scenario("accel", "accel_bench", "acceleration: engine passes per frame, quality cost, speed with and without",
-             raw="accel_bench.json", headlines=(
-                 H("engine passes per frame, viseme, seeded", ("engines", 0, "seeded", "neural_ratio"), "ratio",
-                   "<= 0.25"),
-                 H("mouth PSNR vs no-accel, viseme, seeded", ("engines", 0, "seeded", "psnr_mean_db"), "dB",
-                   ">= 30"))),
-    Scenario("viseme_speed", "viseme_speed_bench", "weight-free engine ms per frame, before/after (--before REV)",
-             raw="viseme_speed_bench.json", headlines=(
-                 H("weight-free engine per frame (features + render)", ("median", "after", "total_ms"), "ms",
-                   "<= 2"),)),
-    Scenario("viseme_equality", "viseme_equality_check",
-             "weight-free engine draws the same patches as another commit (--before REV); pass/fail"),
-    Scenario("realism", "realism_bench", "weight-free mouth realism before/after: speed, lip-sync, amplitude",
-             raw="realism_bench.json", headlines=(
-                 H("engine per frame, sample, Piper timings", ("cases", "sample piper timings", "after", "total_ms"),
-                   "ms", "<= 2"),
-                 H("lip gap / width median, sample, Piper timings",
-                   ("cases", "sample piper timings", "after", "gap_over_width_median"), "ratio"))),
-    Scenario("blink", "blink_bench", "blinks a face mesh finds in rendered speech, before/after",
-             raw="blink_bench.json", headlines=(
-                 H("blinks a minute while speaking, one-photo avatar",
-                   ("cases", "photo", "after, + blinks at phrase ends", "blinks_per_minute"), "per min", ">= 6"),)),
-    Scenario("utterance_edges", "utterance_edges_bench",
-             "how far the drawn mouth jumps in one frame where speech meets the footage",
-             raw="edges_bench.json", headlines=(
-                 H("largest mouth step at speech end, sample, quiet ends",
-                   ("cases", "sample, quiet ends", "eased (after)", "end_max_step"), "px"),
-                 H("largest mouth step at speech start, sample, quiet ends",
-                   ("cases", "sample, quiet ends", "eased (after)", "start_max_step"), "px"))),
-    Scenario("musetalk_cpu", "musetalk_cpu_bench", "MuseTalk on this CPU: full-size random weights, fp32/bf16",
-             raw="musetalk_cpu.json", headlines=(
-                 H("MuseTalk UNet per frame, CPU, best", ("best", "unet_ms_per_frame"), "ms"),
-                 H("MuseTalk VAE decode per frame, CPU, best", ("best", "vae_decode_ms_per_frame"), "ms"))),
-    Scenario("musetalk_gpu", "gpu_musetalk", "MuseTalk on a CUDA GPU: fp16, batch 4/8/16 (needs a GPU)",
-             raw="gpu_musetalk.json", headlines=(
-                 H("MuseTalk UNet+VAE, GPU, batch 8", ("runs", 1, "unet_vae_fps"), "fps", ">= 100"),
-                 H("MuseTalk 30 s stream, GPU, batch 8", ("stream", "frames_per_s"), "fps"))),
-    Scenario("media", "media_bench", "Mp4Writer / H264StreamEncoder ms per frame, RGB->YUV, TTS real-time factor",
-             raw="media_bench.json", headlines=(
-                 H("live H.264 encode per frame, 1080x1920", ("h264_1080x1920", "ms_per_frame"), "ms"),
-                 H("Piper TTS real-time factor", ("tts", "piper", "rtf"), "x (lower is faster)"))),
+    # avatars, engines and offline rendering
+    S("prepare", "prepare_bench", "avatar preparation speed and tracking accuracy, 1080x1920 sample clip",
+      raw="prepare_bench.json", headlines=(
+          H("prepare_avatar, 10 s 1080x1920 clip", "stages > prepare > fps", "fps", ">= 25"),
+          H("crop box tracking error, mean", "tracking > smoothed_box > mean_px", "px", "<= 3"))),
+    S("lipsync", "lipsync_bench", "viseme engine lip-sync r, silent frames closed, ms (held-out speech)",
+      raw="lipsync_bench.json", headlines=(
+          H("lip-sync r at lag 0, Piper, timings", f"cases > piper-text > {R_AT_0}", "r", ">= 0.6"),
+          H("lip-sync r at lag 0, Piper, audio only", f"cases > piper-audio > {R_AT_0}", "r", ">= 0.6"),
+          H("lip-sync r at lag 0, espeak, timings", f"cases > espeak-text > {R_AT_0}", "r", ">= 0.6"),
+          H("lip-sync r at lag 0, espeak, audio only", f"cases > espeak-audio > {R_AT_0}", "r", ">= 0.6"),
+          H("silent frames closed, Piper, timings", "cases > piper-text > lipsync > silent_closed_share", "%",
+            ">= 90", 100.0),
+          H("viseme engine per frame, Piper, timings", "cases > piper-text > total_ms", "ms", "<= 5"))),
+    S("render", "render_bench", "offline render speed, ~30 s speech on the 1080x1920 sample, whole path",
+      raw="render_bench.json", headlines=(
+          H("offline render, default settings", "best_default_realtime_factor", "x real time", ">= 2.0"),
+          H("compositor per frame", "runs > 0 > stage_ms > compositor", "ms", "<= 3"),
+          H("engine per frame in the render", "runs > 0 > stage_ms > engine", "ms", "<= 5"))),
+    S("accel", "accel_bench", "acceleration: engine passes per frame, quality cost, speed with and without",
+      raw="accel_bench.json", headlines=(
+          H("engine passes per frame, viseme, seeded", "engines > 0 > seeded > neural_ratio", "ratio",
+            "<= 0.25"),
+          H("mouth PSNR vs no-accel, viseme, seeded", "engines > 0 > seeded > psnr_mean_db", "dB", ">= 30"))),
+    S("viseme_speed", "viseme_speed_bench", "weight-free engine ms per frame, before/after (--before REV)",
+      raw="viseme_speed_bench.json", headlines=(
+          H("weight-free engine per frame (features + render)", "median > after > total_ms", "ms", "<= 2"),)),
+    S("viseme_equality", "viseme_equality_check",
+      "weight-free engine draws the same patches as another commit; pass/fail", usage="--before REV"),
+    S("realism", "realism_bench", "weight-free mouth realism before/after: speed, lip-sync, amplitude",
+      raw="realism_bench.json", headlines=(
+          H("engine per frame, sample, Piper timings", "cases > sample piper timings > after > total_ms", "ms",
+            "<= 2"),
+          H("lip gap / width median, sample, Piper timings",
+            "cases > sample piper timings > after > gap_over_width_median", "ratio"))),
+    S("blink", "blink_bench", "blinks a face mesh finds in rendered speech, before/after",
+      raw="blink_bench.json", headlines=(
+          H("blinks a minute while speaking, one-photo avatar",
+            "cases > photo > after, + blinks at phrase ends > blinks_per_minute", "per min", ">= 6"),)),
+    S("utterance_edges", "utterance_edges_bench", "how far the mouth jumps where speech meets the footage",
+      raw="edges_bench.json", headlines=(
+          H("largest mouth step at speech end, sample",
+            "cases > sample, quiet ends > eased (after) > end_max_step", "px"),
+          H("largest mouth step at speech start, sample",
+            "cases > sample, quiet ends > eased (after) > start_max_step", "px"))),
+    S("musetalk_cpu", "musetalk_cpu_bench", "MuseTalk on this CPU: full-size random weights, fp32/bf16",
+      raw="musetalk_cpu.json", headlines=(
+          H("MuseTalk UNet per frame, CPU, best path", "best > unet_ms_per_frame", "ms"),
+          H("MuseTalk VAE decode per frame, CPU, best path", "best > vae_decode_ms_per_frame", "ms"))),
+    S("musetalk_gpu", "gpu_musetalk", "MuseTalk on a CUDA GPU: fp16, batch 4/8/16 (needs a GPU)",
+      raw="gpu_musetalk.json", headlines=(
+          H("MuseTalk UNet+VAE, GPU, batch 8", "runs > 1 > unet_vae_fps", "fps", ">= 100"),
+          H("MuseTalk 30 s stream, GPU, batch 8", "stream > frames_per_s", "fps"))),
+    S("media", "media_bench", "Mp4Writer and live H.264 ms per frame, RGB->YUV, TTS real-time factor",
+      raw="media_bench.json", headlines=(
+          H("live H.264 encode per frame, 1080x1920", "h264_1080x1920 > ms_per_frame", "ms"),
+          H("Piper TTS real-time factor", "tts > piper > rtf", "x (lower is faster)"))),
     # live serving
-    Scenario("serve", "serve_bench", "live server over a WebSocket: first frame, fps, sessions, interrupt",
-             raw="serve_bench.json", headlines=(
-                 H("speak -> first frame p50, full size", ("sizes", FULL, "ttff_ms", "p50"), "ms", "<= 300"),
-                 H("speak -> first frame p95, full size", ("sizes", FULL, "ttff_ms", "p95"), "ms", "<= 300"),
-                 H("interrupt -> ack p50, full size", ("sizes", FULL, "interrupt_ack_ms_p50"), "ms"))),
-    Scenario("browser", "browser_bench", "the player page in headless Chromium: A/V offset, drops, interrupt",
-             raw="browser_bench.json", headlines=(
-                 H("A/V offset p95 in the page, full size", ("sizes", FULL, "av_offset_ms", "p95"), "ms", "<= 40"),
-                 H("interrupt -> last speech frame shown, full size",
-                   ("sizes", FULL, "interrupt_to_last_speech_frame_ms"), "ms", "<= 150"),
-                 H("frames dropped in the page, full size, ~30 s", ("sizes", FULL, "frames_dropped"), "frames"))),
-    Scenario("sessions", "sessions_bench", "live sessions holding 25 fps, full and half size (whole frames)",
-             raw="sessions_bench.json", headlines=(
-                 H("sessions holding 25 fps, full size, whole frames",
-                   ("sizes", "full", "max_sessions_holding_25fps"), "sessions"),
-                 H("sessions holding 25 fps, half size, whole frames",
-                   ("sizes", "half", "max_sessions_holding_25fps"), "sessions"))),
-    Scenario("sessions_patch", "sessions_bench", "patch stream vs whole frames: sessions holding 25 fps, bitrate",
-             args=("--streams", "full", "patch", "--out", "benchmarks/results/sessions_patch_bench.json"),
-             raw="sessions_patch_bench.json", headlines=(
-                 H("sessions holding 25 fps, full size, patch stream",
-                   ("streams", "patch", "max_sessions_holding_25fps"), "sessions", ">= 10"),
-                 H("patch stream bitrate per session, speaking",
-                   ("streams", "patch", "sessions", "1", "kbit_per_s_per_session"), "kbit/s"))),
-    Scenario("workers", "workers_bench", "full-size patch sessions holding 25 fps with serve --workers 1 vs 2",
-             raw="workers_bench.json", headlines=(
-                 H("patch sessions holding 25 fps, --workers 1", ("sessions_holding_25fps", "1"), "sessions",
-                   ">= 20"),
-                 H("patch sessions holding 25 fps, --workers 2", ("sessions_holding_25fps", "2"), "sessions",
-                   ">= 20"))),
-    Scenario("abuse", "abuse_bench", "a witness session streams while abusive clients run (hardening)",
-             raw="abuse_bench.json", headlines=(
-                 H("worst witness stall beyond cadence", ("runs", "after", "worst_witness_stall_ms"), "ms",
-                   "<= 200"),)),
-    Scenario("opus", "opus_bench", "Opus vs PCM audio: three full-size patch pages at once, kbit/s at the page",
-             raw="opus_bench.json", headlines=(
-                 H("kbit/s per page, whole session, Opus", ("summary", "opus", "kbit_per_s_session"), "kbit/s",
-                   "<= 200"),
-                 H("kbit/s per page, whole session, PCM", ("summary", "pcm", "kbit_per_s_session"), "kbit/s"))),
-    Scenario("scaling", "ray_bench", "serve --ray on a local Ray cluster vs direct serve: overhead, failover",
-             raw="ray_bench.json", headlines=(
-                 H("failover: replica killed -> streaming again", ("failover", "streaming_again_after_ms"), "ms"),)),
-    Scenario("livekit", "livekit_bench", "LiveKit avatar worker: fps, first frame, lip-sync vs render",
-             raw="livekit_bench.json", headlines=(
-                 H("LiveKit video fps during a reply, i420 full size", ("live", "i420 full", "fps_during_reply"),
-                   "fps", ">= 25"),
-                 H("LiveKit first video after first audio, i420 full size",
-                   ("live", "i420 full", "first_video_after_first_audio_ms"), "ms"))),
+    S("serve", "serve_bench", "live server over a WebSocket: first frame, fps, sessions, interrupt",
+      raw="serve_bench.json", headlines=(
+          H("speak -> first frame p50, full size", f"{FULL} > ttff_ms > p50", "ms", "<= 300"),
+          H("speak -> first frame p95, full size", f"{FULL} > ttff_ms > p95", "ms", "<= 300"),
+          H("interrupt -> ack p50, full size", f"{FULL} > interrupt_ack_ms_p50", "ms")),
+      usage=f"{AVATARS} --avatar sample --requests 6 --seconds 6 --max-concurrent 3"),
+    S("browser", "browser_bench", "the player page in headless Chromium: A/V offset, drops, interrupt",
+      raw="browser_bench.json", headlines=(
+          H("A/V offset p95 in the page, full size", f"{FULL} > av_offset_ms > p95", "ms", "<= 40"),
+          H("interrupt -> last speech frame shown, full size", f"{FULL} > interrupt_to_last_speech_frame_ms",
+            "ms", "<= 150"),
+          H("frames dropped in the page, full size, ~30 s", f"{FULL} > frames_dropped", "frames")),
+      usage=f"{AVATARS} --avatar sample"),
+    S("sessions", "sessions_bench", "live sessions holding 25 fps, full and half size (whole frames)",
+      raw="sessions_bench.json", headlines=(
+          H("sessions holding 25 fps, full size, whole frames", "sizes > full > max_sessions_holding_25fps",
+            "sessions"),
+          H("sessions holding 25 fps, half size, whole frames", "sizes > half > max_sessions_holding_25fps",
+            "sessions"))),
+    S("sessions_patch", "sessions_bench", "patch stream vs whole frames: sessions holding 25 fps, bitrate",
+      args=("--streams", "full", "patch", "--out", "benchmarks/results/sessions_patch_bench.json"),
+      raw="sessions_patch_bench.json", headlines=(
+          H("sessions holding 25 fps, full size, patch stream", "streams > patch > max_sessions_holding_25fps",
+            "sessions", ">= 10"),
+          H("patch stream per session while speaking", "streams > patch > sessions > 1 > kbit_per_s_per_session",
+            "kbit/s"))),
+    S("workers", "workers_bench", "full-size patch sessions holding 25 fps, serve --workers 1 vs 2",
+      raw="workers_bench.json", headlines=(
+          H("patch sessions holding 25 fps, --workers 1", "sessions_holding_25fps > 1", "sessions", ">= 20"),
+          H("patch sessions holding 25 fps, --workers 2", "sessions_holding_25fps > 2", "sessions", ">= 20"))),
+    S("abuse", "abuse_bench", "a witness session streams while abusive clients run (hardening)",
+      raw="abuse_bench.json", headlines=(
+          H("worst witness stall beyond cadence", "runs > after > worst_witness_stall_ms", "ms", "<= 200"),),
+      usage=AVATARS),
+    S("opus", "opus_bench", "Opus vs PCM audio: three full-size patch pages at once, kbit/s at the page",
+      raw="opus_bench.json", headlines=(
+          H("per page, whole session, Opus", "summary > opus > kbit_per_s_session", "kbit/s", "<= 200"),
+          H("per page, whole session, PCM", "summary > pcm > kbit_per_s_session", "kbit/s")),
+      usage=AVATARS),
+    S("scaling", "ray_bench", "serve --ray on a local Ray cluster vs direct serve: overhead, failover",
+      raw="ray_bench.json", headlines=(
+          H("failover: replica killed -> streaming again", "failover > streaming_again_after_ms", "ms"),),
+      usage=f"{AVATARS} --max-sessions 4 --parts hold,scaling"),
+    S("livekit", "livekit_bench", "LiveKit avatar worker: fps, first frame, lip-sync beside render",
+      raw="livekit_bench.json", headlines=(
+          H("LiveKit video during a reply, i420 full size", "live > i420 full > fps_during_reply", "fps",
+            "25 ± 1"),
+          H("LiveKit first video after first audio, i420 full size",
+            "live > i420 full > first_video_after_first_audio_ms", "ms", "<= 300"))),
     # the conversation
-    Scenario("conversation", "conversation_bench", "spoken questions to serve --agent: latency by stage, WER, memory",
-             raw="conversation_bench.json", headlines=(
-                 H("end of speech -> first answer frame p50, embedded model",
-                   ("modes", "embedded", "latency_ms", "speech_end_to_first_frame_ms", "p50"), "ms", "<= 1200"),
-                 H("end of speech -> first answer frame p50, instant endpoint",
-                   ("modes", "fake", "latency_ms", "speech_end_to_first_frame_ms", "p50"), "ms"),
-                 H("word error rate, Piper questions", ("modes", "embedded", "wer", "piper"), "%", "<= 10", 100.0),
-                 H("server memory per extra conversation",
-                   ("modes", "embedded", "rss_mib", "per_extra_conversation"), "MiB"))),
-    Scenario("talk_components", "talk_components_bench", "VAD ms per window, Whisper ms, embedded LLM tokens/s",
-             raw="talk_components.json", headlines=(
-                 H("VAD per 32 ms window, median", ("vad", "ms_per_window_median"), "ms"),
-                 H("Whisper STT, 3 s of speech, 2 threads", ("stt", "cpu_threads_2", "ms_3s"), "ms"),
-                 H("SmolLM2 tokens/s, llama.cpp, 1 thread",
-                   ("llm", "llama_cpp", "threads_1", "tokens_per_s_median"), "tokens/s"))),
-    Scenario("llm_process", "llm_process_bench", "the embedded LLM out of process: tokens/s, crash recovery, memory",
-             raw="llm_process_bench.json", headlines=(
-                 H("SmolLM2 tokens/s through the model process",
-                   ("speed", "portable_model_process", "tokens_per_s_median"), "tokens/s"),
-                 H("model process crash -> next first token, worst", ("recovery", "max_seconds"), "s", "<= 5"),
-                 H("idle memory, server + model process", ("idle_memory", "now", "total_mib"), "MiB"))),
-    Scenario("turn_detector", "turn_detector_bench", "end-of-turn detectors judged on the same spoken questions",
-             raw="turn_detector_bench.json", headlines=(
-                 H("unfinished pauses answered early, text rule (of 24)",
-                   ("summary", "text/all", "early_answers"), "questions", "0"),
-                 H("finished questions kept waiting, text rule (of 24)",
-                   ("summary", "text/all", "kept_waiting"), "questions"))),
-    Scenario("echo", "echo_bench", "server-side echo canceller: cost, echo removed, VAD false starts",
-             raw="echo_bench.json", headlines=(
-                 H("echo canceller CPU per 20 ms chunk, median", ("summary", "ms_per_20ms_chunk_cpu", "p50"), "ms"),
-                 H("echo removed, worst case", ("summary", "attenuation_db_min"), "dB"),
-                 H("VAD false starts on the avatar's own voice", ("summary", "vad_false_starts_output"), "starts",
-                   "0"))),
-    Scenario("barge_in", "echo_double_talk_bench", "the user talking over the avatar: barge-in starts heard late",
-             raw="echo_double_talk_bench.json", headlines=(
-                 H("barge-in starts heard > 150 ms late (of 210)", ("summary", "after", "gated_missed"), "cases"),)),
-    Scenario("knowledge", "knowledge_bench", "knowledge base: indexing and search (records its own figures)"),
+    S("conversation", "conversation_bench", "spoken questions to serve --agent: latency by stage, WER, memory",
+      raw="conversation_bench.json", headlines=(
+          H("end of speech -> first answer frame p50, embedded model",
+            "modes > embedded > latency_ms > speech_end_to_first_frame_ms > p50", "ms", "<= 1200"),
+          H("end of speech -> first answer frame p50, instant endpoint",
+            "modes > fake > latency_ms > speech_end_to_first_frame_ms > p50", "ms"),
+          H("word error rate, Piper questions", "modes > embedded > wer > piper", "%", "<= 10", 100.0),
+          H("server memory per extra conversation", "modes > embedded > rss_mib > per_extra_conversation",
+            "MiB"))),
+    S("talk_components", "talk_components_bench", "VAD ms per window, Whisper ms, embedded LLM tokens/s",
+      raw="talk_components.json", headlines=(
+          H("VAD per 32 ms window, median", "vad > ms_per_window_median", "ms"),
+          H("Whisper STT, 3 s of speech, 2 threads", "stt > cpu_threads_2 > ms_3s", "ms"),
+          H("SmolLM2 on llama.cpp, 1 thread", "llm > llama_cpp > threads_1 > tokens_per_s_median",
+            "tokens/s"))),
+    S("llm_process", "llm_process_bench", "the embedded LLM out of process: tokens/s, crash recovery, memory",
+      raw="llm_process_bench.json", headlines=(
+          H("SmolLM2 through the model process", "speed > portable_model_process > tokens_per_s_median",
+            "tokens/s"),
+          H("model process crash -> next first token, worst", "recovery > max_seconds", "s", "<= 5"),
+          H("idle memory, server + model process", "idle_memory > now > total_mib", "MiB"))),
+    S("turn_detector", "turn_detector_bench", "end-of-turn detectors judged on the same spoken questions",
+      raw="turn_detector_bench.json", headlines=(
+          H("unfinished pauses answered early, text rule (of 24)", "summary > text/all > early_answers",
+            "questions"),
+          H("finished questions kept waiting, text rule (of 24)", "summary > text/all > kept_waiting",
+            "questions"))),
+    S("echo", "echo_bench", "server-side echo canceller: cost, echo removed, VAD false starts",
+      raw="echo_bench.json", headlines=(
+          H("echo canceller CPU per 20 ms chunk, median", "summary > ms_per_20ms_chunk_cpu > p50", "ms"),
+          H("echo removed, worst case", "summary > attenuation_db_min", "dB"),
+          H("VAD false starts on the avatar's own voice", "summary > vad_false_starts_output", "starts"))),
+    S("barge_in", "echo_double_talk_bench", "the user talking over the avatar: barge-in starts heard late",
+      raw="echo_double_talk_bench.json", headlines=(
+          H("barge-in starts heard > 150 ms late (of 210)", "summary > after > gated_missed", "cases"),)),
+    S("knowledge", "knowledge_bench", "knowledge base: indexing and search (records its own figures)"),
     # the serverless page
-    Scenario("serverless_page", "serverless_page_bench",
-             "the serverless page in headless Chromium: main-thread ms, drops, first frame",
-             raw="edge_bench.json", headlines=(
-                 H("serverless page: frames dropped, 30 s at 1080x1920", ("dropped_frames",), "frames", "0"),
-                 H("serverless page: main-thread ms per frame p95", ("main_ms_p95",), "ms"),
-                 H("serverless page: Play -> first frame", ("play_to_first_frame_ms",), "ms"))),
-    Scenario("serverless_musetalk", "serverless_page_bench", "MuseTalk (tiny) in the serverless page: wasm/WebGPU",
-             args=("--engine", "musetalk", "--seconds", "6"), raw="edge_bench_musetalk.json", headlines=(
-                 H("serverless MuseTalk: engine passes per frame, wasm",
-                   ("musetalk_tiny", "wasm_plain", "engine_passes_per_frame"), "ratio"),)),
-    Scenario("page_warp", "js_warp_bench", "the page's warp.js in Node: ms per patch, before/after (--before)",
-             raw="js_warp_bench.json", headlines=(
-                 H("page warp.js per patch (Node)", ("median_ms_per_patch", "after"), "ms"),)),
-    Scenario("onnx_export", "onnx_export_bench", "lipstream export onnx at full size: time, sizes, the gate",
-             raw="edge_export.json", headlines=(
-                 H("ONNX export, full size, float16", ("runs", 0, "export_s"), "s"),
-                 H("ONNX export gate: face PSNR, float16", ("runs", 0, "gate", "face_psnr_db"), "dB", ">= 35"),
-                 H("ONNX export peak memory, float16", ("runs", 0, "peak_rss_gb"), "GB"))),
-    Scenario("serverless_tts", "serverless_tts_bench", "text -> speech in the serverless page (needs EXPORT_DIR)"),
+    S("serverless_page", "serverless_page_bench", "the serverless page in headless Chromium: drops, first frame",
+      raw="edge_bench.json", headlines=(
+          H("serverless page: frames dropped, 30 s at 1080x1920", "dropped_frames", "frames", "0"),
+          H("serverless page: main-thread ms per frame p95", "main_ms_p95", "ms", "<= 5"),
+          H("serverless page: Play -> first frame", "play_to_first_frame_ms", "ms", "<= 300"))),
+    S("serverless_musetalk", "serverless_page_bench", "MuseTalk (tiny) in the serverless page: wasm/WebGPU",
+      args=("--engine", "musetalk", "--seconds", "6"), raw="edge_bench_musetalk.json", headlines=(
+          H("serverless MuseTalk: engine passes per frame, wasm",
+            "musetalk_tiny > wasm_plain > engine_passes_per_frame", "ratio"),)),
+    S("page_warp", "js_warp_bench", "the page's warp.js in Node: ms per patch, before/after (--before REV)",
+      raw="js_warp_bench.json", headlines=(
+          H("page warp.js per patch (Node)", "median_ms_per_patch > after", "ms"),)),
+    S("onnx_export", "onnx_export_bench", "lipstream export onnx at full size: time, sizes, the gate",
+      raw="edge_export.json", headlines=(
+          H("ONNX export, full size, float16", "runs > 0 > export_s", "s"),
+          H("ONNX export gate: face PSNR, float16", "runs > 0 > gate > face_psnr_db", "dB", ">= 35"),
+          H("ONNX export peak memory, float16", "runs > 0 > peak_rss_gb", "GB"))),
+    S("serverless_tts", "serverless_tts_bench", "text -> speech in the serverless page (records its figures)",
+      usage="EXPORT_DIR"),
     # the environment
-    Scenario("env_setup", "env_setup_bench", "a fresh clone's environment setup: time and disk (--ref LABEL=REF)",
-             raw="env_setup_bench.json", headlines=(
-                 H("fresh clone: make setup", ("sides", "after", "seconds"), "s"),
-                 H("fresh clone: .venv size", ("sides", "after", "sizes", ".venv"), "GB", None, 1e-9))),
+    S("env_setup", "env_setup_bench", "a fresh clone's environment setup: time and disk (--ref LABEL=REF)",
+      raw="env_setup_bench.json", headlines=(
+          H("fresh clone: make setup", "sides > after > seconds", "s"),
+          H("fresh clone: .venv size", "sides > after > sizes > .venv", "GB", None, 1e-9)),
+      usage="--ref now=HEAD"),
 )
 
 TOOLS = {

@@ -26,8 +26,8 @@ def number(value: float) -> str:
     """A figure's value, to the precision a noisy 2-core machine supports."""
     if value == int(value) and abs(value) < 1e6:
         return str(int(value))
-    if abs(value) >= 100:
-        return f"{value:.0f}"
+    if abs(value) >= 100:  # half up, as the history rounds (142.5 fps is "143")
+        return str(int(value + 0.5)) if value > 0 else f"{value:.0f}"
     if abs(value) >= 10:
         return f"{value:.1f}"
     return f"{value:.3g}"
@@ -41,13 +41,15 @@ def machine_cell(machine: dict) -> str:
 
 
 def render_table(documents: list[dict]) -> str:
-    """The Markdown table: one row per headline figure."""
+    """The Markdown table: one row per headline figure; a scenario's machine, date and command on its first."""
     lines = ["| scenario | figure | value | goal | machine | date | reproduce |", "|---|---|---|---|---|---|---|"]
     for doc in documents:
-        for figure in doc["figures"]:
+        for i, figure in enumerate(doc["figures"]):
             goal = f"{figure['goal']} {figure['unit']}" if figure.get("goal") else "–"
-            cells = [doc["scenario"], figure["name"], f"**{number(figure['value'])}** {figure['unit']}", goal,
-                     machine_cell(doc["machine"]), str(doc["date"])[:10], f"`{doc['command']}`"]
+            run = [doc["scenario"], machine_cell(doc["machine"]), str(doc["date"])[:10], f"`{doc['command']}`"]
+            scenario, machine, date, command = run if i == 0 else ["", "", "", ""]
+            cells = [scenario, figure["name"], f"**{number(figure['value'])}** {figure['unit']}", goal, machine,
+                     date, command]
             lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     return "\n".join(lines)
 

@@ -16,7 +16,7 @@ from benchmarks.scenarios import Scenario
 DOC_MACHINES = {
     "serve": {"cpu_model": "x86_64 (model not recorded)", "cores": 2},
     "browser": {"cpu_model": "x86_64 (model not recorded)", "cores": 2},
-    "musetalk_cpu": {"cpu_model": "AMD EPYC (avx512_bf16), load average 6.5-9", "cores": 2},
+    "musetalk_on_cpu": {"cpu_model": "AMD EPYC (avx512_bf16), load average 6.5-9", "cores": 2},
     "lipsync": {"cpu_model": "AMD EPYC (re-measured 2026-12-01 03:10, quiet)", "cores": 2},
 }
 
@@ -79,7 +79,8 @@ def convert_all(scenarios: tuple[Scenario, ...], results_dir: Path = RESULTS_DIR
         if not scenario.raw or not (results_dir / scenario.raw).exists():
             continue
         target = result_path(scenario.name, results_dir)
-        if target.exists() and "converted_from" not in json.loads(target.read_text()).get("extra", {}):
+        existing = json.loads(target.read_text()) if target.exists() else None
+        if is_result(existing) and "converted_from" not in existing.get("extra", {}):
             continue  # measured by a run: the real thing stays
         document = converted(scenario, results_dir / scenario.raw)
         if document:

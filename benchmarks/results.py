@@ -88,6 +88,9 @@ def record(
 def write(document: dict, results_dir: Path = RESULTS_DIR) -> Path:
     """Write one results document (the schema of `record`) as benchmarks/results/<scenario>.json."""
     path = result_path(document["scenario"], results_dir)
+    if path.exists() and not is_result(json.loads(path.read_text())):
+        raise ValueError(f"{path} is a script's own raw JSON, not a results file; give the scenario "
+                         f"{document['scenario']!r} another name")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=2) + "\n")
     print(f"recorded {len(document['figures'])} figure(s) in {path}", file=sys.stderr)

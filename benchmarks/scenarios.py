@@ -84,11 +84,11 @@ SCENARIOS: tuple[Scenario, ...] = (
             "cases > sample, quiet ends > eased (after) > end_max_step", "px"),
           H("largest mouth step at speech start, sample",
             "cases > sample, quiet ends > eased (after) > start_max_step", "px"))),
-    S("musetalk_cpu", "musetalk_cpu_bench", "MuseTalk on this CPU: full-size random weights, fp32/bf16",
+    S("musetalk_on_cpu", "musetalk_cpu_bench", "MuseTalk on this CPU: full-size random weights, fp32/bf16",
       raw="musetalk_cpu.json", headlines=(
           H("MuseTalk UNet per frame, CPU, best path", "best > unet_ms_per_frame", "ms"),
           H("MuseTalk VAE decode per frame, CPU, best path", "best > vae_decode_ms_per_frame", "ms"))),
-    S("musetalk_gpu", "gpu_musetalk", "MuseTalk on a CUDA GPU: fp16, batch 4/8/16 (needs a GPU)",
+    S("musetalk_on_gpu", "gpu_musetalk", "MuseTalk on a CUDA GPU: fp16, batch 4/8/16 (needs a GPU)",
       raw="gpu_musetalk.json", headlines=(
           H("MuseTalk UNet+VAE, GPU, batch 8", "runs > 1 > unet_vae_fps", "fps", ">= 100"),
           H("MuseTalk 30 s stream, GPU, batch 8", "stream > frames_per_s", "fps"))),
@@ -156,7 +156,7 @@ SCENARIOS: tuple[Scenario, ...] = (
           H("word error rate, Piper questions", "modes > embedded > wer > piper", "%", "<= 10", 100.0),
           H("server memory per extra conversation", "modes > embedded > rss_mib > per_extra_conversation",
             "MiB"))),
-    S("talk_components", "talk_components_bench", "VAD ms per window, Whisper ms, embedded LLM tokens/s",
+    S("conversation_parts", "talk_components_bench", "VAD ms per window, Whisper ms, embedded LLM tokens/s",
       raw="talk_components.json", headlines=(
           H("VAD per 32 ms window, median", "vad > ms_per_window_median", "ms"),
           H("Whisper STT, 3 s of speech, 2 threads", "stt > cpu_threads_2 > ms_3s", "ms"),

@@ -65,10 +65,12 @@ def test_every_scenario_module_is_there_with_a_main_or_is_shown_missing():
         assert "[missing:" not in line
 
 
-def test_scenario_names_are_unique():
-    """Two scenarios never share a name (their results file)."""
+def test_scenario_names_are_unique_and_not_a_raw_file():
+    """Two scenarios never share a name (their results file), nor is one named like a script's raw JSON."""
     names = [s.name for s in SCENARIOS]
     assert len(names) == len(set(names))
+    raws = {Path(s.raw).stem for s in SCENARIOS if s.raw}
+    assert not raws & set(names)
 
 
 def test_every_headline_path_is_in_the_raw_json_it_reads():
@@ -111,6 +113,10 @@ def test_record_refuses_bad_input(tmp_path):
     with pytest.raises(ValueError, match="plain name"):
         record("../probe", [Figure("speed", 1.0, "ms")], "cmd", results_dir=tmp_path)
     assert not list(tmp_path.iterdir())
+    (tmp_path / "probe.json").write_text('{"frames": 3}')
+    with pytest.raises(ValueError, match="raw JSON"):
+        record("probe", [Figure("speed", 1.0, "ms")], "cmd", results_dir=tmp_path)
+    assert json.loads((tmp_path / "probe.json").read_text()) == {"frames": 3}
 
 
 def test_dig_names_the_path_it_could_not_follow():

@@ -48,7 +48,7 @@ class H264Settings:
     threads: int = 0
 
 
-# `--quality` levels, measured in benchmarks/encode_bench.py (docs/benchmarks.md, issue 11). H.264 at
+# `--quality` levels, measured in docs/benchmarks-history.md (issue 11, encode_bench.py). H.264 at
 # 1080×1920 is most of a render's cost: the setting before issue 11 (veryfast crf 20) held a render to
 # ~1.25x real time on a 2-core review machine. ultrafast needs ~40 % of its encoder CPU, and at these
 # CRFs its mouth PSNR is higher (veryfast's mb-tree starves the moving mouth of bits); the price is

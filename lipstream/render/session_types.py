@@ -33,7 +33,7 @@ class SessionConfig(BaseModel):
     # "patch": encode only the crop-space mouth rectangle, the client composites it (docs/protocol.md)
     stream: Literal["full", "patch"] = "full"
     # cap of the patch stream (a 240×96 crop-space picture at 25 fps): 150 kbit/s codes the mouth at ~39 dB,
-    # 1.5 dB under 300 and alike to the eye at the size the page shows it (benchmarks/patch_bitrate_bench.py)
+    # 1.5 dB under 300 and alike to the eye at the size the page shows it (docs/benchmarks-history.md)
     patch_bitrate: int = Field(150_000, gt=0)
     # blink a little more often at phrase ends, on avatars whose idle loop's blinks are drawn
     phrase_blinks: PhraseBlinkConfig = Field(default_factory=PhraseBlinkConfig)

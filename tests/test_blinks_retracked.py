@@ -93,7 +93,10 @@ def test_every_drawn_blink_is_found_by_a_face_mesh_in_the_rendered_speech(
     drawn = drawn_blinks(bundle, len(openness), report.phrase_blinks)
     runs = shut_runs(openness)
     print(f"{which}: drawn blinks start at {drawn}; re-tracked shut runs {runs}")
-    assert len(drawn) >= 2 and report.phrase_blinks  # the loop's and the phrase ends' both show
+    assert len(drawn) >= 3
+    # the photo's loop leaves room for blinks at phrase ends (the small clip's 4 s loop blinks every ~2 s, too
+    # often for the 1.2 s kept clear around each)
+    assert report.phrase_blinks or which == "small clip"
     for start in drawn:
         if start + 8 > len(openness):
             continue  # cut by the end of the speech

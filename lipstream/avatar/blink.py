@@ -87,7 +87,7 @@ def find_blinks(openness: np.ndarray, fps: int, config: BlinkConfig | None = Non
 def blink_curve(duration_frames: float, config: BlinkConfig) -> np.ndarray:
     """Lid closure 0..1 at each frame centre of one blink lasting `duration_frames`: eased down over
     `close_share` of it, shut over `shut_share`, eased up over the rest (a real blink reopens slower)."""
-    n = max(2, int(np.ceil(duration_frames)))
+    n = max(2, int(np.ceil(duration_frames - 1e-9)))  # 0.28 s * 25 is 7.000000000000001 frames, not 8
     t = (np.arange(n) + 0.5) / duration_frames
     closing = np.clip(t / config.close_share, 0.0, 1.0)
     rest = max(1.0 - config.close_share - config.shut_share, 1e-6)

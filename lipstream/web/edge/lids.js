@@ -23,7 +23,7 @@ function mod(a, n) {
  * over `closeShare` of it, shut over `shutShare`, eased up over the rest.
  */
 export function blinkCurve(durationFrames, closeShare, shutShare = 0) {
-  const n = Math.max(2, Math.ceil(durationFrames));
+  const n = Math.max(2, Math.ceil(durationFrames - 1e-9)); // 0.28 s * 25 is 7.000000000000001 frames, not 8
   const rest = Math.max(1 - closeShare - shutShare, 1e-6);
   const curve = new Float64Array(n);
   let peak = 0;

@@ -1,1 +1,1 @@
-"""lipstream benchmarks: `python -m benchmarks list` names the scenarios, `python -m benchmarks NAME` runs one."""
+"""Benchmarks: `python -m benchmarks list` names the scenarios, `python -m benchmarks NAME` runs one."""

@@ -6,7 +6,7 @@ import sys
 
 from benchmarks.scenarios import SCENARIOS, TOOLS, by_name
 
-USAGE = """usage: python -m benchmarks NAME [options]    run a scenario (options go to its script; NAME --help)
+USAGE = """usage: python -m benchmarks NAME [options]    run a scenario (its script's options: NAME --help)
        python -m benchmarks list                 the scenarios
        python -m benchmarks table                regenerate the table in docs/benchmarks.md
        python -m benchmarks convert              seed results JSON from scripts' pre-schema raw JSON

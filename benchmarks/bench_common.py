@@ -16,7 +16,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # a script run as a file: `benchmarks` is a package at the repository root
     sys.path.insert(0, str(REPO))
 
-from benchmarks.results import cpu_model  # noqa: E402,F401  (re-exported: the scripts import it from here)
+# cpu_model is re-exported: the scripts import it from here
+from benchmarks.results import cpu_model  # noqa: E402, F401
 from lipstream.avatar.bundle import AvatarBundle, load_avatar  # noqa: E402
 from lipstream.avatar.sample import build_sample_avatar  # noqa: E402
 from lipstream.errors import AvatarError  # noqa: E402

@@ -12,7 +12,7 @@ from benchmarks.results import REPO, RESULTS_DIR, is_result, result_path, write
 from benchmarks.runner import command_for, headline_figures
 from benchmarks.scenarios import Scenario
 
-# Machines the raw JSON does not name (or names only as "x86_64 vm"), as docs/benchmarks-history.md states them
+# Machines a raw JSON does not name (or names as "x86_64 vm"), as docs/benchmarks-history.md states them
 DOC_MACHINES = {
     "serve": {"cpu_model": "x86_64 (model not recorded)", "cores": 2},
     "browser": {"cpu_model": "x86_64 (model not recorded)", "cores": 2},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
 import sys
 import time
 from pathlib import Path
@@ -98,9 +99,7 @@ def command_for(scenario: Scenario, argv: list[str]) -> str:
 
 
 def run(scenario: Scenario, argv: list[str]) -> int:
-    """Run one scenario with `argv` after its fixed arguments; record its headline figures when it succeeds."""
-    import json
-
+    """Run a scenario with `argv` after its fixed arguments; record its headline figures when it succeeds."""
     module = load_module(scenario)
     started = time.time()
     code = call_main(module, [*scenario.args, *argv])

@@ -1,4 +1,4 @@
-"""The registry of named benchmark scenarios: the module each runs, what it measures, and its headline figures."""
+"""The registry of named benchmark scenarios: the module each runs, what it measures, its headline figures."""
 
 from __future__ import annotations
 
@@ -70,8 +70,8 @@ SCENARIOS: tuple[Scenario, ...] = (
       "weight-free engine draws the same patches as another commit; pass/fail", usage="--before REV"),
     S("realism", "realism_bench", "weight-free mouth realism before/after: speed, lip-sync, amplitude",
       raw="realism_bench.json", headlines=(
-          H("engine per frame, sample, Piper timings", "cases > sample piper timings > after > total_ms", "ms",
-            "<= 2"),
+          H("engine per frame, sample, Piper timings", "cases > sample piper timings > after > total_ms",
+            "ms", "<= 2"),
           H("lip gap / width median, sample, Piper timings",
             "cases > sample piper timings > after > gap_over_width_median", "ratio"))),
     S("blink", "blink_bench", "blinks a face mesh finds in rendered speech, before/after",
@@ -119,14 +119,15 @@ SCENARIOS: tuple[Scenario, ...] = (
     S("sessions_patch", "sessions_bench", "patch stream vs whole frames: sessions holding 25 fps, bitrate",
       args=("--streams", "full", "patch", "--out", "benchmarks/results/sessions_patch_bench.json"),
       raw="sessions_patch_bench.json", headlines=(
-          H("sessions holding 25 fps, full size, patch stream", "streams > patch > max_sessions_holding_25fps",
-            "sessions", ">= 10"),
-          H("patch stream per session while speaking", "streams > patch > sessions > 1 > kbit_per_s_per_session",
-            "kbit/s"))),
+          H("sessions holding 25 fps, full size, patch stream",
+            "streams > patch > max_sessions_holding_25fps", "sessions", ">= 10"),
+          H("patch stream per session while speaking",
+            "streams > patch > sessions > 1 > kbit_per_s_per_session", "kbit/s"))),
     S("workers", "workers_bench", "full-size patch sessions holding 25 fps, serve --workers 1 vs 2",
       raw="workers_bench.json", headlines=(
           H("patch sessions holding 25 fps, --workers 1", "sessions_holding_25fps > 1", "sessions", ">= 20"),
-          H("patch sessions holding 25 fps, --workers 2", "sessions_holding_25fps > 2", "sessions", ">= 20"))),
+          H("patch sessions holding 25 fps, --workers 2", "sessions_holding_25fps > 2", "sessions",
+            ">= 20"))),
     S("abuse", "abuse_bench", "a witness session streams while abusive clients run (hardening)",
       raw="abuse_bench.json", headlines=(
           H("worst witness stall beyond cadence", "runs > after > worst_witness_stall_ms", "ms", "<= 200"),),
@@ -147,7 +148,7 @@ SCENARIOS: tuple[Scenario, ...] = (
           H("LiveKit first video after first audio, i420 full size",
             "live > i420 full > first_video_after_first_audio_ms", "ms", "<= 300"))),
     # the conversation
-    S("conversation", "conversation_bench", "spoken questions to serve --agent: latency by stage, WER, memory",
+    S("conversation", "conversation_bench", "spoken questions to serve --agent: latency, WER, memory",
       raw="conversation_bench.json", headlines=(
           H("end of speech -> first answer frame p50, embedded model",
             "modes > embedded > latency_ms > speech_end_to_first_frame_ms > p50", "ms", "<= 1200"),
@@ -184,7 +185,7 @@ SCENARIOS: tuple[Scenario, ...] = (
           H("barge-in starts heard > 150 ms late (of 210)", "summary > after > gated_missed", "cases"),)),
     S("knowledge", "knowledge_bench", "knowledge base: indexing and search (records its own figures)"),
     # the serverless page
-    S("serverless_page", "serverless_page_bench", "the serverless page in headless Chromium: drops, first frame",
+    S("serverless_page", "serverless_page_bench", "the serverless page in headless Chromium: drops, speed",
       raw="edge_bench.json", headlines=(
           H("serverless page: frames dropped, 30 s at 1080x1920", "dropped_frames", "frames", "0"),
           H("serverless page: main-thread ms per frame p95", "main_ms_p95", "ms", "<= 5"),

@@ -2,13 +2,13 @@
 static server; main-thread ms per display frame, dropped frames, Play -> first speech frame, engine stages,
 and Float -> RGBA packing per 256² frame.
 
-    LIPSTREAM_HOME=out/home .venv/bin/python benchmarks/serverless_page_bench.py [--engine viseme|musetalk --onnx DIR]
-    .venv/bin/python benchmarks/serverless_page_bench.py --engine musetalk --seconds 6   # tiny models, small avatar:
+    LIPSTREAM_HOME=out/home .venv/bin/python -m benchmarks serverless_page [--engine musetalk --onnx DIR]
+    .venv/bin/python -m benchmarks serverless_musetalk   # --engine musetalk --seconds 6, tiny models:
         per-stage ms on wasm and WebGPU (SwiftShader), engine passes per frame unseeded vs seeded, shapes
 
 Against a user's own Chrome (a real GPU): start it with `google-chrome --remote-debugging-port=9222`, serve an
 export (`lipstream export web NAME -o site && python -m http.server -d site 8000`), then
-`benchmarks/serverless_page_bench.py --url http://127.0.0.1:8000/ --cdp http://127.0.0.1:9222`.
+`python -m benchmarks serverless_page --url http://127.0.0.1:8000/ --cdp http://127.0.0.1:9222`.
 """
 
 from __future__ import annotations

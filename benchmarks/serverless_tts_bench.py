@@ -1,5 +1,5 @@
 """Text -> speech in headless Chromium on the serverless page: first audio, Piper's real-time factor on
-onnxruntime-web (wasm), export size with the voice. Usage: python benchmarks/serverless_tts_bench.py EXPORT_DIR
+onnxruntime-web (wasm), export size with the voice. Usage: python -m benchmarks serverless_tts EXPORT_DIR
 (EXPORT_DIR from `lipstream export web NAME -o EXPORT_DIR --voice`)."""
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.results import Figure, record  # noqa: E402
 from test_edge_web import StaticServer  # noqa: E402
 from test_server_harness import run_browser_script  # noqa: E402
+
+from benchmarks.results import Figure, record  # noqa: E402
 
 TEXTS = [
     "Hello there.",

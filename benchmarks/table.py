@@ -41,15 +41,16 @@ def machine_cell(machine: dict) -> str:
 
 
 def render_table(documents: list[dict]) -> str:
-    """The Markdown table: one row per headline figure; a scenario's machine, date and command on its first."""
-    lines = ["| scenario | figure | value | goal | machine | date | reproduce |", "|---|---|---|---|---|---|---|"]
+    """The Markdown table: one row per headline figure; a scenario's machine, date, command on its first."""
+    lines = ["| scenario | figure | value | goal | machine | date | reproduce |", "|---" * 7 + "|"]
     for doc in documents:
         for i, figure in enumerate(doc["figures"]):
             goal = f"{figure['goal']} {figure['unit']}" if figure.get("goal") else "–"
-            run = [doc["scenario"], machine_cell(doc["machine"]), str(doc["date"])[:10], f"`{doc['command']}`"]
+            run = [doc["scenario"], machine_cell(doc["machine"]), str(doc["date"])[:10],
+                   f"`{doc['command']}`"]  # fmt: skip
             scenario, machine, date, command = run if i == 0 else ["", "", "", ""]
-            cells = [scenario, figure["name"], f"**{number(figure['value'])}** {figure['unit']}", goal, machine,
-                     date, command]
+            value = f"**{number(figure['value'])}** {figure['unit']}"
+            cells = [scenario, figure["name"], value, goal, machine, date, command]
             lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     return "\n".join(lines)
 
@@ -57,7 +58,7 @@ def render_table(documents: list[dict]) -> str:
 def with_table(text: str, table: str) -> str:
     """`text` (docs/benchmarks.md) with the block between the markers replaced by `table`."""
     if START not in text or END not in text:
-        raise ValueError(f"docs/benchmarks.md lacks the table markers; put\n{START}\n{END}\nwhere the table goes")
+        raise ValueError(f"the doc lacks the table markers; put\n{START}\n{END}\nwhere the table goes")
     head, rest = text.split(START, 1)
     _, tail = rest.split(END, 1)
     return f"{head}{START}\n{table}\n{END}{tail}"

@@ -1,4 +1,4 @@
-"""The benchmark runner's bookkeeping: the results schema, the registry and the table in docs/benchmarks.md."""
+"""The benchmark runner's bookkeeping: the results schema, the registry, the table in docs/benchmarks.md."""
 
 from __future__ import annotations
 
@@ -60,7 +60,8 @@ def test_every_scenario_module_is_there_with_a_main_or_is_shown_missing():
         if not path.exists():
             assert "[missing:" in line, scenario.name
             continue
-        mains = [n for n in ast.parse(path.read_text()).body if isinstance(n, ast.FunctionDef) and n.name == "main"]
+        body = ast.parse(path.read_text()).body
+        mains = [n for n in body if isinstance(n, ast.FunctionDef) and n.name == "main"]
         assert mains, f"{path.name} has no main()"
         assert "[missing:" not in line
 

@@ -19,6 +19,12 @@ touches $LIPSTREAM_HOME). Every figure is measured here, with this checkout's co
              and the chin's drop over the lower lip's (14) on open frames (speaking, at or above the median
              opening) against closed ones (under the lip-sync closed line); both distances in eye widths
              minus the source frame's, so the idle loop's head motion cancels
+  chin (re-tracked, issue 37) the same drops measured against the same base frames re-tracked from a render of
+             silence (the idle frames as shown, through the same encoder and face mesh) instead of against the
+             bundle's own prepare-time landmarks: per speaking frame at or above the median opening, chin and
+             lower lip moved this far down from where the mesh sees them at rest on that very frame; the
+             median chin drop over the median lip drop (chin_over_lip_retracked) and the least-squares slope
+             of chin on lip over all speaking frames (chin_on_lip_slope_retracked)
   width      (issue 22 item 2) the tracked mouth's corner-to-corner width (61/291, eye widths) minus the
              source frame's, median over ee frames and over oo frames (TTS phonemes), and the ee/oo ratio of
              the width over the source frame's (a spread ee wider than a rounded oo: > 1)
@@ -27,7 +33,9 @@ touches $LIPSTREAM_HOME). Every figure is measured here, with this checkout's co
              espeak speech, then prepared as an avatar) rendered from its own audio: mouth-region PSNR/SSIM
              of the patches against the filmed crops, and opening r of output vs the clip (both tracked)
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/realism_bench.py [--before 4c0f546] [--seconds 20]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/realism_bench.py [--before f70cc2d] [--seconds 20]
+  --case espeak    the held-out espeak speech on the sample and on the photo only (issue 37's check); the
+                   before side is a worktree of --before made for this run and removed after it
 
   --case talking   only the cases whose name contains "talking" (the atlas path; the others are skipped,
                    not changed); results then go to realism_bench_<case>.json, the sheet to the work folder
@@ -89,6 +97,7 @@ CASES = (
     Case("sample piper timings", "sample", "piper", True),
     Case("sample espeak audio-only", "sample", "espeak", False),
     Case("photo piper timings", "photo", "piper", True),
+    Case("photo espeak audio-only", "photo", "espeak", False),
     Case("talking clip, own audio", "talking", "espeak-talking", True, fidelity=True),
 )
 
@@ -275,8 +284,11 @@ def _source_rest_aperture(bundle) -> float:
     return float(np.median([lip_aperture(np.asarray(landmarks)) for landmarks in bundle.landmarks]))
 
 
-def measure_video(mp4: Path, features: np.ndarray, ids: np.ndarray, bundle, z, keep: set[int]) -> dict:
-    """Lip-sync, flat fill, re-tracking and p/b/m figures of one output video; mouth crops of `keep`."""
+def measure_video(
+    mp4: Path, features: np.ndarray, ids: np.ndarray, bundle, z, keep: set[int], reference: list | None = None
+) -> dict:
+    """Lip-sync, flat fill, re-tracking and p/b/m figures of one output video; mouth crops of `keep`.
+    `reference`: the mesh's landmarks of the same base frames at rest (a render of silence), per frame."""
     from lipstream.engines.viseme.articulation import CLOSURE, OPEN
     from lipstream.evaluation.lipsync import measure_lipsync
     from lipstream.evaluation.mouth_realism import RecordingTracker, darker_half_spread, lower_lip_thickness
@@ -330,6 +342,11 @@ def measure_video(mp4: Path, features: np.ndarray, ids: np.ndarray, bundle, z, k
         "retrack_opening_r": round(r_open, 3),
         **amplitude_figures(
             rec.landmarks[:n], bundle, ids[:n], ~np.asarray(silent[:n], bool), aperture, report
+        ),
+        **(
+            retracked_chin_figures(rec.landmarks[:n], reference[:n], ~np.asarray(silent[:n], bool))
+            if reference is not None
+            else {}
         ),
         **width_figures(rec.landmarks[:n], bundle, ids[:n], classes),
         "lower_lip_ratio_by_opening": bins,
@@ -387,6 +404,68 @@ def amplitude_figures(
         "chin_drop_eye_widths": round(chin_drop, 4),
         "chin_over_lip_drop": round(chin_drop / lip_drop, 3) if lip_drop > 1e-4 else None,
     }
+
+
+def retracked_chin_figures(landmarks, reference, speaking: np.ndarray) -> dict:
+    """Issue 37: the chin's and the lower lip's drop from where the face mesh sees them at rest on the same
+    base frame (both re-tracked from rendered video), eye widths from the nose tip, over speaking frames."""
+    from lipstream.avatar.face_measures import eye_width, gap_over_width
+
+    n = min(len(landmarks), len(reference), len(speaking))
+    ratio, chin, lip = (np.full(n, np.nan) for _ in range(3))
+    for k in range(n):
+        lm, ref = landmarks[k], reference[k]
+        if lm is None or ref is None:
+            continue
+
+        def dist(a, point):
+            return float(np.linalg.norm(a[point] - a[NOSE_TIP]) / eye_width(a))
+
+        ratio[k] = gap_over_width(lm)
+        chin[k] = dist(lm, CHIN) - dist(ref, CHIN)
+        lip[k] = dist(lm, LOWER_LIP_MID) - dist(ref, LOWER_LIP_MID)
+    talk = np.isfinite(ratio) & speaking[:n]
+    if talk.sum() < 5:
+        return {}
+    opened = talk & (ratio >= np.median(ratio[talk]))
+    lip_drop, chin_drop = float(np.median(lip[opened])), float(np.median(chin[opened]))
+    slope = float(np.polyfit(lip[talk], chin[talk], 1)[0])
+    return {
+        "lower_lip_drop_retracked": round(lip_drop, 4),
+        "chin_drop_retracked": round(chin_drop, 4),
+        "chin_over_lip_retracked": round(chin_drop / lip_drop, 3) if lip_drop > 1e-4 else None,
+        "chin_on_lip_slope_retracked": round(slope, 3),
+    }
+
+
+def rest_landmarks(bundle_path: Path, frames: int, work: Path) -> list:
+    """The face mesh's landmarks of the first `frames` output frames of a render of silence (the base frames
+    as shown, through the same compositor, encoder and decoder as speech)."""
+    from lipstream.audio.timeline import SAMPLES_PER_FRAME
+    from lipstream.avatar.bundle import load_avatar
+    from lipstream.avatar.tracking import FaceTracker
+    from lipstream.engines.base import Speech
+    from lipstream.engines.viseme.engine import VisemeEngine
+    from lipstream.evaluation.lipsync import video_apertures
+    from lipstream.render.offline import render_speech_to_mp4
+
+    out = work / "rest.mp4"
+    silence = Speech(np.zeros(frames * SAMPLES_PER_FRAME, np.float32))
+    render_speech_to_mp4(load_avatar(bundle_path), VisemeEngine(), silence, out, persist_codebook=False)
+    found: list = []
+
+    class Keep(FaceTracker):
+        def track(self, frame_rgb):
+            lm = super().track(frame_rgb)
+            found.append(None if lm is None else np.asarray(lm, np.float32))
+            return lm
+
+    tracker = Keep()
+    try:
+        video_apertures(out, False, tracker)
+    finally:
+        tracker.close()
+    return found
 
 
 MOUTH_LEFT, MOUTH_RIGHT = 61, 291
@@ -461,11 +540,11 @@ def run_side(checkout: Path, spec: dict, work: Path) -> dict:
     return result
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     """Prepare speech, avatars and the talking clip; render every case on both sides; measure; write."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
-    ap.add_argument("--before", default="4c0f546", help="commit of the 'before' engine")
+    ap.add_argument("--before", default="f70cc2d", help="commit of the 'before' engine")
     ap.add_argument(
         "--avatar", default="sample", help="prepared avatar in $LIPSTREAM_HOME (1080x1920 sample)"
     )
@@ -478,7 +557,7 @@ def main() -> None:
         "--clip-from", type=Path, help="reuse the talking clip of a --keep run's work folder (same clip)"
     )
     ap.add_argument("--drawn-too", action="store_true", help="also this checkout with mouth=drawn")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     cases = [c for c in CASES if args.case is None or args.case in c.name]
     if not cases:
         ap.error(f"no case matches --case {args.case!r}; cases: {', '.join(c.name for c in CASES)}")
@@ -486,7 +565,7 @@ def main() -> None:
         args.out = RESULTS / f"realism_bench_{args.case.replace(' ', '_')}.json"
     if args.worker:
         worker(args.worker)
-        return
+        return 0
     sys.path.insert(0, str(REPO / "benchmarks"))
     from bench_common import cpu_model, open_or_build_avatar
 
@@ -501,7 +580,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="realism-bench-"))
     from before_after import before_tree
 
-    before = before_tree(args.before)  # a worktree of that commit, made once
+    made_before = not (Path("/tmp") / f"lipstream-before-{args.before[:7]}").exists()
+    before = before_tree(args.before)  # a worktree of that commit (removed at the end if made here)
     source = Path(open_or_build_avatar(args.avatar).path)
     t_start = time.time()
     load_start = os.getloadavg()
@@ -585,13 +665,17 @@ def main() -> None:
             shown = {k: v for k, v in per_side[side].items() if k != "stage_ms"}
             print(f"{case.name} / {side}: {json.dumps(shown)}", flush=True)
         bundle = load_avatar(views[("after", case.avatar)])
+        frames = len(np.load(work / f"{case.voice}.npz")["pcm"]) // 640 + 1
+        reference = rest_landmarks(views[("after", case.avatar)], frames, work / "after")
         feats_after = np.load(work / "after" / case.name.replace(" ", "_").replace(",", "") / "features.npz")
         opening = feats_after["features"][:, 0] * (1 - np.clip(feats_after["features"][:, 2], 0, 1))
         picks = pick_frames(frame_classes(z, len(opening)), opening)
         for side in sides:
             out = work / side / case.name.replace(" ", "_").replace(",", "")
             f = np.load(out / "features.npz")
-            measured = measure_video(out / "out.mp4", f["features"], f["ids"], bundle, z, set(picks.values()))
+            measured = measure_video(
+                out / "out.mp4", f["features"], f["ids"], bundle, z, set(picks.values()), reference
+            )
             crops = measured.pop("_crops")
             aperture = np.array(measured.pop("aperture"))
             if case.fidelity:
@@ -626,7 +710,25 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     else:
         print(f"kept {work}")
+    if made_before:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(before)], check=False)
+    chin_table(results)
+    return 0
+
+
+def chin_table(results: dict) -> None:
+    """The jaw figures of every case, before and after side by side (both measures of the chin's drop)."""
+    keys = ("chin_over_lip_drop", "chin_over_lip_retracked", "chin_on_lip_slope_retracked",
+            "gap_over_width_median", "pbm_closed_share")  # fmt: skip
+    for name, case in results["cases"].items():
+        sides = [s for s in ("before", "after", "after-drawn") if s in case]
+        print(f"\n{name}: {'figure':30s} " + " ".join(f"{s:>12s}" for s in sides))
+        for key in keys:
+            print(f"  {key:30s} " + " ".join(f"{case[s].get(key)!s:>12s}" for s in sides))
+        for key in ("correlation_best", "correlation_lag0"):  # the envelope r
+            values = [case[s].get("lipsync", {}).get(key) for s in sides]
+            print(f"  {'envelope ' + key:30s} " + " ".join(f"{v!s:>12s}" for v in values))
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -1,5 +1,5 @@
-"""The knowledge base: chunks under headings, the cached FTS5 index (rebuilt when a file changes), BM25 search,
-and bad input refused at open with the file named."""
+"""The knowledge base: chunks under headings, the cached FTS5 index (rebuilt when a file changes), BM25
+search, and bad input refused at open with the file named."""
 
 from __future__ import annotations
 
@@ -44,9 +44,14 @@ def docs(tmp_path: Path) -> Path:
 def test_chunks_keep_their_heading_path() -> None:
     chunks = chunk_document("library.md", LIBRARY)
     assert [c.heading for c in chunks] == [
-        "Riverside Library > Opening hours", "Riverside Library > Borrowing", "Riverside Library > Address",
+        "Riverside Library > Opening hours",
+        "Riverside Library > Borrowing",
+        "Riverside Library > Address",
     ]
-    assert chunks[1].text.splitlines() == ["- You can borrow up to 12 books at a time.", "- Loans last three weeks."]
+    assert chunks[1].text.splitlines() == [
+        "- You can borrow up to 12 books at a time.",
+        "- Loans last three weeks.",
+    ]
 
 
 def test_long_paragraphs_are_cut_at_sentence_ends() -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from lipstream.errors import LipstreamError
 from lipstream.paths import lipstream_home
-from lipstream.talk.knowledge_text import Chunk, chunk_document, terms
+from lipstream.talk.knowledge_text import Chunk, chunk_document, intent_terms, terms
 
 log = logging.getLogger(__name__)
 
@@ -114,15 +114,19 @@ class KnowledgeBase:
                     and not any(part.startswith(".") for part in p.relative_to(self.root).parts)
                 )  # fmt: skip
             except OSError as exc:
-                raise KnowledgeError(f"cannot list the knowledge folder {self.root}: {exc.strerror}") from None
+                raise KnowledgeError(
+                    f"cannot list the knowledge folder {self.root}: {exc.strerror}"
+                ) from None
             if not candidates:
                 raise KnowledgeError(
                     f"the knowledge folder {self.root} holds no documents (.md, .markdown, .txt, .text or "
                     ".pdf); put the documents to answer from there"
                 )
             if len(candidates) > MAX_DOCUMENTS:
-                raise KnowledgeError(f"the knowledge folder {self.root} holds {len(candidates)} documents; "
-                                     f"at most {MAX_DOCUMENTS} are indexed: point --knowledge at a sub-folder")
+                raise KnowledgeError(
+                    f"the knowledge folder {self.root} holds {len(candidates)} documents; "
+                    f"at most {MAX_DOCUMENTS} are indexed: point --knowledge at a sub-folder"
+                )
         out = []
         for file in candidates:
             try:
@@ -185,7 +189,9 @@ class KnowledgeBase:
         for file, _ in files:
             chunks.extend(chunk_document(self._name(file), self._read(file), self.chunk_chars))
         if not chunks:
-            raise KnowledgeError(f"the documents in {self.root} hold no text; put the answers to give in them")
+            raise KnowledgeError(
+                f"the documents in {self.root} hold no text; put the answers to give in them"
+            )
         self.index.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.index.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.unlink(missing_ok=True)
@@ -196,7 +202,7 @@ class KnowledgeBase:
                 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
                 CREATE TABLE files (name TEXT PRIMARY KEY, mtime_ns INTEGER, size INTEGER);
                 CREATE TABLE df (term TEXT PRIMARY KEY, n INTEGER) WITHOUT ROWID;
-                -- terms: the chunk's own words as the stemmer reduces them (the query is reduced the same way)
+                -- terms: the chunk's words as the stemmer reduces them (the query is reduced the same way)
                 CREATE VIRTUAL TABLE chunks USING fts5(
                     terms, heading_terms, source UNINDEXED, heading UNINDEXED, text UNINDEXED,
                     tokenize = 'unicode61 remove_diacritics 2'
@@ -231,22 +237,31 @@ class KnowledgeBase:
         wanted = list(dict.fromkeys(terms(question)))
         if not wanted:
             return []
-        query = " OR ".join(f'"{t}"' for t in wanted)
-        marks = ",".join("?" * len(wanted))
+        extra = [t for t in intent_terms(question) if t not in wanted]
+        query = " OR ".join(f'"{t}"' for t in wanted + extra)
+        marks = ",".join("?" * len(wanted + extra))
         with self._lock:
             rows = self._db.execute(
                 "SELECT bm25(chunks, 1.0, 2.0), terms, heading_terms, source, heading, text FROM chunks "
                 "WHERE chunks MATCH ? ORDER BY bm25(chunks, 1.0, 2.0) LIMIT ?",
                 (query, limit),
             ).fetchall()
-            df = dict(self._db.execute(f"SELECT term, n FROM df WHERE term IN ({marks})", wanted).fetchall())
+            df = dict(self._db.execute(f"SELECT term, n FROM df WHERE term IN ({marks})", wanted + extra)
+                      .fetchall())  # fmt: skip
         # a term most chunks hold (the library's name in its own FAQ) finds everything and tells nothing
-        rare = {t for t in wanted if df.get(t, 0) <= max(1, self._chunks // 2)} if self._chunks > 2 else set()
+        rare = {t for t in wanted + extra if 0 < df.get(t, 0) <= max(1, self._chunks // 2)}
+        # what a question word asks for counts when the question is about things the notes know: "where is
+        # the library" finds the address; "where is the swimming pool" (no pool in them) does not
+        known = all(t in df for t in wanted)
         passages = []
         for score, body, head, source, heading, text in rows:
             held = set(body.split()) | set(head.split())
             matched = tuple(t for t in wanted if t in held)
-            distinctive = bool(rare & set(matched)) if self._chunks > 2 else bool(matched)
+            asked = {t for t in extra if t in held}
+            if self._chunks > 2:
+                distinctive = bool(rare & set(matched)) or (known and bool(rare & asked))
+            else:
+                distinctive = bool(matched)
             passages.append(Passage(source, heading, text, -float(score), matched, distinctive))
         return passages
 

@@ -9,26 +9,39 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
+WORD = re.compile(r"[^\W_]+(?:['’-][^\W_]+)*", re.UNICODE)
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
 # function words and the chatter around a question: what is left are the words that find a passage
 STOP_WORDS = frozenset(
     """
     a about above after again against all am an and any are aren't as at be because been before being below
-    between both but by can can't cannot could couldn't did didn't do does doesn't doing don't down during each
+    between both but by can can't cannot could couldn't did didn't do does doesn't doing don't down during
+    each
     few for from further had hadn't has hasn't have haven't having he he'd he'll he's her here here's hers
     herself him himself his how how's i i'd i'll i'm i've if in into is isn't it it's its itself let's me more
     most mustn't my myself no nor not of off on once only or other ought our ours ourselves out over own same
     shan't she she'd she'll she's should shouldn't so some such than that that's the their theirs them
     themselves then there there's these they they'd they'll they're they've this those through to too under
-    until up very was wasn't we we'd we'll we're we've were weren't what what's when when's where where's which
+    until up very was wasn't we we'd we'll we're we've were weren't what what's when when's where where's
+    which
     while who who's whom why why's will with won't would wouldn't you you'd you'll you're you've your yours
     yourself yourselves
     tell please could know want like get got go going say said also just really much many thing things
     hello hi hey thanks thank okay ok yes yeah well um uh oh sorry excuse anything something everything
     """.split()
 )
+
+# what a question word asks for: "Where is the library?" is about an address even when "library" is in every
+# section of the library's own notes (the words are stemmed when used)
+INTENTS = {
+    "where": "address located location street",
+    "when": "open hours close time days",
+    "much": "cost price fee",
+    "call": "phone number",
+    "phone": "call number",
+    "contact": "phone email address",
+}
 
 
 @dataclass(frozen=True)
@@ -64,8 +77,26 @@ def words(text: str) -> list[str]:
 
 
 def terms(text: str) -> list[str]:
-    """The content terms of `text`, in order, repeats kept (stop words out, each word stemmed)."""
-    return [stem(w) for w in words(text) if w.lower().replace("’", "'") not in STOP_WORDS]
+    """The content terms of `text`, in order, repeats kept (stop words out, each word stemmed); a hyphenated
+    word gives its joined form and its parts ("Wi-Fi": wifi, wi, fi), so either spelling finds the other."""
+    out: list[str] = []
+    for word in words(text):
+        if word.lower().replace("’", "'") in STOP_WORDS:
+            continue
+        if "-" in word:
+            out.append(stem(word.replace("-", "")))
+            out.extend(stem(part) for part in word.split("-") if part.lower() not in STOP_WORDS)
+        else:
+            out.append(stem(word))
+    return out
+
+
+def intent_terms(text: str) -> list[str]:
+    """Terms a question's question words ask for ("where": address, location, street...), beyond its own."""
+    out: list[str] = []
+    for word in words(text):
+        out.extend(stem(w) for w in INTENTS.get(word.lower(), "").split())
+    return list(dict.fromkeys(out))
 
 
 def sentences(text: str) -> list[str]:

@@ -233,26 +233,33 @@ class KnowledgeBase:
     # ---- search -----------------------------------------------------------------------------------------
 
     def search(self, question: str, limit: int = 4) -> list[Passage]:
-        """The chunks that best answer `question` (BM25 over an OR of its content terms), best first."""
+        """The chunks that best answer `question` (BM25 over an OR of its distinctive terms), best first."""
         wanted = list(dict.fromkeys(terms(question)))
         if not wanted:
             return []
         extra = [t for t in intent_terms(question) if t not in wanted]
-        query = " OR ".join(f'"{t}"' for t in wanted + extra)
         marks = ",".join("?" * len(wanted + extra))
+        with self._lock:
+            df = dict(self._db.execute(f"SELECT term, n FROM df WHERE term IN ({marks})", wanted + extra)
+                      .fetchall())  # fmt: skip
+        # a term most chunks hold (the library's name in its own FAQ) finds everything and tells nothing:
+        # it is left out of the query, which also keeps BM25 from scoring most of the index
+        rare = {t for t in wanted + extra if 0 < df.get(t, 0) <= max(1, self._chunks // 2)}
+        # what a question word asks for counts when the question is about things the notes know: "where is
+        # the library" finds the address; "where is the swimming pool" (no pool in them) does not
+        known = all(t in df for t in wanted)
+        asked_for = [t for t in wanted if t in rare] + [t for t in extra if t in rare and known]
+        if self._chunks <= 2:  # a note or two: every term counts
+            asked_for = [t for t in wanted + extra if t in df]
+        if not asked_for:
+            return []
+        query = " OR ".join(f'"{t}"' for t in asked_for)
         with self._lock:
             rows = self._db.execute(
                 "SELECT bm25(chunks, 1.0, 2.0), terms, heading_terms, source, heading, text FROM chunks "
                 "WHERE chunks MATCH ? ORDER BY bm25(chunks, 1.0, 2.0) LIMIT ?",
                 (query, limit),
             ).fetchall()
-            df = dict(self._db.execute(f"SELECT term, n FROM df WHERE term IN ({marks})", wanted + extra)
-                      .fetchall())  # fmt: skip
-        # a term most chunks hold (the library's name in its own FAQ) finds everything and tells nothing
-        rare = {t for t in wanted + extra if 0 < df.get(t, 0) <= max(1, self._chunks // 2)}
-        # what a question word asks for counts when the question is about things the notes know: "where is
-        # the library" finds the address; "where is the swimming pool" (no pool in them) does not
-        known = all(t in df for t in wanted)
         passages = []
         for score, body, head, source, heading, text in rows:
             held = set(body.split()) | set(head.split())

@@ -136,3 +136,14 @@ def test_the_first_phrase_ends_before_a_verb_or_preposition_after_five_words(tex
         pieces += stream.push(word + " ")
     pieces += stream.flush()
     assert pieces[0] == first and " ".join(pieces) == text
+
+
+def test_a_long_first_clause_is_cut_after_eight_words() -> None:
+    stream = SentenceStream()
+    pieces: list[str] = []
+    text = "Many large old oak trees grow slowly and quietly near rivers and lakes. Then rain."
+    for word in text.split():
+        pieces += stream.push(word + " ")
+    pieces += stream.flush()
+    assert pieces[0] == "Many large old oak trees grow slowly and"
+    assert " ".join(pieces) == text

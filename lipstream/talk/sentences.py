@@ -126,14 +126,20 @@ PHRASE_STARTERS = frozenset(
     "is are was were for from during in on at".split()
 )
 PHRASE_MIN_WORDS = 5
+# a first sentence with no comma and no phrase-opening word is still cut after this many words: its audio
+# starts while the model writes the rest (issue 35: the first word at once)
+FIRST_MAX_WORDS = 8
 
 
 def _phrase_cut(buf: str) -> int | None:
     """Where to cut a reply's first sentence before a phrase-opening word (after at least
-    PHRASE_MIN_WORDS words), once that word has fully arrived; None when there is no such place yet."""
+    PHRASE_MIN_WORDS words) or after FIRST_MAX_WORDS words, once the next word has fully arrived; None
+    when there is no such place yet."""
     words = list(re.finditer(r"\S+", buf))
     for index, word in enumerate(words[:-1]):  # the last word may still be growing
         if index >= PHRASE_MIN_WORDS and word.group().lower() in PHRASE_STARTERS:
+            return word.start()
+        if index == FIRST_MAX_WORDS:
             return word.start()
     return None
 

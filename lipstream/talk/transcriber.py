@@ -132,6 +132,8 @@ class TurnRecogniser:
             return self.partial_stt.transcribe(audio).text.strip()
         assert isinstance(self.partial_stt, WordTimingSpeechToText)
         result = self.partial_stt.transcribe_words(audio, self.state.prompt)
+        if result.text and not result.words:  # a server that gave text only: shown, nothing committed
+            return self.state.finish(result.text)
         return self.state.update(_timed(result, audio_start), audio_start + len(audio))
 
     def final(self, audio: np.ndarray, audio_start: int) -> str:
@@ -140,7 +142,7 @@ class TurnRecogniser:
             return self.final_stt.transcribe(audio).text.strip()
         assert isinstance(self.final_stt, WordTimingSpeechToText)
         result = self.final_stt.transcribe_words(audio, self.state.prompt)
-        return self.state.finish(_timed(result, audio_start))
+        return self.state.finish(_timed(result, audio_start) if result.words else result.text)
 
 
 def _timed(result: Transcript, audio_start: int) -> list[TimedWord]:

@@ -77,7 +77,11 @@ SCENARIOS: tuple[Scenario, ...] = (
     S("blink", "blink_bench", "blinks a face mesh finds in rendered speech, before/after",
       raw="blink_bench.json", headlines=(
           H("blinks a minute while speaking, one-photo avatar",
-            "cases > photo > after, + blinks at phrase ends > blinks_per_minute", "per min", ">= 6"),)),
+            "cases > photo > after > blinks_per_minute", "per min", ">= 6"),
+          H("frames a blink reads shut (face mesh, median), one-photo avatar",
+            "cases > photo > after > shut_frames_median", "frames", ">= 2"),
+          H("frames a blink reads under 0.55 of median openness (median), sample clip",
+            "cases > sample clip > after > frames_under_threshold_median", "frames", "5-8"))),
     S("utterance_edges", "utterance_edges_bench", "how far the mouth jumps where speech meets the footage",
       raw="edges_bench.json", headlines=(
           H("largest mouth step at speech end, sample",

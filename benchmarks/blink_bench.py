@@ -36,7 +36,6 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-from bench_common import cpu_model
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
@@ -182,8 +181,11 @@ def worker(spec_path: Path) -> None:
     frames = len(speech.pcm) * 25 // 16000
     starts = set(bundle.manifest.drawn_blink_starts() or [])
     drawn = sorted({k for k in range(frames) if k % loop in starts} | set(report.phrase_blinks))
+    import lipstream
+
     result = {
-        "bundle": str(bundle.path), "prepare_s": round(prepare_s, 2), "loop_frames": loop,
+        "lipstream": lipstream.__file__, "bundle": str(bundle.path), "prepare_s": round(prepare_s, 2),
+        "loop_frames": loop,
         "manifest_blinks": bundle.manifest.idle.get("blinks"), "phrase_blinks": list(report.phrase_blinks),
         "drawn_starts": drawn, "compose_ms": lid_cost_ms(bundle),
     }  # fmt: skip
@@ -199,7 +201,10 @@ def run_side(checkout: Path, spec: dict, work: Path) -> dict:
     subprocess.run(
         [sys.executable, str(script), "--worker", str(spec_path)], cwd=checkout, env=env, check=True
     )
-    return json.loads((Path(spec["out"]) / "result.json").read_text())
+    result = json.loads((Path(spec["out"]) / "result.json").read_text())
+    if not result["lipstream"].startswith(str(checkout)):  # the side must run its own code
+        raise RuntimeError(f"the worker for {checkout} imported {result['lipstream']}")
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -215,6 +220,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         worker(args.worker)
         return 0
+
+    # (imported here, not at the top: bench_common puts this checkout first on sys.path, and the worker must
+    # import the lipstream its PYTHONPATH names)
+    from bench_common import cpu_model
 
     from lipstream.audio.timeline import SAMPLE_RATE
     from lipstream.avatar.sample import presenter_frame, write_sample_video

@@ -234,11 +234,11 @@ def bench_transformers() -> dict[str, Any]:
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     """Run every part and write the JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-transformers", action="store_true", help="skip the slow transformers runtime")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     report: dict[str, Any] = {
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
@@ -261,7 +261,8 @@ def main() -> None:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {RESULTS}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -94,12 +94,12 @@ def summarise(rows: list[dict]) -> dict:
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     """Judge, print the summary, write JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pause", type=float, default=0.7, help="the pause cut into each question (s)")
     parser.add_argument("--out", type=Path, default=RESULTS / "turn_detector_bench.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     started = time.perf_counter()
     result = {
         "date": time.strftime("%Y-%m-%d"), "cpu": cpu_model(), "cores": os.cpu_count(),
@@ -113,7 +113,8 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

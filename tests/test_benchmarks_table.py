@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.__main__ import main as runner_main
 from benchmarks.convert import converted
 from benchmarks.results import RESULTS_DIR, Figure, is_result, load, record
 from benchmarks.runner import dig, headline_figures, module_path
@@ -50,10 +51,10 @@ def test_every_results_file_is_complete():
             assert isinstance(figure["value"], int | float), path
 
 
-def test_every_scenario_module_is_there_with_a_main_or_is_shown_missing():
+def test_every_scenario_module_is_there_with_a_main_or_is_shown_missing(capsys):
     """A registered module exists and defines main(argv), or `list` marks it missing."""
-    listing = subprocess.run([sys.executable, "-m", "benchmarks", "list"], cwd=REPO, capture_output=True,
-                             text=True, check=True).stdout  # fmt: skip
+    assert runner_main(["list"]) == 0
+    listing = capsys.readouterr().out
     for scenario in SCENARIOS:
         line = next(ln for ln in listing.splitlines() if ln.startswith(scenario.name + " "))
         path = module_path(scenario)
@@ -136,11 +137,10 @@ def test_the_table_needs_its_markers():
         with_table("# Benchmarks\n", "| a |")
 
 
-def test_unknown_scenario_is_refused_with_the_names():
+def test_unknown_scenario_is_refused_with_the_names(capsys):
     """`python -m benchmarks NAME` with no such scenario exits 2 listing the scenarios."""
-    done = subprocess.run([sys.executable, "-m", "benchmarks", "no_such"], cwd=REPO, capture_output=True,
-                          text=True)  # fmt: skip
-    assert done.returncode == 2 and "serve" in done.stderr
+    assert runner_main(["no_such"]) == 2
+    assert "serve" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -37,17 +37,18 @@ def load_module(scenario: Scenario) -> ModuleType:
     return importlib.import_module(scenario.module)
 
 
-def call_main(module: ModuleType, argv: list[str]) -> int:
-    """Call the module's `main(argv)`; a `main()` without parameters gets `argv` through sys.argv."""
+def call_main(module: ModuleType, argv: list[str], prog: str | None = None) -> int:
+    """Call the module's `main(argv)`; a `main()` without parameters gets `argv` through sys.argv.
+    `prog` stands in sys.argv[0] meanwhile, so that usage messages name the command that was typed."""
     main = getattr(module, "main", None)
     if main is None:
         raise AttributeError(f"benchmarks/{module.__name__}.py has no main(argv); add one to run it by name")
     saved = sys.argv
+    sys.argv = [prog or str(module.__file__), *argv]
     try:
         if inspect.signature(main).parameters:
             code = main(argv)
         else:  # why: a script another change has not given main(argv) yet still runs by name
-            sys.argv = [str(module.__file__), *argv]
             code = main()
     except SystemExit as stop:  # argparse's --help and usage errors
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
@@ -102,7 +103,7 @@ def run(scenario: Scenario, argv: list[str]) -> int:
     """Run a scenario with `argv` after its fixed arguments; record its headline figures when it succeeds."""
     module = load_module(scenario)
     started = time.time()
-    code = call_main(module, [*scenario.args, *argv])
+    code = call_main(module, [*scenario.args, *argv], f"python -m benchmarks {scenario.name}")
     if code != 0 or not scenario.headlines or "--help" in argv or "-h" in argv:
         return code
     if getattr(module, "record", None) is record:  # the script records its own figures

@@ -11,9 +11,12 @@ import threading
 import time
 import wave
 from collections.abc import Iterator
+from typing import Annotated
 
 import numpy as np
 import pytest
+from fastapi import FastAPI, File, Form, UploadFile
+from fastapi.responses import JSONResponse
 
 from lipstream.audio.timeline import SAMPLE_RATE
 from lipstream.errors import ModelError
@@ -28,14 +31,12 @@ QUESTION = "What time does the library open on Saturday morning?"
 
 def _standin_app(stt: WhisperSTT, seen: list[dict]):
     """FastAPI app: POST /v1/audio/transcriptions as OpenAI's API answers it (verbose_json, words)."""
-    from fastapi import FastAPI, Form, UploadFile
-    from fastapi.responses import JSONResponse
-
     app = FastAPI()
 
     @app.post("/v1/audio/transcriptions")
     async def transcriptions(
-        file: UploadFile, model: str = Form(...), prompt: str = Form(""), response_format: str = Form("json")
+        file: Annotated[UploadFile, File()], model: Annotated[str, Form()],
+        prompt: Annotated[str, Form()] = "", response_format: Annotated[str, Form()] = "json",
     ) -> JSONResponse:
         seen.append({"model": model, "prompt": prompt, "format": response_format})
         if model == "broken":
@@ -87,7 +88,7 @@ def test_transcriptions_url_accepts_a_base_or_the_full_path() -> None:
 
 def test_the_client_transcribes_with_word_timings_through_the_endpoint(standin, question) -> None:
     url, seen = standin
-    client = OpenAITranscriber(url, "standin")
+    client = OpenAITranscriber(url, "standin", timeout=120)
     assert isinstance(client, WordTimingSpeechToText)
     result = client.transcribe_words(question, prompt="Hello.")
     assert word_error_rate(QUESTION, result.text) <= 0.3, result.text
@@ -97,7 +98,7 @@ def test_the_client_transcribes_with_word_timings_through_the_endpoint(standin, 
 
 def test_streaming_recognition_commits_words_from_the_endpoint(standin, question) -> None:
     url, _ = standin
-    client = OpenAITranscriber(url, "standin")
+    client = OpenAITranscriber(url, "standin", timeout=120)
     recog = TurnRecogniser(client, client, turn_start=0)
     for end in range(SAMPLE_RATE // 2, len(question), SAMPLE_RATE // 2):
         start = recog.audio_from()
@@ -110,7 +111,8 @@ def test_streaming_recognition_commits_words_from_the_endpoint(standin, question
 
 def test_an_endpoint_that_gives_text_only_still_transcribes_whole_turns(standin, question) -> None:
     url, _ = standin
-    recog = TurnRecogniser(OpenAITranscriber(url, "text-only"), OpenAITranscriber(url, "text-only"), 0)
+    client = OpenAITranscriber(url, "text-only", timeout=120)
+    recog = TurnRecogniser(client, client, 0)
     partial = recog.partial(question[: SAMPLE_RATE], 0)
     assert not recog.state.committed and recog.audio_from() == 0
     assert isinstance(partial, str)
@@ -120,7 +122,7 @@ def test_an_endpoint_that_gives_text_only_still_transcribes_whole_turns(standin,
 def test_a_failing_endpoint_is_a_clear_error(standin, question) -> None:
     url, _ = standin
     with pytest.raises(ModelError, match="503.*model not loaded"):
-        OpenAITranscriber(url, "broken").transcribe(question)
+        OpenAITranscriber(url, "broken", timeout=120).transcribe(question)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         closed = probe.getsockname()[1]

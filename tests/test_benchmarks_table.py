@@ -67,6 +67,15 @@ def test_every_scenario_module_is_there_with_a_main_or_is_shown_missing(capsys):
         assert "[missing:" not in line
 
 
+def test_every_benchmark_script_is_a_scenario():
+    """Each benchmarks/*_bench.py (and the GPU and equality scripts) is registered, so `list` shows it."""
+    registered = {s.module for s in SCENARIOS}
+    runner_parts = {"__init__", "__main__", "bench_common", "before_after", "convert", "results", "runner",
+                    "scenarios", "table"}  # fmt: skip
+    scripts = {p.stem for p in (REPO / "benchmarks").glob("*.py")} - runner_parts
+    assert scripts - registered == set(), "register these in benchmarks/scenarios.py"
+
+
 def test_scenario_names_are_unique_and_not_a_raw_file():
     """Two scenarios never share a name (their results file), nor is one named like a script's raw JSON."""
     names = [s.name for s in SCENARIOS]

@@ -20,7 +20,8 @@ def list_scenarios() -> int:
     width = max(len(s.name) for s in SCENARIOS)
     for scenario in SCENARIOS:
         mark = "" if module_path(scenario).exists() else "  [missing: benchmarks/" + scenario.module + ".py]"
-        print(f"{scenario.name:<{width}}  {scenario.description}{mark}")
+        needs = f"\n{'':<{width}}    e.g. {scenario.usage}" if scenario.usage else ""
+        print(f"{scenario.name:<{width}}  {scenario.description}{mark}{needs}")
     print("\ntools: " + "; ".join(f"{name}: {what}" for name, what in TOOLS.items()))
     return 0
 

@@ -32,12 +32,11 @@ import websockets
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench_common import cpu_model, open_session  # noqa: E402
+from bench_common import JITTER_S, cpu_model, open_session  # noqa: E402
 
 from lipstream.server.protocol import Kind, MediaMessage, decode_media  # noqa: E402
 
 FRAME_S = 0.04
-JITTER_S = 0.15
 
 
 class Server:

@@ -1,8 +1,8 @@
-"""The public `lipstream.Session`: the live render session plus text, spoken through a voice.
+"""The public `lipstream.Session`: the live render session (RenderSession) plus text, spoken through a voice.
 
-The render room's Session takes speech only; the talk room's Speaker turns text into speech. This module
+The render room's RenderSession takes speech only; the talk room's Speaker turns text into speech. This module
 sits above both (like the CLI) and puts them together for the Python API: `push_text` and
-`push_text_stream` are the render session's `push_speech_stream` fed by a Speaker.
+`push_text_stream` are the RenderSession's `push_speech_stream` fed by a Speaker.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from lipstream.talk.speaker import Speaker
 __all__ = ["Session", "SessionConfig", "SessionEvent"]
 
 
-class Session(render_session.Session):
+class Session(render_session.RenderSession):
     """A live avatar session that also speaks text (`push_text`, `push_text_stream`)."""
 
     def __init__(self, *args: Any, speaker: Speaker | None = None, **options: Any) -> None:
-        """The render Session's arguments (avatar, engine, config, ...), and `speaker`: the voices text goes
+        """The RenderSession's arguments (avatar, engine, config, ...), and `speaker`: the voices text goes
         through (default: load `config.voice` on first use, synthesis on the session's speech pool)."""
         super().__init__(*args, **options)
         self.speaker = speaker or Speaker(executor=self._pools.speech, default_voice=self.config.voice)

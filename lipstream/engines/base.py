@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -31,6 +32,10 @@ class Engine(Protocol):
     - `render(bundle, features, frame_ids)` -> uint8 RGB patches [B, patch_size, patch_size, 3] in crop
       space (the frame's box resized to patch_size²), pure and batched; frame_ids are source frame
       indices of the bundle (the base frame each patch will be pasted on).
+
+    Four optional hooks (`for_session`, `withdraw`, `onset`, `release`) have defaults here: an engine that
+    subclasses Engine inherits them and overrides only the ones it needs (VisemeEngine eases utterance
+    edges; BatchedEngine binds a session's view, which withdraws its queued passes on an interrupt).
     """
 
     name: str
@@ -52,3 +57,24 @@ class Engine(Protocol):
 
     def render(self, bundle: AvatarBundle, features: np.ndarray, frame_ids: np.ndarray) -> np.ndarray:
         """Mouth patches for the given features, one per frame id."""
+
+    # ---- optional hooks, with the defaults of an engine that needs none
+
+    def for_session(self, deadline: Callable[[], float]) -> Engine:
+        """The engine one session renders with, its renders due at `deadline()` (perf_counter s); default:
+        this engine itself (an engine shared through a batcher returns the session's own view)."""
+        return self
+
+    def withdraw(self) -> int:
+        """Drop the calling session's queued work (an interrupt); the frames withdrawn (default: none)."""
+        return 0
+
+    def onset(self, feats: np.ndarray, first_row: int) -> np.ndarray:
+        """An utterance's rows from `first_row` on, for one that starts from the footage's own mouth;
+        default: as they are (no easing in)."""
+        return feats
+
+    def release(self, last_row: np.ndarray) -> np.ndarray:
+        """Rows for the idle frames after an utterance, back from its last row to the footage's own mouth;
+        default: none (the footage's mouth at once)."""
+        return np.zeros((0, *np.shape(last_row)), np.float32)

@@ -88,6 +88,10 @@ class SessionEngine:
         out = self.parent.batcher.run(self.owner, latents, audio, self.deadline())
         return engine.finish_patches(bundle, frame_ids, out)
 
+    def for_session(self, deadline: Callable[[], float]) -> SessionEngine:
+        """Already one session's view: itself (its renders keep their own deadline)."""
+        return self
+
     def _patch_shape(self) -> tuple[int, int, int]:
         size = int(self.parent.engine.patch_size)
         return size, size, 3

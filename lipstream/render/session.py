@@ -1,13 +1,15 @@
-"""The streaming Session: push speech, iterate frames on the audio clock.
+"""The streaming RenderSession: push speech, iterate frames on the audio clock.
 
 Shape (like the SDKs users like): `push_audio`, `push_speech_stream`, `flush`, `interrupt`, and
 `async for item in session`, where each item is an `AvatarFrame` or a `SessionEvent`, in order. The stream
 never stops while the session is open: when nobody speaks, idle frames (the presenter's own closed mouth,
 silent audio) keep the timeline going, so the client's audio clock is always fed. Text goes through a voice
-first (lipstream.Session adds `push_text`; a server or a conversation uses talk.speaker.Speaker).
+first (lipstream.Session, a RenderSession with a voice, adds `push_text`; a server or a conversation uses
+talk.speaker.Speaker).
 
-The house: speech in (speech_feed.SpeechFeed, utterance.Utterance), frames made (the producer below with
-accel.PatchScheduler and the engine), the clock (clock.PlaybackClock), streams out (sinks.FrameSink).
+The house: speech in (speech_feed.SpeechFeed, utterance.Utterance), frames paced (the producer below, on
+the event loop), frames made (frame_maker.FrameMaker on the render worker, with accel.PatchScheduler and the
+engine), the clock (clock.PlaybackClock), streams out (sinks.FrameSink).
 
 Timeline rules (see docs/protocol.md):
 - frame k of the session has pts = k * 640 samples (16 kHz) and carries exactly that slice of audio;
@@ -25,9 +27,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator, Callable
-from typing import Any
 
 import numpy as np
 
@@ -38,22 +38,23 @@ from lipstream.audio.timeline import FPS, SAMPLE_RATE, SAMPLES_PER_FRAME
 from lipstream.avatar.bundle import AvatarBundle
 from lipstream.avatar.phrase_blinks import PhraseEndBlinks
 from lipstream.engines.base import Engine
-from lipstream.engines.batcher import Withdrawn
 from lipstream.render.accel import PatchScheduler, load_codebook, resolve_accel
 from lipstream.render.base_frames import SharedBaseFrames, stream_size
 from lipstream.render.clock import PlaybackClock
 from lipstream.render.compositor import Compositor
+from lipstream.render.frame_maker import FrameMaker
 from lipstream.render.frames import AvatarFrame
-from lipstream.render.mouth_edges import MouthEdges
 from lipstream.render.patch_stream import patch_rect
 from lipstream.render.session_types import SessionConfig, SessionEvent, SessionStats
 from lipstream.render.sinks import FrameSink, MouthPatchH264, RawFrames, WholeFrameH264
 from lipstream.render.speech_feed import SpeechFeed
+from lipstream.render.spoken_text import SpokenText
 from lipstream.render.timing import RenderObserver, StageTimer
 from lipstream.render.utterance import Utterance
+from lipstream.render.utterance_easing import UtteranceEasing
 from lipstream.render.workers import WorkerPools
 
-__all__ = ["Session", "SessionConfig", "SessionEvent", "SessionStats"]
+__all__ = ["RenderSession", "Session", "SessionConfig", "SessionEvent", "SessionStats"]
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ FIRST_BATCH_FRAMES = 2
 LATE_WARNING_SECONDS = 0.1
 
 
-class Session:
+class RenderSession:
     """A live avatar session: speech in, frames on the audio clock out."""
 
     def __init__(
@@ -82,11 +83,10 @@ class Session:
         self.avatar = avatar
         self._observer = observer
         self._pools = pools or WorkerPools()
-        bind = getattr(engine, "for_session", None)
-        if bind is not None:  # an engine batched across sessions: this session's view, due on its clock
-            engine = bind(self._frame_due)
+        # an engine batched across sessions gives this session's view, due on its clock; others: themselves
+        engine = engine.for_session(self._frame_due)
         self.engine = engine
-        self._edges = MouthEdges(engine)  # utterances leave and rejoin the footage's mouth gradually
+        self._easing = UtteranceEasing(engine)  # utterances leave and rejoin the footage's mouth gradually
         self.config = config or SessionConfig()
         self._stats = SessionStats()
         self._timer = StageTimer(listener=observer.stage if observer is not None else None)
@@ -103,7 +103,7 @@ class Session:
         self._task: asyncio.Task | None = None
         self._closed = False
         self._pending_events: list[SessionEvent] = []
-        self._said: deque[tuple[int, int, int, str]] = deque(maxlen=256)  # (utterance, pts, samples, text)
+        self._said = SpokenText()
         self._speech_until = 0  # pts where the last speech frame produced ends
         self._speech_uid: int | None = None  # the utterance that frame belongs to
         patch_mode = self.config.stream == "patch"
@@ -122,8 +122,8 @@ class Session:
             codebook = load_codebook(avatar, engine, accel)  # read-only: sessions never save it
         self._scheduler = PatchScheduler(avatar, engine, accel, codebook, self._timer)
         loop_length, phrase_blinks = len(avatar.idle_loop), self.config.phrase_blinks
-        self._blinks = PhraseEndBlinks.for_manifest(avatar.manifest, loop_length, phrase_blinks)
-        self._voiced: dict[int, bool] = {}  # tick -> voiced, for speech frames not made yet
+        blinks = PhraseEndBlinks.for_manifest(avatar.manifest, loop_length, phrase_blinks)
+        self._maker = FrameMaker(avatar, engine, self._scheduler, self._sink, self._easing, blinks)
 
     def _default_sink(self) -> FrameSink:
         if not self.config.encode:
@@ -159,7 +159,7 @@ class Session:
         self._feed.clear()
         self._sink.close()
 
-    async def __aenter__(self) -> Session:
+    async def __aenter__(self) -> RenderSession:
         await self.start()
         return self
 
@@ -234,11 +234,11 @@ class Session:
         else:
             active = self._feed.utterances[0].id if self._feed.utterances else None
         self._feed.clear()
-        self._voiced.clear()
+        self._maker.forget_voiced()
         now = time.perf_counter()
         resume = int(np.ceil(self._clock.position_frames(now))) + self.config.interrupt_margin_frames
         self._tick = min(self._tick, max(resume, 0))
-        self._edges.interrupted(self._tick)
+        self._easing.interrupted(self._tick)
         self._speech_until = min(self._speech_until, self._tick * SAMPLES_PER_FRAME)
         self._sink.request_keyframe()
         self._stats.interrupts += 1
@@ -254,14 +254,7 @@ class Session:
     def heard_text(self, utterance_id: int, until_pts: int) -> str:
         """What an utterance said before pts `until_pts` (its sentences, the last one cut in proportion to
         the part played): after an interrupt, what the listener actually heard."""
-        words: list[str] = []
-        for uid, pts, samples, text in self._said:
-            if uid != utterance_id or pts >= until_pts:
-                continue
-            sentence = text.split()
-            played = 1.0 if samples <= 0 else min(1.0, (until_pts - pts) / samples)
-            words += sentence[: int(round(len(sentence) * played))]
-        return " ".join(words)
+        return self._said.heard(utterance_id, until_pts)
 
     def playback_position(self) -> int:
         """The pts being played now, in samples (the client's report extrapolated, else wall time)."""
@@ -306,9 +299,7 @@ class Session:
 
     def _withdraw(self) -> None:
         """A batched engine drops this session's queued passes (their frames would be discarded)."""
-        withdraw = getattr(self.engine, "withdraw", None)
-        if withdraw is not None:
-            withdraw()
+        self.engine.withdraw()
 
     def _frame_due(self) -> float:
         """When playback reaches the frame being rendered (perf_counter s): a batched engine's deadline."""
@@ -384,7 +375,7 @@ class Session:
     def _finish_utterance(self, utt: Utterance) -> None:
         self._feed.utterances.popleft()
         if utt.started:
-            self._edges.finished(self._tick - 1)
+            self._easing.finished(self._tick - 1)
             self._pending_events.append(
                 SessionEvent(
                     "playback_finished", utterance_id=utt.id, position_samples=self._tick * SAMPLES_PER_FRAME
@@ -395,8 +386,8 @@ class Session:
         tick, generation = self._tick, self._generation
         self._tick += 1
         base_id = self.avatar.base_frame_index(tick)
-        row = self._edges.idle_row()
-        frame = await self._pools.run_render(self._make_idle, tick, base_id, row, generation)
+        row = self._easing.idle_row()
+        frame = await self._pools.run_render(self._maker.make_idle, tick, base_id, row, generation)
         silence = np.zeros(SAMPLES_PER_FRAME, dtype=np.int16)
         await self._put_frame(
             tick, base_id, frame, silence, speaking=False, end=False, uid=None, generation=generation
@@ -408,11 +399,11 @@ class Session:
         generation = self._generation
         feats, audio, speaking = utt.take(count)
         first = self._due_tick = self._tick
-        feats = self._edges.speech(utt.id, feats, utt.emitted - count, first)
+        feats = self._easing.speech(utt.id, feats, utt.emitted - count, first)
         marks = utt.take_marks(first, count)
         self._tick += count  # these ticks are reserved; the scheduler releases frames in order
         base_ids = self.avatar.base_frame_indices(first, count)
-        self._voiced.update((first + i, bool(v)) for i, v in enumerate(speaking))
+        self._maker.voiced(first, speaking)
         pcm16 = to_int16(audio)
         payloads = [
             (first + i, int(base_ids[i]), pcm16[i * SAMPLES_PER_FRAME : (i + 1) * SAMPLES_PER_FRAME])
@@ -420,7 +411,7 @@ class Session:
         ]
         final = utt.done
         released = await self._pools.run_render(
-            self._schedule, feats, ~speaking, base_ids, payloads, final, generation
+            self._maker.schedule, feats, ~speaking, base_ids, payloads, final, generation
         )
         await self._emit_released(utt, released, generation, final, marks)
 
@@ -429,42 +420,9 @@ class Session:
         generation = self._generation
         empty = np.zeros((0, self.engine.feature_dim), np.float32)
         released = await self._pools.run_render(
-            self._schedule, empty, np.zeros(0, bool), np.zeros(0, np.int64), [], True, generation
+            self._maker.schedule, empty, np.zeros(0, bool), np.zeros(0, np.int64), [], True, generation
         )
         await self._emit_released(utt, released, generation, final=False)
-
-    def _schedule(self, feats, silent, base_ids, payloads, final: bool, generation: int) -> list:
-        """Worker thread: patches from the scheduler, then composite and encode each released frame."""
-        try:
-            released = self._scheduler.push(feats, silent, base_ids, payloads) if payloads else []
-            if final:
-                released += self._scheduler.finish()
-        except Withdrawn:  # interrupted while queued for a batched pass: this work is discarded anyway
-            return []
-        for payload, patch in released:
-            self._edges.shown(payload[0], patch is not None)
-        return [(payload, self._make(*payload[:2], patch, generation)) for payload, patch in released]
-
-    def _make_idle(
-        self, tick: int, base_id: int, row: np.ndarray | None, generation: int
-    ) -> tuple[Any, float, bool]:
-        """Worker thread: an idle frame, drawn with `row`'s mouth while it eases back to the footage."""
-        patch = None
-        if row is not None:
-            with contextlib.suppress(Withdrawn):  # interrupted while queued: the footage's mouth will do
-                patch = self.engine.render(self.avatar, row[None, :], np.array([base_id], dtype=np.int64))[0]
-        return self._make(tick, base_id, patch, generation)
-
-    def _make(
-        self, tick: int, base_id: int, patch: np.ndarray | None, generation: int
-    ) -> tuple[Any, float, bool]:
-        """Worker thread, frames in tick order: the sink's form of the frame, with the lids of a blink decided
-        at a phrase end (and whether it starts here)."""
-        lids, starts = 0.0, False
-        if self._blinks is not None:
-            lids = self._blinks.step(tick, self._voiced.pop(tick, False), tick % len(self.avatar.idle_loop))
-            starts = self._blinks.started == tick
-        return self._sink.make(base_id, patch, generation, lids), lids, starts
 
     async def _emit_released(
         self, utt: Utterance, released: list, generation: int, final: bool, marks: list | None = None
@@ -483,7 +441,7 @@ class Session:
         for tick, samples, text in marks or ():  # before the frames: shown when the clock gets there
             event = SessionEvent("text", utterance_id=utt.id, position_samples=tick * SAMPLES_PER_FRAME)
             event.message = text
-            self._said.append((utt.id, tick * SAMPLES_PER_FRAME, samples, text))
+            self._said.said(utt.id, tick * SAMPLES_PER_FRAME, samples, text)
             await self._out.put((generation, event))
         for i, ((tick, base_id, chunk), frame) in enumerate(released):
             last = final and i == len(released) - 1
@@ -527,3 +485,8 @@ class Session:
         await self._out.put((generation, item))
         self._feed.produced.set()
         return generation == self._generation
+
+
+# Deprecated: the render session's name before lipstream.Session (the one with text) took `Session` alone.
+# README and docs/integrations.md named it lipstream.render.session.Session; old imports keep working.
+Session = RenderSession

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from lipstream.avatar.bundle import AvatarBundle
-from lipstream.engines.base import FeatureStream, Speech
+from lipstream.engines.base import Engine, FeatureStream, Speech
 from lipstream.engines.musetalk.features import (
     LOOKAHEAD_FRAMES,
     WINDOW_STEPS,
@@ -50,7 +50,7 @@ class MuseTalkOptions:
     auto_prepare: bool = True  # encode missing avatar latents on first use (else: error saying how)
 
 
-class MuseTalkEngine:
+class MuseTalkEngine(Engine):
     """Neural lip-sync: features [T, 10*5*384] (time-major window of 5 stacked Whisper states per step),
     patches uint8 RGB [B, 256, 256, 3] in crop space."""
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from lipstream.audio.levels import DEFAULT_SILENCE_DBFS, SilenceDetector
 from lipstream.avatar.bundle import CROP_SIZE, AvatarBundle
-from lipstream.engines.base import FeatureStream, Speech
+from lipstream.engines.base import Engine, FeatureStream, Speech
 from lipstream.engines.viseme.articulation import CLOSURE, FEATURE_DIM, FEATURE_NAMES, OPEN
 from lipstream.engines.viseme.atlas import (
     ATLAS_FILE,
@@ -80,7 +80,7 @@ def stores_crops(bundle: AvatarBundle) -> bool:
     return bundle.manifest.format_version < 2
 
 
-class VisemeEngine:
+class VisemeEngine(Engine):
     """Weight-free lip-sync on a CPU: phoneme timings or a 104 kB acoustic model drive a warp of the lips."""
 
     name = "viseme"

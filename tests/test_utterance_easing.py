@@ -7,11 +7,12 @@ import asyncio
 import numpy as np
 import pytest
 
+from lipstream.engines.base import Engine
 from lipstream.engines.viseme.articulation import CLOSURE, OPEN
 from lipstream.engines.viseme.edges import EdgeConfig, ease_onset, release_rows
 from lipstream.render.frames import AvatarFrame
-from lipstream.render.mouth_edges import MouthEdges
-from lipstream.render.session import Session, SessionConfig, SessionEvent
+from lipstream.render.session import RenderSession, SessionConfig, SessionEvent
+from lipstream.render.utterance_easing import UtteranceEasing
 
 EDGES = EdgeConfig(frames=3)  # explicit: the tests below do not follow a changed default
 
@@ -28,20 +29,20 @@ def test_the_closure_eases_in_and_the_last_row_eases_out() -> None:
     assert np.allclose(tail[:, OPEN], [0.45, 0.3, 0.15]) and np.allclose(tail[:, CLOSURE], [0.6, 0.4, 0.2])
 
 
-class _Plain:
-    """An engine with no `onset`/`release` (as MuseTalk): nothing is eased."""
+class _Plain(Engine):
+    """An engine that keeps the Engine's default `onset`/`release` (as MuseTalk): nothing is eased."""
 
 
 def test_an_engine_without_edges_passes_through_and_a_drawn_row_is_what_is_released() -> None:
     rows = np.ones((3, 4), np.float32)
-    plain = MouthEdges(_Plain())
+    plain = UtteranceEasing(_Plain())
     assert np.array_equal(plain.speech(1, rows, 0, 10), rows)
     plain.finished(12)
     assert plain.idle_row() is None
 
     from lipstream.engines.viseme.engine import VisemeEngine
 
-    edges = MouthEdges(VisemeEngine(edges=EDGES))
+    edges = UtteranceEasing(VisemeEngine(edges=EDGES))
     eased = edges.speech(1, rows, 0, 10)
     assert eased[0, CLOSURE] < 1.0
     for tick in (10, 11):
@@ -93,7 +94,8 @@ def test_a_live_session_eases_into_and_out_of_the_footage(small_avatar, quiet_en
 
     async def run() -> list:
         items: list = []
-        async with Session(small_avatar, VisemeEngine(edges=EDGES), SessionConfig(encode=False)) as session:
+        engine = VisemeEngine(edges=EDGES)
+        async with RenderSession(small_avatar, engine, SessionConfig(encode=False)) as session:
             for _ in range(4):  # idle first: the utterance starts from the footage's own mouth
                 items.append(await session.__aiter__().__anext__())
             session.push_audio(quiet_ended_speech)

@@ -2,25 +2,25 @@
 
 A live session shows the footage as filmed between utterances and the engine's mouth during them. An engine
 that can say how to get from one to the other (`onset(feats, first_row)`, `release(last_row)`, the viseme
-engine) gets them eased; for any other engine this passes everything through unchanged."""
+engine) gets them eased; any other engine keeps the Engine defaults: everything passes through unchanged."""
 
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
 
 import numpy as np
+
+from lipstream.engines.base import Engine
 
 KEEP_TICKS = 256  # rows remembered per frame: an interrupt resumes at most a few seconds back
 
 
-class MouthEdges:
+class UtteranceEasing:
     """What mouth each recent frame showed, so an utterance starts and ends without a one-frame jump."""
 
-    def __init__(self, engine: Any) -> None:
-        """`engine`: any Engine; its optional `onset` and `release` decide the easing."""
-        self._onset = getattr(engine, "onset", None)
-        self._release = getattr(engine, "release", None)
+    def __init__(self, engine: Engine) -> None:
+        """`engine`: any Engine; its `onset` and `release` hooks decide the easing (by default: none)."""
+        self._engine = engine
         self._rows: dict[int, np.ndarray | None] = {}  # tick -> row drawn there (None: the footage's mouth)
         self._tail: deque[np.ndarray] = deque()  # rows for the next idle frames
         self._at_rest = True  # the last frame made shows the footage's own mouth
@@ -32,8 +32,8 @@ class MouthEdges:
             self._eased = utterance if self._at_rest else None
         self._tail.clear()
         self._at_rest = False
-        if self._onset is not None and self._eased == utterance:
-            feats = self._onset(feats, first_row)
+        if self._eased == utterance:
+            feats = self._engine.onset(feats, first_row)
         if len(self._rows) > 2 * KEEP_TICKS:
             self._rows = {t: r for t, r in self._rows.items() if t > first_tick - KEEP_TICKS}
         for i, row in enumerate(feats):
@@ -65,6 +65,6 @@ class MouthEdges:
 
     def _start_tail(self, row: np.ndarray | None) -> None:
         self._tail.clear()
-        if row is not None and self._release is not None:
-            self._tail.extend(self._release(row))
+        if row is not None:
+            self._tail.extend(self._engine.release(row))
             self._at_rest = False

@@ -27,7 +27,7 @@ LLAMA_WHEEL_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/lipstream/wheels
 LLAMA_WHEELS := $(LLAMA_WHEEL_CACHE)/llama-cpp-python-$(LLAMA_CPP_VERSION)-$(shell echo '$(LLAMA_CMAKE_ARGS)' | sha1sum | cut -c1-10)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test setup test-pipecat system-deps lint bench
+.PHONY: demo test check setup test-pipecat system-deps lint bench
 
 # the npm folders: the browser tests' driver, and the runtimes `export web` copies for MuseTalk and the voice
 setup: system-deps $(VENV)/.installed tests/browser/node_modules/.installed \
@@ -99,11 +99,19 @@ demo: setup
 	@echo "live page: http://127.0.0.1:$${PORT:-8000}/  (Talk: press Talk and speak; the avatar answers with the embedded SmolLM2)"
 	$(BIN)/lipstream serve --host 127.0.0.1 --port $${PORT:-8000} --agent
 
-# one environment runs every test: the Pipecat and Ray tests included
+# one environment runs every test: the Pipecat and Ray tests included. Three workers, a test file to each
+# (loadfile: a module's server, browser and fixtures are built once); most slow tests wait on a clock (real-time
+# playback, servers), so three side by side pay on 2 cores (docs/testing.md)
+TEST_WORKERS ?= 3
 test: setup
 	$(BIN)/ruff check lipstream tests benchmarks
-	$(BIN)/python -m pytest -q --durations=15 tests
+	$(BIN)/python -m pytest -q --durations=15 -n $(TEST_WORKERS) --dist loadfile tests
 	@echo "test report above; artifacts under $${TMPDIR:-/tmp}/pytest-of-$$(id -un)"
+
+# the fast tier: unit and fast integration tests, no browser, no server or model process (docs/testing.md)
+check: $(VENV)/.installed
+	$(BIN)/ruff check lipstream tests benchmarks
+	$(BIN)/python -m pytest -q --durations=10 -m "not slow and not browser" tests
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check lipstream tests benchmarks

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+# shared costly setup as plugins (docs/testing.md): one Chromium per browser test module
+pytest_plugins = ["fixtures_browser"]
+
 
 @pytest.fixture(autouse=True)
 def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:

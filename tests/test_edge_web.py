@@ -19,6 +19,8 @@ from server_harness import ServerProcess, run_browser_script
 from lipstream.audio.encode import wav_bytes
 from lipstream.cli import main
 
+pytestmark = pytest.mark.slow  # an export of the small avatar, a static server and node
+
 SPEECH_TEXT = "Maybe the weather will be warmer on Thursday, said Bob."
 
 
@@ -145,6 +147,7 @@ def _psnr(a: np.ndarray, b: np.ndarray) -> float:
     return float("inf") if mse == 0 else 10.0 * np.log10(255.0**2 / mse)
 
 
+@pytest.mark.browser
 def test_page_plays_a_wav_from_a_plain_static_server(static_server: StaticServer, speech_wav) -> None:
     wav, pcm = speech_wav
     opts = {"url": static_server.url, "scenario": "play", "wav": str(wav)}
@@ -160,6 +163,7 @@ def test_page_plays_a_wav_from_a_plain_static_server(static_server: StaticServer
     assert static_server.proc.poll() is None  # nothing but the static server behind the page
 
 
+@pytest.mark.browser
 def test_js_viseme_engine_matches_python_on_the_mouth(
     static_server: StaticServer, speech_wav, small_avatar, tmp_path: Path
 ) -> None:
@@ -207,6 +211,7 @@ def _stall_index(small_avatar) -> int:
     return int(np.argmax(far))  # loop index i < frame_count shows source frame i
 
 
+@pytest.mark.browser
 def test_head_tracking_follows_the_displayed_frame_when_the_video_stalls(
     static_server: StaticServer, speech_wav, small_avatar
 ) -> None:
@@ -229,6 +234,7 @@ def test_head_tracking_follows_the_displayed_frame_when_the_video_stalls(
             assert (x1, y1, x2, y2) != tuple(other)
 
 
+@pytest.mark.browser
 def test_undecodable_audio_is_named_on_the_page(static_server: StaticServer, tmp_path: Path) -> None:
     bad = tmp_path / "noise.wav"
     bad.write_bytes(b"RIFF\x24\x00\x00\x00WAVEjunk" + bytes(range(256)) * 8)
@@ -237,6 +243,7 @@ def test_undecodable_audio_is_named_on_the_page(static_server: StaticServer, tmp
     assert "cannot decode 'noise.wav'" in result["error"] and result["playDisabled"]
 
 
+@pytest.mark.browser
 @pytest.mark.parametrize("damage", ["missing", "corrupted"])
 def test_missing_or_corrupted_file_is_named_on_the_page(exported: Path, tmp_path: Path, damage: str) -> None:
     broken = tmp_path / "broken"
@@ -340,6 +347,7 @@ def test_the_export_carries_eye_points_and_the_blink_machine(photo_export, small
     assert [row is not None for row in clip["eyes"]] == [i in shown for i in range(small_avatar.frame_count)]
 
 
+@pytest.mark.browser
 def test_the_page_blinks_at_a_phrase_end_and_lowers_the_lids(photo_export, tmp_path: Path) -> None:
     from lipstream.talk.tts import create_tts
 
@@ -374,6 +382,7 @@ def test_the_page_blinks_at_a_phrase_end_and_lowers_the_lids(photo_export, tmp_p
 # ---- lipstream serve at /edge/NAME/ --------------------------------------------------------------
 
 
+@pytest.mark.browser
 def test_serve_hosts_the_export_at_edge_name(avatars_root: Path, speech_wav, tmp_path: Path) -> None:
     import urllib.error
     import urllib.request

@@ -2,14 +2,23 @@
 // (../shared/reference/browser-stack.md), and the one JSON line each script prints.
 import { chromium } from 'playwright-core';
 
-/** Headless Chromium; `extraArgs` adds flags (WebGPU, a fake microphone); `autoplay` lets audio start unclicked. */
+/** The flags every test browser gets; `autoplay` lets audio start unclicked. */
+export function chromiumArgs(extraArgs = [], { autoplay = true } = {}) {
+  return ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+    '--disable-component-update', '--disable-sync',
+    ...(autoplay ? ['--autoplay-policy=no-user-gesture-required'] : []), ...extraArgs];
+}
+
+/** Headless Chromium; `extraArgs` adds flags (WebGPU, a fake microphone); `autoplay` lets audio start unclicked.
+ * With the default flags and LIPSTREAM_CHROMIUM_WS set (browser_server.mjs, one per test module), it connects to
+ * that browser instead of starting one: closing it then closes only this script's pages and contexts. */
 export async function launchChromium(extraArgs = [], { autoplay = true } = {}) {
+  const shared = process.env.LIPSTREAM_CHROMIUM_WS;
+  if (shared && extraArgs.length === 0 && autoplay) return chromium.connect(shared);
   return chromium.launch({
     executablePath: process.env.CHROMIUM || '/usr/lib/chromium/chromium',
     headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync',
-      ...(autoplay ? ['--autoplay-policy=no-user-gesture-required'] : []), ...extraArgs],
+    args: chromiumArgs(extraArgs, { autoplay }),
   });
 }
 

@@ -8,7 +8,7 @@ the STT word error rate; the server's memory idle, with one conversation and wit
         [--out benchmarks/results/conversation_bench.json]
 
 Each question is a WAV (Piper and espeak-ng voices, alternately) streamed by `lipstream client --converse`'s
-code (lipstream/server/converse.py): 20 ms chunks at real-time pace, silence after it, a simulated player
+code (server/converse_client.py): 20 ms chunks at real-time pace, silence after it, a simulated player
 (150 ms jitter buffer) reporting its position. Every question gets a fresh session, so no answer depends on
 an earlier one. The end of the user's speech is where the WAV's energy ends (the client's own figure), taken
 at the moment the chunk holding its last sample left the client. Writes JSON and a PNG next to it.
@@ -37,11 +37,19 @@ from bench_common import child_pids, cpu_model, open_or_build_avatar, rss_mib, s
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from paused_speech import PAUSED_QUESTIONS, paused_question  # noqa: E402
 
+import lipstream
 from lipstream.server.client import ClientError
-from lipstream.server.converse import ConverseReport, run_converse
 from lipstream.talk.stt import word_edits
 
+try:
+    from lipstream.server.converse_client import ConverseReport, run_converse
+except ImportError:  # a tree from before the rename (before/after runs with this script)
+    from lipstream.server.converse import ConverseReport, run_converse  # type: ignore[no-redef]
+
 REPO = Path(__file__).resolve().parent.parent
+# the lipstream this process imports: its server is the one measured (PYTHONPATH picks the tree, so
+# before_after.py --script-from-after measures an older tree with this script and its questions)
+TREE = Path(lipstream.__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
 FAKE_REPLY = "Here is a short answer for you. I hope that it helps."
 # keeps each answer a few seconds long, so the bench takes minutes (the first frame's latency is unaffected)
@@ -60,7 +68,24 @@ QUESTIONS = (
     "Do you know a quick exercise to relax my shoulders?",
     "What is the capital city of Australia?",
 )
-STAGES = ("transcript", "llm_first_token", "first_audio", "first_frame")  # turn_metrics, since speech end
+# turn_metrics' stages, since the end of speech (an older server reports the first four only)
+STAGES = ("transcript", "decision", "llm_first_token", "first_phrase", "first_audio", "first_frame")
+# held out: questions and voices no test uses (espeak-ng voice variants, other accents and speeds)
+HELDOUT_QUESTIONS = (
+    "What time does the library open on Saturday morning?",
+    "How far away is the moon from the earth?",
+    "Can you tell me a short joke about cats?",
+    "Where can I park my car near the museum?",
+    "How long should I boil an egg?",
+    "What is a good name for a small black dog?",
+    "Is it going to snow in the mountains this week?",
+    "Which planet is the largest in our solar system?",
+    "How do I say thank you in Spanish?",
+    "What can I do on a rainy afternoon with children?",
+    "Why do leaves change colour in autumn?",
+    "How many hours of sleep does an adult need?",
+)
+HELDOUT_VOICES = (("en-gb+Andy", 165), ("en-us+Annie", 150), ("en-029+m3", 160), ("en-gb-scotland+f2", 155))
 BARGE_IN_NOTE = (
     "user speech onset -> last avatar speech frame shown, measured in headless Chromium by the browser Talk "
     "test (tests/test_browser_talk.py), not by this script: null here"
@@ -105,10 +130,31 @@ def start_fake_llm() -> tuple[subprocess.Popen, str]:
     raise RuntimeError("the fake LLM server did not start")
 
 
-def start_agent_server(avatars_dir: Path, extra: list[str]) -> tuple[subprocess.Popen, str, float]:
+def start_local_llm() -> tuple[subprocess.Popen, str, str]:
+    """The embedded SmolLM2 behind its OpenAI-compatible endpoint (lipstream.talk.llm_child) as a server of
+    its own, as a user's local llama.cpp server would be: the process, its URL and its key."""
+    import secrets
+
+    from lipstream.talk.llm_llama import bundled_gguf_path
+
+    key = secrets.token_hex(16)
+    cmd = [sys.executable, "-m", "lipstream.talk.llm_child", "--model", str(bundled_gguf_path()),
+           "--parent-pid", str(os.getpid()), "--threads", "1", "--name", "local-smollm2"]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=TREE, env={**os.environ, "LIPSTREAM_MODEL_KEY": key},
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+    for line in proc.stdout:  # type: ignore[union-attr]
+        if line.startswith("{") and '"ready"' in line:
+            return proc, f"http://127.0.0.1:{json.loads(line)['port']}/v1", key
+    proc.kill()
+    raise RuntimeError("the local SmolLM2 server did not start")
+
+
+def start_agent_server(
+    avatars_dir: Path, extra: list[str], env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen, str, float]:
     """`lipstream serve --agent ...` on a free port; the process, its ws URL and seconds until it listened."""
     args = ["--avatars-dir", str(avatars_dir), "--agent", "--max-reply-tokens", str(MAX_REPLY_TOKENS), *extra]
-    proc, http, seconds = start_server(args, cwd=REPO)
+    proc, http, seconds = start_server(args, cwd=TREE, env=env)
     return proc, http.replace("http://", "ws://", 1) + "/ws", seconds
 
 
@@ -192,6 +238,32 @@ def make_paused_questions(folder: Path, count: int) -> list[dict[str, Any]]:
     return made
 
 
+def espeak_wav(text: str, voice: str, speed: int) -> np.ndarray:
+    """`espeak-ng -v VOICE -s SPEED` speech as 16 kHz float PCM (the CLI, not lipstream's voice)."""
+    from scipy.signal import resample_poly
+
+    raw = subprocess.run(["espeak-ng", "-v", voice, "-s", str(speed), "--stdout", text],
+                         capture_output=True, check=True).stdout  # fmt: skip
+    with wave.open(__import__("io").BytesIO(raw)) as wav:
+        rate = wav.getframerate()
+        pcm = np.frombuffer(wav.readframes(wav.getnframes()), "<i2").astype(np.float32) / 32768.0
+    return resample_poly(pcm, 16000, rate).astype(np.float32)
+
+
+def make_heldout_questions(folder: Path, count: int) -> list[dict[str, Any]]:
+    """WAVs of held-out questions in held-out voices (espeak-ng variants no test uses), silence around."""
+    made = []
+    for i in range(count):
+        text = HELDOUT_QUESTIONS[i % len(HELDOUT_QUESTIONS)]
+        voice, speed = HELDOUT_VOICES[i % len(HELDOUT_VOICES)]
+        speech = espeak_wav(text, voice, speed)
+        pcm = np.concatenate([np.zeros(8000, np.float32), speech, np.zeros(3200, np.float32)])
+        path = folder / f"h{i:02d}.wav"
+        _write_wav(path, pcm)
+        made.append({"text": text, "voice": voice, "path": path, "seconds": round(len(pcm) / 16000, 2)})
+    return made
+
+
 def make_questions(folder: Path, count: int) -> list[dict[str, Any]]:
     """WAVs of the scripted questions, Piper and espeak-ng alternately, with silence before and after."""
     from lipstream.talk.tts import create_tts
@@ -258,12 +330,13 @@ def _minus(a: float | None, b: float | None) -> float | None:
 
 
 def percentiles(values: list[float | None]) -> dict[str, Any]:
-    """p50/p95 (and n) of the values that exist."""
+    """p50/p90/p95 (and n) of the values that exist."""
     have = [v for v in values if v is not None]
     if not have:
-        return {"p50": None, "p95": None, "n": 0}
+        return {"p50": None, "p90": None, "p95": None, "n": 0}
     return {
         "p50": round(float(np.percentile(have, 50)), 1),
+        "p90": round(float(np.percentile(have, 90)), 1),
         "p95": round(float(np.percentile(have, 95)), 1),
         "n": len(have),
     }
@@ -281,14 +354,19 @@ def aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
     stages = {s: percentiles([(r["turn_metrics_ms"] or {}).get(s) for r in ok]) for s in STAGES}
     by_voice = {
         voice: wer([(r["text"], r["final_transcript"] or "") for r in ok if r["voice"] == voice])
-        for voice in ("piper", "espeak")
+        for voice in sorted({r["voice"] for r in ok})
     }
+    by_voice["all"] = wer([(r["text"], r["final_transcript"] or "") for r in ok])
+    used = [((r.get("speculation") or {}).get("used")) for r in ok]
     return {
         "answered": len(ok),
         "failed": [r for r in rows if "error" in r],
         "latency_ms": latency,
         "stages_since_speech_end_ms": stages,
         "wer": by_voice,
+        # where the spoken answer was started: at the pause that ended the turn, at an earlier one the user
+        # spoke past without changing the words, or only after the end (None: a server without the figure)
+        "speculation_used": {str(u): used.count(u) for u in sorted(set(used), key=str)},
     }
 
 
@@ -328,11 +406,16 @@ def run_mode(
     the paused ones), measure memory; the results."""
     llm_proc = None
     extra: list[str] = ["--turn-detector", rule]
+    env = None
     if mode == "fake":
         llm_proc, llm_url = start_fake_llm()
         extra += ["--llm-url", llm_url]
+    elif mode == "local":
+        llm_proc, llm_url, key = start_local_llm()
+        extra += ["--llm-url", llm_url]
+        env = {**os.environ, "LIPSTREAM_LLM_KEY": key}
     load_start = os.getloadavg()
-    server, url, startup = start_agent_server(args.avatars_dir, extra)
+    server, url, startup = start_agent_server(args.avatars_dir, extra, env)
     rss = RssSampler(server.pid)
     try:
         time.sleep(2.0)  # settle after loading
@@ -375,8 +458,11 @@ def run_mode(
         if llm_proc is not None:
             stop(llm_proc)
     result = {
-        "llm": "embedded SmolLM2-135M-Instruct (llama.cpp)" if mode == "embedded"
-        else f"OpenAI-compatible fake (tests/fake_llm_server.py, first token at once): {FAKE_REPLY!r}",
+        "llm": {
+            "embedded": "embedded SmolLM2-135M-Instruct (llama.cpp)",
+            "local": "--llm-url: SmolLM2-135M-Instruct behind a local OpenAI-compatible server (llm_child)",
+            "fake": f"OpenAI-compatible fake (tests/fake_llm_server.py, first token at once): {FAKE_REPLY!r}",
+        }[mode],
         "server_args": ["--agent", "--max-reply-tokens", str(MAX_REPLY_TOKENS), *extra],
         "server_start_seconds": round(startup, 1),
         "load_average_start": [round(x, 2) for x in load_start],
@@ -410,57 +496,79 @@ def run_mode(
 # ----- output ---------------------------------------------------------------------------------------------
 
 
+STAGE_LABELS = {
+    "transcript": ("final transcript", "#4c78a8"), "decision": ("end of turn decided", "#9b6bd6"),
+    "llm_first_token": ("LLM first token", "#f58518"), "first_phrase": ("first phrase written", "#d9773b"),
+    "first_audio": ("first TTS audio", "#54a24b"), "first_frame": ("first frame sent", "#e05a5a"),
+}
+
+
+def _waterfall_row(ax, y: float, ms: dict[str, float | None], label: bool) -> float:  # noqa: ANN001
+    """One turn's stages as bars, each from the previous stage to its own; returns where it ends."""
+    prev = 0.0
+    for stage in STAGES:
+        mark = ms.get(stage)
+        if mark is None:
+            continue
+        name, colour = STAGE_LABELS[stage]
+        start = min(prev, mark)
+        ax.barh(y, max(4.0, mark - start), left=start, height=0.7, color=colour,
+                label=name if label else None)  # fmt: skip
+        prev = max(prev, mark)
+    return prev
+
+
 def plot(results: dict[str, Any], path: Path) -> None:
-    """Horizontal timeline bars per mode: p50 of each stage since the end of the user's speech."""
+    """The waterfall of every question's turn, one panel per mode, the p50 row on top: where the time
+    from the end of the user's speech to the first answer frame goes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [("transcript", "final transcript"), ("llm_first_token", "LLM first token"),
-              ("first_audio", "first TTS audio"), ("first_frame", "first frame sent"),
-              ("client", "frame at the client")]  # fmt: skip
-    colours = ["#4c78a8", "#f58518", "#54a24b", "#b279a2", "#9d755d"]
     modes = list(results["modes"])
+    rows = max(len(results["modes"][m]["questions"]) for m in modes) + 1
+    fig, axes = plt.subplots(len(modes), 1, figsize=(9, 0.9 + 0.22 * rows * len(modes)), squeeze=False)
     right = 0.0
-    fig, ax = plt.subplots(figsize=(9, 1.6 + 1.1 * len(modes)))
-    for y, mode in enumerate(modes):
+    for ax, mode in zip(axes[:, 0], modes, strict=True):
         res = results["modes"][mode]
-        marks = [res["stages_since_speech_end_ms"][s]["p50"] for s in STAGES]
-        marks.append(res["latency_ms"]["server_speech_end_to_first_frame_ms"]["p50"])
-        prev = 0.0
-        for (_, name), colour, mark in zip(labels, colours, marks, strict=True):
-            if mark is None:
-                continue
-            width = max(0.0, mark - prev)
-            ax.barh(y, width, left=prev, color=colour, label=name if y == 0 else None)
-            if width > 60:
-                ax.text(prev + width / 2, y, f"{width:.0f}", ha="center", va="center", fontsize=8, color="w")
-            prev = max(prev, mark)
-        ax.text(prev + 20, y, f"{prev:.0f} ms", va="center", fontsize=8)
-        right = max(right, prev)
-        eot = res["latency_ms"]["speech_end_to_end_of_turn_ms"]["p50"]
-        if eot is not None:
-            ax.plot([eot, eot], [y - 0.45, y + 0.45], "k--", lw=1)
-            ax.text(eot, y + 0.47, "end of turn", fontsize=7, ha="center")
-    ax.set_yticks(range(len(modes)), [f"{m}\n({results['modes'][m]['answered']} questions)" for m in modes])
-    ax.set_xlabel("ms since the end of the user's speech (p50 of each stage)")
-    load = results["load_average_start"]
-    ax.set_title(f"Conversation latency by stage — {results['cpu']}, load {load[0]:.1f}", fontsize=9)
-    ax.set_ylim(-0.6, len(modes) - 0.3)
-    ax.set_xlim(0, right * 1.12 + 1)
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.3 - 0.1 / len(modes)), ncol=5)
-    fig.tight_layout()
+        p50 = {s: res["stages_since_speech_end_ms"][s]["p50"] for s in STAGES}
+        right = max(right, _waterfall_row(ax, 0, p50, label=ax is axes[0, 0]))
+        labels = ["p50"]
+        for i, row in enumerate(res["questions"], start=1):
+            right = max(right, _waterfall_row(ax, i, row.get("turn_metrics_ms") or {}, label=False))
+            labels.append(f"{row['text'][:28]}… ({row['voice']})")
+        ax.set_yticks(range(len(labels)), labels, fontsize=6)
+        ax.invert_yaxis()
+        frame = res["latency_ms"]["speech_end_to_first_frame_ms"]
+        ax.set_title(f"{mode}: end of speech -> first frame at the client p50 {frame['p50']} ms, p90 "
+                     f"{frame['p90']} ms", fontsize=8)  # fmt: skip
+        ax.axvline(800, color="k", lw=0.6, ls="--")
+    for ax in axes[:, 0]:
+        ax.set_xlim(0, max(1000.0, right * 1.05))
+    axes[-1, 0].set_xlabel("ms since the end of the user's speech (server marks; dashed: the 800 ms goal)")
+    fig.suptitle(f"Where a turn's time goes — {results['cpu']}, {results['cores']} cores", fontsize=9)
+    fig.legend(fontsize=7, loc="lower center", ncol=6)
+    fig.tight_layout(rect=(0, 0.04, 1, 0.97))
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     """Make the questions, run each mode, print and write JSON + PNG."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--avatars-dir", type=Path, default=REPO / "out" / "home" / "avatars")
     parser.add_argument("--avatar", default="sample")
-    parser.add_argument("--modes", nargs="+", default=["embedded", "fake"], choices=["embedded", "fake"])
+    parser.add_argument(
+        "--modes", nargs="+", default=["embedded", "local"], choices=["embedded", "local", "fake"],
+        help="embedded: the bundled SmolLM2 in the server's child process; local: --llm-url to SmolLM2 "
+        "behind "
+        "a local OpenAI-compatible server; fake: --llm-url to a server whose first token is instant",
+    )
+    parser.add_argument(
+        "--voices", choices=["heldout", "scripted"], default="heldout",
+        help="heldout: questions and espeak-ng voice variants no test uses; scripted: Piper and espeak-ng",
+    )
     parser.add_argument("--questions", type=int, default=12)
     parser.add_argument("--paused", type=int, default=12, help="questions paused mid-clause (0: none)")
     parser.add_argument(
@@ -469,7 +577,7 @@ def main() -> None:
     )
     parser.add_argument("--width", type=int, default=None, help="stream width (default: the avatar's own)")
     parser.add_argument("--out", type=Path, default=RESULTS / "conversation_bench.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.questions < 10:
         parser.error("--questions: at least 10")
     if not (args.avatars_dir / args.avatar / "manifest.json").is_file():
@@ -516,7 +624,8 @@ def main() -> None:
         "modes": {},
     }
     with tempfile.TemporaryDirectory(prefix="lipstream-convbench-") as tmp:
-        questions = make_questions(Path(tmp), args.questions)
+        make = make_heldout_questions if args.voices == "heldout" else make_questions
+        questions = make(Path(tmp), args.questions)
         paused = make_paused_questions(Path(tmp), args.paused) if args.paused else []
         results["questions"] = [{k: q[k] for k in ("text", "voice", "seconds")} for q in questions]
         results["paused_questions"] = [{k: q[k] for k in ("text", "voice", "pause_s")} for q in paused]
@@ -533,20 +642,49 @@ def main() -> None:
     plot(results, args.out.with_suffix(".png"))
     print(f"load average at the end {os.getloadavg()}; {results['bench_seconds']} s")
     print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+    record_figures(results, args)
+    return 0
+
+
+def record_figures(results: dict[str, Any], args: argparse.Namespace) -> None:
+    """The headline figures in the shared results schema (benchmarks/results.py), when it is there."""
+    try:
+        from benchmarks.results import Figure, record
+    except ImportError:
+        return
+    figures = []
+    for mode, res in results["modes"].items():
+        frame = res["latency_ms"]["speech_end_to_first_frame_ms"]
+        transcript = res["stages_since_speech_end_ms"]["transcript"]
+        figures += [
+            Figure(f"end of speech -> first answer frame p50 ({mode})", frame["p50"], "ms", "<= 800"),
+            Figure(f"end of speech -> first answer frame p90 ({mode})", frame["p90"], "ms", "<= 1100"),
+            Figure(f"final transcript after end of speech p50 ({mode})", transcript["p50"], "ms", "<= 200"),
+            Figure(f"WER on held-out questions ({mode})", res["wer"]["all"], "ratio", "no worse than before"),
+        ]
+    command = "python -m benchmarks conversation " + " ".join(argv_of(args))
+    kept = [f for f in figures if f.value is not None]
+    record("conversation", kept, command, extra={"json": str(args.out)})
+
+
+def argv_of(args: argparse.Namespace) -> list[str]:
+    """The options this run was given, for the record's command line."""
+    return ["--modes", *args.modes, "--rules", *args.rules, "--voices", args.voices,
+            "--questions", str(args.questions), "--paused", str(args.paused)]  # fmt: skip
 
 
 def report_mode(mode: str, res: dict[str, Any]) -> None:
     """Print one mode's headline figures."""
     lat, st = res["latency_ms"], res["stages_since_speech_end_ms"]
     print(f"== {mode}: {res['llm']}; load {res['load_average_start']} -> {res['load_average_end']}")
-    print(f"   answered {res['answered']}; WER piper {res['wer']['piper']}, espeak {res['wer']['espeak']}")
+    print(f"   answered {res['answered']}; WER {res['wer']}; speculation {res['speculation_used']}")
     for key, value in lat.items():
-        print(f"   {key:40s} p50 {value['p50']}  p95 {value['p95']}")
+        print(f"   {key:40s} p50 {value['p50']}  p90 {value['p90']}  p95 {value['p95']}")
     for key, value in st.items():
-        print(f"   stage {key:34s} p50 {value['p50']}  p95 {value['p95']}")
+        print(f"   stage {key:34s} p50 {value['p50']}  p90 {value['p90']}")
     print(f"   rss MiB {res['rss_mib']}; two at once: {res['two_at_once']}")
     print(f"   end rules {res['end_rules']}; paused questions: {res['paused_questions']}")
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -56,13 +56,14 @@ def script_of(bench: str) -> tuple[str, list[str]]:
     return f"{scenario.module}.py", list(scenario.args)
 
 
-def run_once(tree: Path, bench: str, args: list[str], out: Path) -> dict:
-    """Run the benchmark script of `tree` with the lipstream of `tree`; return its JSON."""
-    if not (tree / "benchmarks" / bench).exists():
+def run_once(tree: Path, bench: str, args: list[str], out: Path, script_tree: Path | None = None) -> dict:
+    """Run the benchmark script of `tree` (or of `script_tree`) with the lipstream of `tree`; its JSON."""
+    script_tree = script_tree or tree
+    if not (script_tree / "benchmarks" / bench).exists():
         raise SystemExit(f"{tree} has no benchmarks/{bench} (renamed since?); pass the script's old name, "
                          "e.g. edge_bench.py, instead of the scenario")
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    cmd = [sys.executable, str(tree / "benchmarks" / bench), *args, "--out", str(out)]
+    cmd = [sys.executable, str(script_tree / "benchmarks" / bench), *args, "--out", str(out)]
     started = time.monotonic()
     subprocess.run(cmd, cwd=tree, env=env, check=True)
     print(f"  {tree.name}: {time.monotonic() - started:.0f} s", flush=True)
@@ -103,6 +104,11 @@ def main(argv: list[str] | None = None) -> int:
         "--after-arg", action="append", default=[],
         help="an argument for the after tree's run only (an option the before tree's script lacks)",
     )
+    parser.add_argument(
+        "--script-from-after", action="store_true",
+        help="run this checkout's script in both trees (each with its own lipstream): the same questions and "
+        "options for both, where the script measures the lipstream it imports (conversation_bench.py)",
+    )
     parser.add_argument("bench", help="a scenario (python -m benchmarks list) or a script: sessions_bench.py")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="its arguments (no --out)")
     opts = parser.parse_args(argv)
@@ -118,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in order:
             extra = opts.after_arg if name == "after" else []
             out = scratch / f"{name}{round_}.json"
-            runs[name].append(run_once(trees[name], script, args + extra, out))
+            script_tree = REPO if opts.script_from_after else None
+            runs[name].append(run_once(trees[name], script, args + extra, out, script_tree))
     rows = compare(runs["before"], runs["after"])
     print(f"\n{'figure':60s} {'before':>12s} {'after':>12s} {'after/before':>12s}")
     for row in rows:

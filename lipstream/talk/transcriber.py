@@ -14,7 +14,7 @@ import asyncio
 import re
 import time
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -136,13 +136,20 @@ class TurnRecogniser:
             return self.state.finish(result.text)
         return self.state.update(_timed(result, audio_start), audio_start + len(audio))
 
-    def final(self, audio: np.ndarray, audio_start: int) -> str:
-        """Blocking: the whole turn's transcript, decoding only the audio from `audio_from()` on."""
+    def final(self, audio: np.ndarray, audio_start: int, state: StreamingTranscript | None = None) -> str:
+        """Blocking: the whole turn's transcript, decoding only the audio from `audio_from()` on. `state`: the
+        commitments to finish from (a snapshot taken when the audio was cut; default the live state)."""
         if not self.words:
             return self.final_stt.transcribe(audio).text.strip()
         assert isinstance(self.final_stt, WordTimingSpeechToText)
-        result = self.final_stt.transcribe_words(audio, self.state.prompt)
-        return self.state.finish(_timed(result, audio_start) if result.words else result.text)
+        state = state or self.state
+        result = self.final_stt.transcribe_words(audio, state.prompt)
+        return state.finish(_timed(result, audio_start) if result.words else result.text)
+
+    def snapshot(self) -> StreamingTranscript:
+        """The commitments as they are now: a final decode finishes from these, while a partial decode on
+        another thread may still add to the live state."""
+        return replace(self.state, committed=list(self.state.committed), _pending=list(self.state._pending))
 
 
 def _timed(result: Transcript, audio_start: int) -> list[TimedWord]:
@@ -194,21 +201,21 @@ class LiveTranscription:
         return text
 
     async def final(self, mic: MicBuffer, end_sample: int) -> str:
-        """The turn's transcript up to `end_sample`: a partial decode in flight is awaited (it commits
-        words, or, started in the silence after the last word, is the whole transcript), then only the
-        tail is decoded."""
-        if self.decode is not None:
+        """The turn's transcript up to `end_sample`: a partial decode started in the silence after the last
+        word already holds it all (awaited, not decoded twice); else the tail after the committed words is
+        decoded now, on the final recogniser, beside any partial decode still running."""
+        if self.decode is not None and self.upto >= end_sample:
             try:
-                text: str | None = await asyncio.shield(self.decode)
+                return await asyncio.shield(self.decode)
             except (asyncio.CancelledError, LipstreamError):
-                text = None
-            if text is not None and self.upto >= end_sample:
-                return text
-        start = self.recog.audio_from()
+                pass  # decode it again below
+        state = self.recog.snapshot()
+        start = state.tail_start if self.recog.words else state.turn_start
         audio = mic.slice(start, end_sample)
-        if audio.size < SAMPLE_RATE // 10 and not self.recog.state.committed:
+        if audio.size < SAMPLE_RATE // 10 and not state.committed:
             return ""
-        return await asyncio.get_running_loop().run_in_executor(self.executor, self.recog.final, audio, start)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.executor, self.recog.final, audio, start, state)
 
     def cancel(self) -> None:
         """Stop waiting for a partial decode (the thread finishes it; its result is not used)."""

@@ -3,6 +3,7 @@ once at start (before the server says it is ready) and shared by every conversat
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import time
@@ -18,7 +19,8 @@ from lipstream.errors import LipstreamError
 from lipstream.talk.conversation import Conversation
 from lipstream.talk.conversation_types import DEFAULT_SYSTEM_PROMPT, ConversationConfig, Emit
 from lipstream.talk.llm import ChatMessage, LanguageModel
-from lipstream.talk.session_port import AvatarSession
+from lipstream.talk.persona import Persona
+from lipstream.talk.session_port import SessionPort
 from lipstream.talk.speaker import Speaker
 from lipstream.talk.stt import SpeechToText
 from lipstream.talk.turn_end import TextTurnDetector, TurnDetector, TurnEndConfig
@@ -27,6 +29,7 @@ from lipstream.threads import background_pool
 log = logging.getLogger(__name__)
 
 LLM_KEY_ENV = "LIPSTREAM_LLM_KEY"
+STT_KEY_ENV = "LIPSTREAM_STT_KEY"
 
 
 class AgentConfig(BaseModel):
@@ -41,6 +44,13 @@ class AgentConfig(BaseModel):
     end_silence_ms: float = Field(500, ge=100, le=5000)  # the silence rule's end of turn
     turn: TurnEndConfig = Field(default_factory=TurnEndConfig)  # the end-of-turn detector (default: text)
     echo_cancel: bool = True
+    # the recogniser: the bundled Whisper tiny.en, a CTranslate2 Whisper folder of the user's (`stt_model`),
+    # or an OpenAI-compatible transcription endpoint (`stt_url`, key from $LIPSTREAM_STT_KEY)
+    stt_model: Path | None = None
+    stt_url: str | None = None
+    stt_url_model: str = "whisper-1"
+    knowledge: Path | None = None  # documents answers come from (--knowledge): indexed at load
+    persona: Persona | None = None  # who the avatar is (--persona): instructions, voice, greeting
 
 
 def read_system_prompt(value: str) -> str:
@@ -69,11 +79,23 @@ class AgentServices:
     detector: TurnDetector | None = None  # judges the user's pauses (None: the silence rule)
     turn_model: Any = None  # a SmolLM2 process started only to judge turns (answers come from an endpoint)
     # transcription threads shared by the server's conversations: off the sessions' speech pool, two so a
-    # final transcript never waits behind a partial one; nicer than frame work, like the speech pool
-    recogniser: Executor = field(default_factory=lambda: background_pool(2, "lipstream-stt"))
+    # final transcript never waits behind a partial one; at the frame work's own priority, not nicer: the
+    # transcript is on the answer's critical path, and a busy server starved it (issue 35)
+    recogniser: Executor = field(default_factory=lambda: background_pool(2, "lipstream-stt", niceness=0))
+    knowledge: Any = None  # the KnowledgeBase over config.knowledge (None: answers from the model alone)
+
+    @property
+    def greeting(self) -> str | None:
+        """What the persona says when a Talk session starts (None: nothing)."""
+        return self.config.persona.greeting if self.config.persona is not None else None
+
+    @property
+    def voice(self) -> str | None:
+        """The persona's voice (None: the server's)."""
+        return self.config.persona.voice if self.config.persona is not None else None
 
     def conversation(
-        self, session: AvatarSession, emit: Emit, voice: str | None = None, speaker: Speaker | None = None
+        self, session: SessionPort, emit: Emit, voice: str | None = None, speaker: Speaker | None = None
     ) -> Conversation:
         """A conversation over `session`, with its own VAD state and echo canceller; its answers are spoken
         by `speaker` (the server's voices) and transcribed on the services' recogniser threads."""
@@ -87,6 +109,9 @@ class AgentServices:
             turn=self.config.turn if self.detector is not None else TurnEndConfig(detector="silence"),
             voice=voice,
         )
+        if self.config.persona is not None:  # its instructions and voice (a voice asked for wins)
+            cfg = self.config.persona.apply(cfg)
+            cfg = cfg.model_copy(update={"voice": voice}) if voice else cfg
         vad = VoiceActivityDetector(
             start_ms=cfg.start_ms, end_silence_ms=cfg.vad_end_silence_ms, pause_ms=cfg.pause_ms,
             model=self.vad_model,
@@ -94,8 +119,30 @@ class AgentServices:
         echo = _echo_canceller(self.config)
         return Conversation(
             session, self.stt, self.llm, emit, cfg, vad=vad, echo=echo, partial_stt=self.partial_stt,
-            speaker=speaker, recogniser=self.recogniser, detector=self.detector,
+            speaker=speaker, recogniser=self.recogniser, detector=self.detector, **self._grounding(),
         )  # fmt: skip
+
+    def _grounding(self) -> dict[str, Any]:
+        """`grounding=` for a new conversation: its own KnowledgeGrounding over the shared index."""
+        if self.knowledge is None:
+            return {}
+        from lipstream.talk.grounding import KnowledgeGrounding
+
+        if "grounding" not in inspect.signature(Conversation).parameters:  # a Conversation without it
+            log.error("this Conversation takes no grounding: answers come from the model alone")
+            return {}
+        return {"grounding": KnowledgeGrounding(self.knowledge, self.config.persona)}
+
+    def knowledge_status(self) -> dict[str, Any] | None:
+        """The knowledge index and the persona, for /healthz (None: neither)."""
+        body: dict[str, Any] = {}
+        if self.knowledge is not None:
+            stats = self.knowledge.stats()
+            body["knowledge"] = {"documents": stats.documents, "chunks": stats.chunks,
+                                 "age_seconds": round(stats.age_seconds())}  # fmt: skip
+        if self.config.persona is not None:
+            body["persona"] = {"name": self.config.persona.name, "greeting": self.config.persona.greeting}
+        return body or None
 
     def turn_status(self) -> dict[str, Any]:
         """The end-of-turn rule in use, for /healthz."""
@@ -161,16 +208,36 @@ def _warm_judge(detector: TextTurnDetector, system_prompt: str) -> None:
         log.error("the text turn detector could not warm up: %s", exc)
 
 
+def _recognisers(config: AgentConfig) -> tuple[SpeechToText, SpeechToText]:
+    """The final-transcript and partial recognisers: an endpoint (one client serves both), or Whisper."""
+    if config.stt_url:
+        from lipstream.talk.stt_openai import OpenAITranscriber
+
+        remote = OpenAITranscriber(config.stt_url, config.stt_url_model, api_key=os.environ.get(STT_KEY_ENV))
+        return remote, remote
+    from lipstream.talk.stt import WhisperSTT
+
+    # two threads for the final, its own model; partials on a one-thread model beside it
+    return (
+        WhisperSTT(config.stt_model, cpu_threads=2, workers=1),
+        WhisperSTT(config.stt_model, cpu_threads=1, workers=1),
+    )
+
+
 def load_agent(config: AgentConfig) -> AgentServices:
     """Load and warm speech recognition, the language model and the VAD (seconds; done before `ready`)."""
-    from lipstream.talk.stt import WhisperSTT
     from lipstream.talk.vad import SileroModel
 
     started = time.perf_counter()
-    # the final transcript is on the answer's critical path: two threads, its own model; partials (shown
-    # while the user speaks) on a one-thread model beside it, so a final never waits for a partial
-    stt = WhisperSTT(cpu_threads=2, workers=1)
-    partial_stt = WhisperSTT(cpu_threads=1, workers=1)
+    knowledge = None
+    if config.knowledge is not None:  # bad documents are refused now, before any model loads
+        from lipstream.talk.knowledge import KnowledgeBase
+
+        knowledge = KnowledgeBase(config.knowledge)
+        stats = knowledge.stats()
+        log.info("knowledge: %d documents, %d chunks (%s)", stats.documents, stats.chunks, stats.index)
+    # the final transcript is on the answer's critical path: its own model, so it never waits for a partial
+    stt, partial_stt = _recognisers(config)
     if config.llm_url:
         from lipstream.talk.llm_openai import OpenAIChatModel
 
@@ -188,10 +255,10 @@ def load_agent(config: AgentConfig) -> AgentServices:
             log.error("%s; conversations will answer that the language model is unavailable", exc)
     detector, turn_model = _turn_detector(config.turn, llm)
     if isinstance(detector, TextTurnDetector):  # the system prompt's KV cache, so a first judgement is quick
-        _warm_judge(detector, config.system_prompt)
+        _warm_judge(detector, config.persona.system_prompt() if config.persona else config.system_prompt)
     services = AgentServices(
         config=config, stt=stt, llm=llm, vad_model=SileroModel(), partial_stt=partial_stt, detector=detector,
-        turn_model=turn_model,
+        turn_model=turn_model, knowledge=knowledge,
     )
     log.info("agent ready in %.1f s (%s)", time.perf_counter() - started, getattr(llm, "name", "llm"))
     return services

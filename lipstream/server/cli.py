@@ -78,7 +78,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "$LIPSTREAM_LLM_KEY. Default: the embedded SmolLM2-135M, offline",
     )
     agent.add_argument("--llm-model", default="default", help="model name sent to --llm-url")
+    agent.add_argument(
+        "--stt-model", type=Path, default=None, metavar="DIR",
+        help="speech recognition from a CTranslate2 Whisper folder of yours (faster-whisper's format, e.g. "
+        "small.en) instead of the bundled tiny.en",
+    )
+    agent.add_argument(
+        "--stt-url", default=None,
+        help="speech recognition from an OpenAI-compatible /v1/audio/transcriptions endpoint (key from "
+        "$LIPSTREAM_STT_KEY); --stt-url-model names the model",
+    )
+    agent.add_argument("--stt-url-model", default="whisper-1", help="model name sent to --stt-url")
     agent.add_argument("--system-prompt", default=None, help="the persona: TEXT or @FILE")
+    agent.add_argument(
+        "--knowledge", type=Path, default=None, metavar="PATH",
+        help="answer from these documents: a Markdown / text file or a folder of them (indexed once, "
+        "re-indexed when a file changes; docs/knowledge.md)",
+    )
+    agent.add_argument(
+        "--persona", type=Path, default=None, metavar="FILE",
+        help="who the avatar is: a TOML file with name, greeting, instructions, voice, language",
+    )
     agent.add_argument(
         "--max-reply-tokens", type=int, default=120, help="longest answer in tokens (default 120)"
     )
@@ -187,6 +207,8 @@ def run_serve(args: argparse.Namespace) -> int:
         raise LipstreamError("--max-sessions, --max-message-mb and --max-upload-seconds must be positive")
     if args.header_timeout <= 0:
         raise LipstreamError("--header-timeout must be positive")
+    if not args.agent and (args.knowledge is not None or args.persona is not None):
+        raise LipstreamError("--knowledge and --persona are for a conversation: add --agent")
     if args.max_connections < args.max_sessions + 2:
         raise LipstreamError("--max-connections must leave room for every session and a page load or two")
     if args.avatars_dir is not None and not args.avatars_dir.is_dir():
@@ -299,6 +321,9 @@ def _agent_config(args: argparse.Namespace):
     options = {
         "llm_url": args.llm_url,
         "llm_model": args.llm_model,
+        "stt_model": args.stt_model.expanduser().resolve() if args.stt_model else None,
+        "stt_url": args.stt_url,
+        "stt_url_model": args.stt_url_model,
         "max_reply_tokens": args.max_reply_tokens,
         "end_silence_ms": args.end_of_turn_ms,
         "echo_cancel": args.echo_cancel,
@@ -309,6 +334,18 @@ def _agent_config(args: argparse.Namespace):
     }
     if args.system_prompt:
         options["system_prompt"] = read_system_prompt(args.system_prompt)
+    if args.persona is not None:
+        from lipstream.talk.persona import Persona
+
+        if args.system_prompt:
+            raise LipstreamError("--system-prompt and --persona both give the instructions; use one")
+        options["persona"] = Persona.load(args.persona)
+    if args.knowledge is not None:
+        options["knowledge"] = args.knowledge.expanduser().resolve()
+    if args.stt_url and not args.stt_url.startswith(("http://", "https://")):
+        raise LipstreamError(f"--stt-url must start with http:// or https:// (got {args.stt_url})")
+    if args.stt_model and not (args.stt_model / "model.bin").is_file():
+        raise LipstreamError(f"--stt-model {args.stt_model}: no model.bin; give a CTranslate2 Whisper folder")
     if args.llm_url and not args.llm_url.startswith(("http://", "https://")):
         raise LipstreamError(f"--llm-url must start with http:// or https:// (got {args.llm_url})")
     try:
@@ -380,7 +417,7 @@ def run_client_command(args: argparse.Namespace) -> int:
 
 def _run_converse(args: argparse.Namespace, url: str) -> int:
     """`client --converse`: one spoken question, its answer recorded; print a summary, write the report."""
-    from lipstream.server.converse import run_converse
+    from lipstream.server.converse_client import run_converse
 
     report = asyncio.run(
         run_converse(

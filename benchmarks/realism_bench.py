@@ -24,7 +24,10 @@ touches $LIPSTREAM_HOME). Every figure is measured here, with this checkout's co
              bundle's own prepare-time landmarks: per speaking frame at or above the median opening, chin and
              lower lip moved this far down from where the mesh sees them at rest on that very frame; the
              median chin drop over the median lip drop (chin_over_lip_retracked) and the least-squares slope
-             of chin on lip over all speaking frames (chin_on_lip_slope_retracked)
+             of chin on lip over all speaking frames (chin_on_lip_slope_retracked); and the drops as the
+             picture's rows, pixels down from the rest frame's (chin_over_lip_px: the issue's measure; the
+             nose-tip distances read higher because the mesh moves the nose tip and the eye width with the
+             mouth although the warp never moves a pixel at or above the nose base)
   width      (issue 22 item 2) the tracked mouth's corner-to-corner width (61/291, eye widths) minus the
              source frame's, median over ee frames and over oo frames (TTS phonemes), and the ee/oo ratio of
              the width over the source frame's (a spread ee wider than a rounded oo: > 1)
@@ -412,7 +415,7 @@ def retracked_chin_figures(landmarks, reference, speaking: np.ndarray) -> dict:
     from lipstream.avatar.face_measures import eye_width, gap_over_width
 
     n = min(len(landmarks), len(reference), len(speaking))
-    ratio, chin, lip = (np.full(n, np.nan) for _ in range(3))
+    ratio, chin, lip, chin_px, lip_px = (np.full(n, np.nan) for _ in range(5))
     for k in range(n):
         lm, ref = landmarks[k], reference[k]
         if lm is None or ref is None:
@@ -424,13 +427,20 @@ def retracked_chin_figures(landmarks, reference, speaking: np.ndarray) -> dict:
         ratio[k] = gap_over_width(lm)
         chin[k] = dist(lm, CHIN) - dist(ref, CHIN)
         lip[k] = dist(lm, LOWER_LIP_MID) - dist(ref, LOWER_LIP_MID)
+        # the same drops as the picture's rows (pixels down from the rest frame's): no nose tip, no eye width
+        chin_px[k] = float(lm[CHIN, 1] - ref[CHIN, 1])
+        lip_px[k] = float(lm[LOWER_LIP_MID, 1] - ref[LOWER_LIP_MID, 1])
     talk = np.isfinite(ratio) & speaking[:n]
     if talk.sum() < 5:
         return {}
     opened = talk & (ratio >= np.median(ratio[talk]))
     lip_drop, chin_drop = float(np.median(lip[opened])), float(np.median(chin[opened]))
     slope = float(np.polyfit(lip[talk], chin[talk], 1)[0])
+    lip_rows, chin_rows = float(np.median(lip_px[opened])), float(np.median(chin_px[opened]))
     return {
+        "lower_lip_drop_px": round(lip_rows, 2),
+        "chin_drop_px": round(chin_rows, 2),
+        "chin_over_lip_px": round(chin_rows / lip_rows, 3) if lip_rows > 1e-3 else None,
         "lower_lip_drop_retracked": round(lip_drop, 4),
         "chin_drop_retracked": round(chin_drop, 4),
         "chin_over_lip_retracked": round(chin_drop / lip_drop, 3) if lip_drop > 1e-4 else None,
@@ -592,7 +602,10 @@ def main(argv: list[str] | None = None) -> int:
     if "espeak" in voices:
         save_speech(EspeakTTS(ESPEAK_VOICE).synthesize(PIPER_TEXT), work / "espeak.npz", args.seconds)
     t0 = time.perf_counter()
-    if args.clip_from:  # the talking clip, its speech and its prepared avatar from a --keep run
+    talking = None
+    if not any(c.avatar == "talking" for c in cases):
+        pass  # no case needs the talking clip (e.g. --case espeak): not made
+    elif args.clip_from:  # the talking clip, its speech and its prepared avatar from a --keep run
         shutil.copy(args.clip_from / "espeak-talking.npz", work / "espeak-talking.npz")
         clip = args.clip_from / "talking.mp4"
         talking = load_avatar(args.clip_from / "talking-src" / "talking")
@@ -606,10 +619,12 @@ def main(argv: list[str] | None = None) -> int:
         render_speech_to_mp4(load_avatar(drawn_view), drawn, talk_speech, clip, persist_codebook=False)
         talking = prepare_avatar(clip, "talking", avatars_root=work / "talking-src", progress=False)
     talking_prepare_s = time.perf_counter() - t0
-    # The compositor's I420 frames are prepare-time work: built once here, shared by both sides' views.
-    first = int(talking.base_frame_indices(0, 1)[0])  # the idle loop need not start at frame 0
-    Compositor(talking).compose_i420(first, np.zeros((talking.manifest.crop_size,) * 2 + (3,), np.uint8))
-    bundles = {"sample": source, "talking": Path(talking.path)}
+    bundles = {"sample": source}
+    if talking is not None:
+        # The compositor's I420 frames are prepare-time work: built once here, shared by both sides' views.
+        first = int(talking.base_frame_indices(0, 1)[0])  # the idle loop need not start at frame 0
+        Compositor(talking).compose_i420(first, np.zeros((talking.manifest.crop_size,) * 2 + (3,), np.uint8))
+        bundles["talking"] = Path(talking.path)
     if any(c.avatar == "photo" for c in cases):  # one picture: prepare makes it breathe and blink
         import cv2
 
@@ -642,7 +657,9 @@ def main(argv: list[str] | None = None) -> int:
             ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
         ).stdout.strip(),
         "seconds": args.seconds,
-        "talking_clip": {"frames": talking.frame_count, "prepare_s": round(talking_prepare_s, 1)},
+        "talking_clip": {"frames": talking.frame_count, "prepare_s": round(talking_prepare_s, 1)}
+        if talking is not None
+        else None,
         "cases": {},
     }
     sheet_rows = []
@@ -719,7 +736,7 @@ def main(argv: list[str] | None = None) -> int:
 def chin_table(results: dict) -> None:
     """The jaw figures of every case, before and after side by side (both measures of the chin's drop)."""
     keys = ("chin_over_lip_drop", "chin_over_lip_retracked", "chin_on_lip_slope_retracked",
-            "gap_over_width_median", "pbm_closed_share")  # fmt: skip
+            "chin_over_lip_px", "gap_over_width_median", "pbm_closed_share")  # fmt: skip
     for name, case in results["cases"].items():
         sides = [s for s in ("before", "after", "after-drawn") if s in case]
         print(f"\n{name}: {'figure':30s} " + " ".join(f"{s:>12s}" for s in sides))

@@ -215,6 +215,8 @@ def test_the_jaw_carries_the_chin_and_the_crop_edge_stays(small_avatar) -> None:
     for drop in (0.0, 2.0, 8.0, 40.0):
         assert 0.0 <= chin_drop(drop, 240.0, 256, 0.85) <= min(drop, 0.85 * 15) + 1e-9
     assert chin_drop(2.0, 240.0, 256, 0.85) > 0.8 * 2.0  # a small drop is nearly kept
+    half = 0.5 * 0.85 * 15  # issue 37: ... and one of half the room too (1 - exp kept 0.79 of it)
+    assert chin_drop(half, 240.0, 256, 0.85) > 0.9 * half
     assert chin_drop(5.0, 255.5, 256, 0.85) == 0.0  # a chin outside the crop does not move
     fade = below_chin_fade(np.arange(200, 256, dtype=np.float32), 240.0, 40.0, 256)
     assert fade[:41].min() == 1.0 and fade[-1] == 0.0 and np.all(np.diff(fade) <= 0)

@@ -52,7 +52,7 @@ const seamShade = (phase, depth = 0.3) => 1.0 - depth * Math.exp(-(((0.5 - phase
 export function chinDrop(drop, chinY, size, room) {
   const limit = room * (size - 1 - chinY);
   if (limit <= 0.0) return 0.0;
-  return limit * (1.0 - Math.exp(-drop / limit));
+  return limit * Math.tanh(drop / limit); // a tanh knee, as warp.chin_drop (issue 37)
 }
 
 /** below_chin_fade: share of the jaw's drop kept on row y, 0 at the crop's last row (no step at its edge). */

@@ -164,8 +164,25 @@ def test_prefetch_is_reused_by_ground(grounding: KnowledgeGrounding) -> None:
 
 
 def test_guard_keeps_a_reply_that_uses_the_passages(grounding: KnowledgeGrounding) -> None:
-    reply = ["It opens at 9 am on weekdays.", "Have a nice day."]
+    reply = ["Sure!", "It opens at 9 am from Monday to Friday.", "It is closed on Sundays."]
     assert _guarded(grounding, "When does the library open?", *reply) == reply
+
+
+def test_guard_stops_where_the_reply_leaves_the_notes(grounding: KnowledgeGrounding) -> None:
+    reply = [
+        "It opens at 9 am on weekdays.",
+        "You also get a free coffee and a cake with every visit.",
+        "Bye.",
+    ]
+    assert _guarded(grounding, "When does the library open?", *reply) == ["It opens at 9 am on weekdays."]
+    # a first sentence with a number from the notes but mostly made up is replaced
+    said = _guarded(
+        grounding, "How much does printing cost?", "Printing is 10 dollars with a gold membership card."
+    )
+    assert said == ["Printing costs 10 cents a page."]
+    # numbers from the notes, but never together in them: a mix-up, replaced
+    said = _guarded(grounding, "When does the library open?", "It opens at 9 am and closes at 10 pm.")
+    assert said == ["The library opens at 9 am and closes at 8 pm from Monday to Friday."]
 
 
 def test_guard_replaces_a_reply_that_strays(grounding: KnowledgeGrounding) -> None:

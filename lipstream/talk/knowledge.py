@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import os
 import sqlite3
 import threading
@@ -28,7 +29,7 @@ TEXT_SUFFIXES = frozenset({".md", ".markdown", ".txt", ".text"})
 PDF_SUFFIX = ".pdf"
 MAX_FILE_BYTES = 5 * 1024 * 1024
 MAX_DOCUMENTS = 10_000
-SCHEMA = 1  # bump when the index's layout or the chunking changes: older caches are rebuilt
+SCHEMA = 2  # bump when the index's layout or the chunking changes: older caches are rebuilt
 
 
 class KnowledgeError(LipstreamError):
@@ -271,6 +272,13 @@ class KnowledgeBase:
                 distinctive = bool(matched)
             passages.append(Passage(source, heading, text, -float(score), matched, distinctive))
         return passages
+
+    def weights(self, wanted: list[str]) -> dict[str, float]:
+        """Each term's inverse document frequency, log(chunks / chunks holding it): rare terms weigh most."""
+        marks = ",".join("?" * len(wanted))
+        with self._lock:
+            df = dict(self._db.execute(f"SELECT term, n FROM df WHERE term IN ({marks})", wanted).fetchall())
+        return {t: math.log((self._chunks + 1) / (df.get(t, 0) + 0.5)) for t in wanted}
 
     def stats(self) -> KnowledgeStats:
         """Documents, chunks and when the index was built."""

@@ -29,6 +29,7 @@ STOP_WORDS = frozenset(
     yourself yourselves
     tell please could know want like get got go going say said also just really much many thing things
     hello hi hey thanks thank okay ok yes yeah well um uh oh sorry excuse anything something everything
+    sure certainly absolutely course indeed alright
     """.split()
 )
 

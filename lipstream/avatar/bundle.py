@@ -53,6 +53,7 @@ class Manifest(BaseModel):
     face_width_px: float = 0.0
     created_at: str = ""
     prepare_seconds: float = 0.0
+    prepare_stages: dict[str, float] = Field(default_factory=dict)  # seconds per stage (stage_times.py)
     notes: list[str] = Field(default_factory=list)
     engines: dict[str, dict] = Field(default_factory=dict)  # engine name -> what it cached
     video: BundleVideo | None = None  # format 2: the two videos holding the frames

@@ -28,6 +28,14 @@ def summary_line(bundle: bf.AvatarBundle, verb: str = "prepared") -> str:
     )
 
 
+def stages_line(bundle: bf.AvatarBundle) -> str:
+    """'  time: tracking 2.1 s, encoding 1.3 s, ...': where the prepare's time went ('' when not recorded)."""
+    from lipstream.avatar.stage_times import PrepareTimes
+
+    stages = bundle.manifest.prepare_stages
+    return f"  time: {PrepareTimes.from_entry(stages).line()}" if stages else ""
+
+
 def _print_notes(bundle: bf.AvatarBundle) -> None:
     for note in bundle.manifest.notes:
         print(f"note: {note}")
@@ -49,6 +57,8 @@ def prepare_from_args(args: argparse.Namespace) -> bf.AvatarBundle:
     )  # fmt: skip
     _print_notes(bundle)
     print(summary_line(bundle))
+    if stages_line(bundle):
+        print(stages_line(bundle))
     return bundle
 
 
@@ -81,6 +91,8 @@ def run_sample(args: argparse.Namespace) -> int:
     )
     _print_notes(bundle)
     print(summary_line(bundle, verb="built sample"))
+    if stages_line(bundle):
+        print(stages_line(bundle))
     return 0
 
 
@@ -133,6 +145,8 @@ def run_info(args: argparse.Namespace) -> int:
     print(f"avatar '{m.name}' at {bundle.path} (bundle format {m.format_version})")
     print(f"  source   {m.source_file}, {m.width}×{m.height}, source fps {m.source_fps or 'photo'}")
     print(f"  frames   {m.frame_count} at {m.fps} fps, idle loop {len(bundle.idle_loop)} frames")
+    if m.prepare_stages:
+        print(f"  prepare  {m.prepare_seconds:.1f} s:{stages_line(bundle).removeprefix('  time:')}")
     if m.idle:
         print(f"  idle     {m.idle.get('reason', '')}")
         blinks = m.idle.get("blinks")

@@ -7,6 +7,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import select
 import signal
 import subprocess
 import weakref
@@ -96,13 +97,39 @@ class FaceWorker:
             raise LipstreamError(f"cannot start the face tracker with {self.python}: {exc}") from None
         self.pid = self._process.pid
         self._stop = weakref.finalize(self, _stop, self._process)
+        # asked at once, answered when mediapipe is imported (a second or more): `ready` tells, unblocking
+        self._booting = True
+        try:
+            face_worker.write_message(self._process.stdin, {"op": "ping"})
+        except OSError:  # a child that died at once: its first request says how
+            pass
+
+    def ready(self) -> bool:
+        """Whether the worker has started (imported mediapipe), without waiting for it."""
+        if self._booting and self._stop.alive:
+            if select.select([self._process.stdout], [], [], 0)[0]:
+                self._await_boot()
+        return not self._booting
+
+    def _await_boot(self) -> None:
+        """Take the start-up ping's answer (waits until the worker has started)."""
+        self._booting = False
+        self._reply("ping")
 
     def _request(self, op: str, frame: np.ndarray | None = None) -> tuple[dict, bytes]:
         if not self._stop.alive:
             raise LipstreamError("the face tracker was closed; open a new one")
+        if self._booting:
+            self._await_boot()
         header, payload = face_worker.array_message(frame) if frame is not None else ({}, b"")
         try:
             face_worker.write_message(self._process.stdin, {**header, "op": op}, payload)
+        except OSError:
+            raise self._died() from None
+        return self._reply(op)
+
+    def _reply(self, op: str) -> tuple[dict, bytes]:
+        try:
             reply = face_worker.read_message(self._process.stdout)
         except (OSError, EOFError, ValueError):
             reply = None

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import re
 import shutil
-import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+import cv2
 import numpy as np
 
 from lipstream.audio.timeline import FPS
@@ -22,6 +22,7 @@ from lipstream.avatar.gaps import fill_gaps
 from lipstream.avatar.idle import IdleConfig, IdleStretch, choose_idle_stretch
 from lipstream.avatar.masks import MaskConfig, nose_base_row
 from lipstream.avatar.progress import frame_progress
+from lipstream.avatar.stage_times import StageClock
 from lipstream.avatar.still import StillClip
 from lipstream.avatar.tracking import LANDMARK_COUNT, LANDMARK_MODEL, FaceTracker, TrackerConfig
 from lipstream.avatar.video_source import VideoInfo, iter_frames, probe_video
@@ -83,48 +84,79 @@ def check_source(source: str | Path) -> Path:
     return path
 
 
-def _track_frames(
-    info: VideoInfo, folder: Path, encoding: VideoEncoding, config: PrepareConfig, name: str, progress: bool
-) -> tuple[np.ndarray, np.ndarray, list[str], StillClip | None]:
-    """Decode every output frame once: track the face and encode footage.mp4 on the writer's thread, so
-    no more than a few frames are in memory. Returns landmarks, found mask, notes and a photo's clip.
+BOOT_FRAMES = 16  # frames decoded and encoded ahead while the tracker's process starts (~100 MB at 1080p)
 
-    A photo whose face is found gets frames appended: its breathing, blinking clip (`StillClip`), or with
-    breathing off its eyes-closing pictures (`still_pictures`, one frame per lid height)."""
+
+def _track_frames(
+    info: VideoInfo, folder: Path, encoding: VideoEncoding, config: PrepareConfig, name: str, progress: bool,
+    tracker: FaceTracker, clock: StageClock, hold: bool,
+) -> tuple[np.ndarray, np.ndarray, list[str], StillClip | None, list[np.ndarray] | None]:
+    """Decode every output frame once: track the face and encode footage.mp4 on the writer's thread, so
+    no more than a few frames are in memory. Returns landmarks, found mask, notes, a photo's clip, and with
+    `hold` every frame as the I420 picture encoded (a clip no longer than the idle stretch: its loop is
+    made from them, with no second decode). Closes the tracker.
+
+    While the tracker's process starts, up to BOOT_FRAMES frames are decoded and encoded ahead and tracked
+    once it answers. A photo whose face is found gets frames appended: its breathing, blinking clip
+    (`StillClip`), or with breathing off its eyes-closing pictures (`still_pictures`, one per lid height)."""
     n = info.frame_count
     landmarks = np.zeros((n, LANDMARK_COUNT, 2), dtype=np.float32)
     found = np.zeros(n, dtype=bool)
     clip: StillClip | None = None
+    held: list[np.ndarray] | None = [] if hold else None
+    waiting: list[tuple[int, np.ndarray]] = []
     bar = frame_progress("tracking the face", n + _still_frames(info, config), progress)
     footage = Mp4FrameWriter(folder / FOOTAGE, info.width, info.height, FPS, encoding)
-    with footage, FaceTracker(config.tracker) as tracker, bar as advance:
-        last: np.ndarray | None = None
-        for k, rgb in iter_frames(info):
-            footage.append(rgb)
-            points = tracker.track(rgb)
+
+    def track_waiting() -> None:
+        for k, rgb in waiting:
+            stage = "tracking" if tracker.frames else "tracker_start"  # the first answer waits for the start
+            with clock.stage(stage):
+                points = tracker.track(rgb)
             if points is not None:
                 landmarks[k] = points
                 found[k] = True
             advance()
+        waiting.clear()
+
+    with footage, tracker, bar as advance:
+        last: np.ndarray | None = None
+        for k, rgb in clock.timed("decoding", iter_frames(info)):
+            with clock.stage("encoding"):
+                if held is not None:
+                    held.append(coded_i420(rgb, *footage.coded_size))
+                    footage.append_i420(held[-1])
+                else:
+                    footage.append(rgb)
+            waiting.append((k, rgb))
+            if tracker.frames or len(waiting) >= BOOT_FRAMES or tracker.ready():
+                track_waiting()
             last = rgb
+        track_waiting()
         note = tracker.multiple_faces_note
         face = last is not None and info.is_still and bool(found[n - 1])
         if face and config.breathing.enabled:
             # the tracker's face models (its worker process) segment the photo too: no second process
-            clip = StillClip.make(
-                last, landmarks[n - 1], config.blink, config.breathing, FPS, name, models=tracker.models
-            )
-            for k in range(n, clip.frames):
-                footage.append(clip.picture(k))
-                advance()
+            with clock.stage("breathing"):
+                clip = StillClip.make(
+                    last, landmarks[n - 1], config.blink, config.breathing, FPS, name, models=tracker.models
+                )
+                for k in range(n, clip.frames):
+                    footage.append(clip.picture(k))
+                    advance()
             landmarks, found = clip.landmarks, np.ones(clip.frames, dtype=bool)
         elif face and config.blink.enabled:
-            extra = still_pictures(last, landmarks[n - 1], config.blink)
-            for picture in extra:
-                footage.append(picture)
+            with clock.stage("blinks"):
+                extra = still_pictures(last, landmarks[n - 1], config.blink)
+            with clock.stage("encoding"):
+                for picture in extra:
+                    footage.append(picture)
             landmarks = np.concatenate([landmarks, np.repeat(landmarks[n - 1 : n], len(extra), axis=0)])
             found = np.concatenate([found, np.ones(len(extra), dtype=bool)])
-    return landmarks, found, [note] if note else [], clip
+        tracker.close()
+        clock.begin("encoding")  # leaving the block waits for the last frames of footage.mp4
+    clock.end()
+    return landmarks, found, [note] if note else [], clip, held
 
 
 def _still_frames(info: VideoInfo, config: PrepareConfig) -> int:
@@ -134,36 +166,63 @@ def _still_frames(info: VideoInfo, config: PrepareConfig) -> int:
     return int(round(config.blink.photo_loop_s * FPS)) - info.frame_count
 
 
+def _holds_stretch(info: VideoInfo, config: PrepareConfig) -> bool:
+    """A clip no longer than the idle stretch: the stretch is all of it, known before tracking."""
+    return not info.is_still and info.frame_count <= int(round(config.idle.max_seconds * FPS))
+
+
 def _write_loop(
     info: VideoInfo, folder: Path, blinks: IdleBlinks, landmarks: np.ndarray, config: PrepareConfig,
-    encoding: VideoEncoding, progress: bool,
+    encoding: VideoEncoding, progress: bool, clock: StageClock, held: list[np.ndarray] | None,
 ) -> int:
-    """loop.mp4: the stretch decoded again from the source (no second generation of compression) with the
-    planned blinks drawn, played as `blinks.loop` (forward then back; a photo's pictures in blink order);
-    the stretch is held as I420 meanwhile (at most max_seconds of frames). Returns its frames."""
+    """loop.mp4: the stretch's pictures with the planned blinks drawn, played as `blinks.loop` (forward
+    then back; a photo's pictures in blink order). The pictures are the footage's own I420 (`held`), or
+    decoded again from the source (no second generation of compression); each is encoded as soon as the
+    loop reaches it, and the stretch is held as I420 for the way back (at most max_seconds of frames).
+    Returns its frames."""
     loop = blinks.loop
     first, stop = int(loop.min()), int(loop.max()) + 1
     pictures: dict[int, np.ndarray] = {}
-    bar = frame_progress("encoding the idle loop", stop + len(loop), progress)
+    bar = frame_progress("encoding the idle loop", stop - first + len(loop), progress)
     writer = Mp4FrameWriter(folder / LOOP_VIDEO, info.width, info.height, FPS, encoding)
+    position = 0
 
-    def keep(k: int, rgb: np.ndarray) -> None:
-        pictures[k] = coded_i420(blinks.draw(rgb, k, landmarks, config.blink), *writer.coded_size)
+    def keep(k: int, picture: np.ndarray) -> None:
+        nonlocal position
+        if blinks.closure[k] > 0:
+            with clock.stage("blinks"):
+                rgb = picture if picture.ndim == 3 else rgb_of(picture, info.width, info.height)
+                picture = blinks.draw(rgb, k, landmarks, config.blink)
+        with clock.stage("encoding"):
+            pictures[k] = picture if picture.ndim == 2 else coded_i420(picture, *writer.coded_size)
+            while position < len(loop) and int(loop[position]) in pictures:  # the loop so far, at once
+                writer.append_i420(pictures[int(loop[position])])
+                position += 1
+                advance()
+        advance()
 
     with writer, bar as advance:
-        for k, rgb in iter_frames(info):
-            if k >= first:
-                keep(k, rgb)
-            advance()
-            if k + 1 >= stop:
-                break
-        for k in range(info.frame_count, stop):  # a photo's eyes-closing pictures, drawn on the photo again
+        rgb: np.ndarray | None = None
+        if held is not None:
+            for k in range(first, stop):
+                keep(k, held[k])
+        else:
+            for k, rgb in clock.timed("decoding", iter_frames(info, start=first)):
+                if k >= first:
+                    keep(k, rgb)
+                if k + 1 >= stop:
+                    break
+        for k in range(max(info.frame_count, first), stop):  # a photo's eyes-closing pictures, on the photo
             keep(k, rgb)
-            advance()
-        for k in loop:
-            writer.append_i420(pictures[int(k)])
-            advance()
+        clock.begin("encoding")  # leaving the block waits for the last frames of loop.mp4
+    clock.end()
     return len(loop)
+
+
+def rgb_of(i420: np.ndarray, width: int, height: int) -> np.ndarray:
+    """The RGB picture of a coded I420 picture (cut back to width×height)."""
+    rgb = cv2.cvtColor(i420, cv2.COLOR_YUV2RGB_I420)
+    return rgb if rgb.shape[:2] == (height, width) else np.ascontiguousarray(rgb[:height, :width])
 
 
 def _idle_entry(stretch: IdleStretch, blinks: IdleBlinks, is_still: bool) -> dict:
@@ -194,62 +253,79 @@ def prepare_avatar(
     """Turn a presenter video or photo into a format-2 avatar bundle (written atomically) and open it.
 
     `room` measures the machine's free disk and memory (a test passes its own); a clip that does not
-    fit is refused before any work."""
+    fit is refused before any work. The manifest's `prepare_stages` says where the time went."""
     config = config or PrepareConfig()
-    started = time.perf_counter()
-    check_name(name)
-    final = bf.bundle_path(name, avatars_root)
-    if final.exists() and not force:
-        raise AvatarError(f"avatar '{name}' already exists at {final}; use --force to replace it")
-    info = probe_video(check_source(source))
-    if not info.is_still and info.frame_count < config.min_seconds * FPS:
-        raise MediaError(
-            f"{info.path} is too short ({info.frame_count} frames at {FPS} fps); give at least "
-            f"{config.min_seconds:g} s of video, or a single photo"
+    clock = StageClock()
+    with clock.stage("setup"):
+        check_name(name)
+        final = bf.bundle_path(name, avatars_root)
+        if final.exists() and not force:
+            raise AvatarError(f"avatar '{name}' already exists at {final}; use --force to replace it")
+        info = probe_video(check_source(source))
+        if not info.is_still and info.frame_count < config.min_seconds * FPS:
+            raise MediaError(
+                f"{info.path} is too short ({info.frame_count} frames at {FPS} fps); give at least "
+                f"{config.min_seconds:g} s of video, or a single photo"
+            )
+        check_fits(_needs(info, config), room(final.parent), info.path.name, info.frame_count / FPS)
+        HeapTrimmer().tune()  # thousands of frames cross threads: keep freed ones from staying resident
+        # a photo that breathes is a clip of moving pictures, encoded as one
+        encoding = config.video.for_frames(info.frame_count + _still_frames(info, config))
+        tracker = FaceTracker(config.tracker)
+    with tracker, bf.atomic_bundle_dir(final, force=force) as folder:
+        tracker.start()  # its process imports mediapipe while the first frames are decoded and encoded
+        hold = _holds_stretch(info, config)
+        landmarks, found, notes, clip, held = _track_frames(
+            info, folder, encoding, config, name, progress, tracker, clock, hold
         )
-    check_fits(_needs(info, config), room(final.parent), info.path.name, info.frame_count / FPS)
-    HeapTrimmer().tune()  # thousands of frames cross threads: keep freed ones from staying resident
-    # a photo that breathes is a clip of moving pictures, encoded as one
-    encoding = config.video.for_frames(info.frame_count + _still_frames(info, config))
-    with bf.atomic_bundle_dir(final, force=force) as folder:
-        landmarks, found, notes, clip = _track_frames(info, folder, encoding, config, name, progress)
-        max_gap = max(1, int(round(config.max_gap_seconds * FPS)))
-        np.save(folder / bf.TRACKED, np.asarray(found, dtype=bool).copy())  # before gaps are filled
-        notes += fill_gaps(landmarks, found, max_gap, info.path.name, FPS)
-        boxes = crop_boxes(landmarks, info.width, info.height, config.box)
-        nose_base = nose_base_rows(crop_space(landmarks, boxes, bf.CROP_SIZE))
+        with clock.stage("arrays"):
+            max_gap = max(1, int(round(config.max_gap_seconds * FPS)))
+            np.save(folder / bf.TRACKED, np.asarray(found, dtype=bool).copy())  # before gaps are filled
+            notes += fill_gaps(landmarks, found, max_gap, info.path.name, FPS)
+            boxes = crop_boxes(landmarks, info.width, info.height, config.box)
+            nose_base = nose_base_rows(crop_space(landmarks, boxes, bf.CROP_SIZE))
         source = info.frame_count  # a photo's added frames follow its own
-        stretch = choose_idle_stretch(landmarks[:source], found[:source], FPS, config.idle)
+        with clock.stage("idle_choice"):
+            stretch = choose_idle_stretch(landmarks[:source], found[:source], FPS, config.idle)
         if clip is not None:  # the clip is the loop, played forward: loop.mp4 is the same pictures
             blinks = clip.blinks()
-            shutil.copyfile(folder / FOOTAGE, folder / LOOP_VIDEO)
+            with clock.stage("encoding"):
+                shutil.copyfile(folder / FOOTAGE, folder / LOOP_VIDEO)
             loop_frames = clip.frames
         else:
-            still = info.is_still
-            blinks = plan_idle_blinks(stretch.loop(), landmarks, source, still, FPS, config.blink, name)
-            loop_frames = _write_loop(info, folder, blinks, landmarks, config, encoding, progress)
-        np.save(folder / bf.BOXES, boxes)
-        np.save(folder / bf.LANDMARKS, landmarks)
-        np.save(folder / bf.NOSE_BASE, nose_base)
-        np.save(folder / bf.IDLE_LOOP, blinks.loop)
-        face_width = float(np.median(landmarks[:, :, 0].max(axis=1) - landmarks[:, :, 0].min(axis=1)))
-        manifest = bf.Manifest(
-            name=name,
-            fps=FPS,
-            frame_count=len(landmarks),
-            width=info.width,
-            height=info.height,
-            source_file=info.path.name,
-            source_fps=info.source_fps,
-            landmark_model=LANDMARK_MODEL,
-            landmark_count=LANDMARK_COUNT,
-            face_width_px=round(face_width, 1),
-            created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            prepare_seconds=round(time.perf_counter() - started, 3),
-            notes=notes,
-            video=bundle_video(folder, encoding, info.width, info.height, loop_frames),
-            mask=asdict(config.mask),
-            idle=_idle_entry(stretch, blinks, info.is_still),
-        )
+            with clock.stage("blinks"):
+                still = info.is_still
+                blinks = plan_idle_blinks(stretch.loop(), landmarks, source, still, FPS, config.blink, name)
+            loop_frames = _write_loop(
+                info, folder, blinks, landmarks, config, encoding, progress, clock, held
+            )
+        held = None  # the stretch's pictures are free to go
+        with clock.stage("arrays"):
+            np.save(folder / bf.BOXES, boxes)
+            np.save(folder / bf.LANDMARKS, landmarks)
+            np.save(folder / bf.NOSE_BASE, nose_base)
+            np.save(folder / bf.IDLE_LOOP, blinks.loop)
+            face_width = float(np.median(landmarks[:, :, 0].max(axis=1) - landmarks[:, :, 0].min(axis=1)))
+            video = bundle_video(folder, encoding, info.width, info.height, loop_frames)
+            manifest = bf.Manifest(
+                name=name,
+                fps=FPS,
+                frame_count=len(landmarks),
+                width=info.width,
+                height=info.height,
+                source_file=info.path.name,
+                source_fps=info.source_fps,
+                landmark_model=LANDMARK_MODEL,
+                landmark_count=LANDMARK_COUNT,
+                face_width_px=round(face_width, 1),
+                created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                notes=notes,
+                video=video,
+                mask=asdict(config.mask),
+                idle=_idle_entry(stretch, blinks, info.is_still),
+            )
+        times = clock.finish()  # what is left (writing the manifest, the rename) is milliseconds
+        manifest.prepare_seconds = round(times.total, 3)
+        manifest.prepare_stages = times.entry()
         bf.write_manifest(folder, manifest)
     return bf.load_avatar(final)

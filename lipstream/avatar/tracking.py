@@ -69,6 +69,15 @@ class FaceTracker:
             self._models = open_face_models(self.config.detection_confidence, self.config.tracking_confidence)
         return self._models
 
+    def start(self) -> None:
+        """Start the face models now, so their process imports mediapipe while the caller decodes."""
+        _ = self.models
+
+    def ready(self) -> bool:
+        """Whether the face models answer without a wait (their process has started)."""
+        ready = getattr(self.models, "ready", None)  # models handed in that cannot tell are taken as ready
+        return True if ready is None else bool(ready())
+
     @property
     def multiple_faces_note(self) -> str | None:
         """A sentence for the user when the detector saw more than one face, else None."""

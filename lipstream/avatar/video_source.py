@@ -93,8 +93,9 @@ def probe_video(path: str | Path, fps: int = FPS) -> VideoInfo:
     return VideoInfo(path, width, height, codec, source_fps, len(times), mapping)
 
 
-def iter_frames(info: VideoInfo) -> Iterator[tuple[int, np.ndarray]]:
-    """Yield (output index, H×W×3 uint8 RGB) for every 25 fps output frame, decoding the source once."""
+def iter_frames(info: VideoInfo, start: int = 0) -> Iterator[tuple[int, np.ndarray]]:
+    """Yield (output index, H×W×3 uint8 RGB) for every 25 fps output frame from `start` on, decoding the
+    source once (frames before `start` are decoded, as H.264 needs, but not converted)."""
     wanted = info.source_index
     out = 0
     with _open(info.path) as container:
@@ -102,6 +103,7 @@ def iter_frames(info: VideoInfo) -> Iterator[tuple[int, np.ndarray]]:
         stream.thread_type = "AUTO"  # frame + slice threads: decode is the largest cost at 1080×1920
         src = -1
         last: np.ndarray | None = None
+        skipped: av.VideoFrame | None = None  # the last frame passed over unconverted
         try:
             for frame in container.decode(stream):
                 src += 1
@@ -109,15 +111,23 @@ def iter_frames(info: VideoInfo) -> Iterator[tuple[int, np.ndarray]]:
                     break
                 if wanted[out] > src:
                     continue  # a source frame no output frame shows (source faster than 25 fps)
+                shown = int(np.searchsorted(wanted, src, side="right"))  # output frames up to this one
+                if shown <= start:  # RGB conversion is a third of a frame's decode cost: only when used
+                    out, skipped = shown, frame
+                    continue
                 last = frame.to_ndarray(format="rgb24")
                 while out < len(wanted) and wanted[out] <= src:
-                    yield out, last
+                    if out >= start:
+                        yield out, last
                     out += 1
         except av.FFmpegError as exc:
             raise MediaError(f"{info.path} cannot be decoded at frame {src} ({exc}); re-export it") from exc
         # A decoder that returns fewer frames than the demuxer promised: hold the last picture.
+        if last is None and skipped is not None:
+            last = skipped.to_ndarray(format="rgb24")
         if last is None:
             raise MediaError(f"{info.path} has no decodable video frames; re-export it or give another file")
         while out < len(wanted):
-            yield out, last
+            if out >= start:
+                yield out, last
             out += 1

@@ -45,7 +45,9 @@ def render_table(documents: list[dict]) -> str:
     lines = ["| scenario | figure | value | goal | machine | date | reproduce |", "|---" * 7 + "|"]
     for doc in documents:
         for i, figure in enumerate(doc["figures"]):
-            goal = f"{figure['goal']} {figure['unit']}" if figure.get("goal") else "–"
+            goal = str(figure.get("goal") or "–")
+            if figure.get("goal") and not goal.endswith(figure["unit"]):  # "<= 200" and "<= 200 ms" alike
+                goal = f"{goal} {figure['unit']}"
             run = [doc["scenario"], machine_cell(doc["machine"]), str(doc["date"])[:10],
                    f"`{doc['command']}`"]  # fmt: skip
             scenario, machine, date, command = run if i == 0 else ["", "", "", ""]

@@ -17,7 +17,7 @@ RESULTS_DIR = REPO / "benchmarks" / "results"
 
 @dataclass(frozen=True)
 class Figure:
-    """One headline figure: its name, value and unit, and the goal it is held to (e.g. "<= 200 ms")."""
+    """One headline figure: its name, value and unit, and the goal it is held to ("<= 200" or "<= 200 ms")."""
 
     name: str
     value: float

@@ -12,8 +12,9 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
-from lipstream.commands.doctor_checks import Check, default_checks
+from lipstream.commands.doctor_checks import Check, default_checks, knowledge_check, persona_check
 from lipstream.native_logs import quiet_native_logs
 from lipstream.talk.model_process import describe_exit
 
@@ -110,12 +111,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "doctor", help="check every component the default paths need, one line each, with a fix"
     )
     doctor.add_argument("--json", action="store_true", help="print the results as JSON")
+    doctor.add_argument("--knowledge", type=Path, default=None, metavar="PATH",
+                        help="also check this knowledge index (serve --knowledge): documents, chunks, age")
+    doctor.add_argument("--persona", type=Path, default=None, metavar="FILE",
+                        help="also check this persona file (serve --persona)")
     doctor.set_defaults(func=run_doctor)
 
 
 def run_doctor(args: argparse.Namespace) -> int:
     """Run the checks; exit 0 when everything required works, 1 otherwise."""
-    return doctor(as_json=args.json)
+    checks = default_checks()
+    if getattr(args, "knowledge", None) is not None:
+        checks.append(knowledge_check(args.knowledge))
+    if getattr(args, "persona", None) is not None:
+        checks.append(persona_check(args.persona))
+    return doctor(as_json=args.json, checks=checks)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -249,6 +249,43 @@ def check_chromium() -> str:
     raise RuntimeError("not installed")
 
 
+def knowledge_check(path: Path) -> Check:
+    """A line for `doctor --knowledge PATH`: the index's documents, chunks and age (built now if stale)."""
+
+    def run() -> str:
+        from lipstream.talk.knowledge import KnowledgeBase
+
+        kb = KnowledgeBase(path)
+        try:
+            stats = kb.stats()
+        finally:
+            kb.close()
+        age = "just built" if kb.rebuilt else f"built {_age(stats.age_seconds())} ago"
+        return f"{stats.documents} documents, {stats.chunks} chunks, {age} ({stats.index})"
+
+    return Check("knowledge", run, "fix the document named above, or point --knowledge elsewhere",
+                 isolated=False)  # fmt: skip
+
+
+def persona_check(path: Path) -> Check:
+    """A line for `doctor --persona FILE`: the persona's name, voice and language, or what is wrong."""
+
+    def run() -> str:
+        from lipstream.talk.persona import Persona
+
+        persona = Persona.load(path)
+        return f"{persona.name} ({persona.voice} voice, {persona.language_name}; {path})"
+
+    return Check("persona", run, "fix the persona file as the message says", isolated=False)
+
+
+def _age(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f} {unit}"
+    return f"{seconds:.0f} s"
+
+
 def default_checks() -> list[Check]:
     """Every check, in the order the report prints them."""
     setup = "run `make setup` in the lipstream checkout (or pip install -e . && lipstream models face)"

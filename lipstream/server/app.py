@@ -23,6 +23,7 @@ from lipstream.server.config import ServerConfig
 from lipstream.server.connection import Connection, SessionFactory
 from lipstream.server.edge_routes import EdgeExports, add_edge_routes
 from lipstream.server.metrics import CONTENT_TYPE, ServerMetrics
+from lipstream.server.poster import add_poster_route
 from lipstream.server.registry import SessionRegistry
 from lipstream.server.tts_http import add_tts_routes
 from lipstream.talk.speaker import Speaker
@@ -156,6 +157,8 @@ def create_app(
             body["language_model"] = model
         if agent is not None and hasattr(agent, "turn_status"):
             body["turn"] = agent.turn_status()
+        if agent is not None and hasattr(agent, "knowledge_status") and (known := agent.knowledge_status()):
+            body.update(known)  # the persona's name (the page shows it) and the knowledge index
         if hasattr(engine, "status"):  # the neural engine's batcher: sizes, warm-up, passes
             body["batching"] = engine.status()
         return body
@@ -200,6 +203,7 @@ def create_app(
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     add_edge_routes(app, edge_exports, config.token)  # the serverless page at /edge/NAME/
     add_tts_routes(app, voices, config.voice, config.limits.max_text_chars, authorized)  # its text fallback
+    add_poster_route(app, bundles, authorized)  # the avatar's idle picture: the page shows it before Start
 
     @app.websocket("/ws")
     async def session_socket(ws: WebSocket) -> None:

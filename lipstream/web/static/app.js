@@ -18,9 +18,25 @@ async function loadAvatars() {
   if (!res.ok) { setStatus(`cannot list avatars: HTTP ${res.status}`); return; }
   const { avatars } = await res.json();
   $('avatar').replaceChildren(...avatars.map((a) => new Option(`${a.name} (${a.width}×${a.height})`, a.name)));
+  for (const a of avatars) avatarSizes.set(a.name, [a.width, a.height]);
   const wanted = params.get('avatar');
   if (wanted) $('avatar').value = wanted;
   if (!avatars.length) setStatus('No avatars yet: run `lipstream avatar sample` first.');
+  showPoster();
+}
+
+const avatarSizes = new Map(); // name -> [width, height]
+
+/** The avatar's idle picture behind the canvas until a session draws on it: the page never opens on a black box. */
+function showPoster() {
+  const name = $('avatar').value;
+  if (!name || live) return;
+  const canvas = $('video');
+  const size = avatarSizes.get(name);
+  if (size) [canvas.width, canvas.height] = size; // also clears what an ended session left drawn
+  const query = token ? `?token=${encodeURIComponent(token)}` : '';
+  canvas.style.backgroundImage = `url("/api/avatars/${encodeURIComponent(name)}/poster.jpg${query}")`;
+  canvas.classList.add('poster');
 }
 
 let agent = false; // the server runs `serve --agent` (GET /healthz): sessions ask for a conversation
@@ -67,10 +83,20 @@ function showTalk(on) {
 async function detectAgent() {
   try {
     const res = await fetch('/healthz');
-    agent = res.ok && (await res.json()).agent === true;
+    const health = res.ok ? await res.json() : {};
+    agent = health.agent === true;
+    if (health.persona) showPersona(health.persona);
   } catch { agent = false; }
   showTalk(agent);
   if (agent) setStatus('Pick an avatar and press Talk to have a conversation.');
+}
+
+/** The persona's name over the avatar; its greeting is captioned when a Talk session starts. */
+function showPersona(persona) {
+  $('persona').textContent = persona.name;
+  $('persona').hidden = false;
+  document.title = `${persona.name} · lipstream`;
+  talk.setPersona(persona);
 }
 
 function fmt(ms) { return ms == null ? '–' : `${ms.toFixed(0)} ms`; }
@@ -118,6 +144,7 @@ player.addEventListener('reconnect_failed', (e) => setStatus(`connection lost ($
 window.lipstreamTalk = talk; // for tests and the console
 
 $('start').addEventListener('click', start);
+$('avatar').addEventListener('change', showPoster);
 $('speak').addEventListener('click', () => player.speak($('text').value));
 $('interrupt').addEventListener('click', () => player.interrupt());
 

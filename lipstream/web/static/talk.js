@@ -77,8 +77,12 @@ export class TalkPanel {
   }
 
   /** Session state after connect/close: Stop works only on a live session. */
+  /** The server's persona ({name, greeting}): its greeting is spoken first in each Talk session. */
+  setPersona(persona) { this.persona = persona; }
+
   setLive(on) {
     this.$('stop').disabled = !on;
+    this._greeting = on && this.persona && this.persona.greeting ? this.persona.greeting : null;
     if (!on) this.stopMic();
     else if (this.mic) this.mic.restartCount(); // a new session counts `mic_samples` from its own first pcm
   }
@@ -91,7 +95,10 @@ export class TalkPanel {
     p.addEventListener('transcript', (e) => this._onTranscript(e.detail));
     p.addEventListener('reply_text', (e) => this._onReply(e.detail));
     p.addEventListener('turn_metrics', (e) => this._onMetrics(e.detail));
-    p.addEventListener('speech_started', () => this._state('answering'));
+    p.addEventListener('speech_started', () => {
+      this._state('answering');
+      if (this._greeting) { this._logLine('avatar', this._greeting); this._caption(this._greeting); this._greeting = null; }
+    });
     p.addEventListener('playback_finished', (e) => {
       if (e.detail.interrupted) { this._caption(''); this._markInterrupted(); } else this._caption(null, CAPTION_LINGER_MS);
       this._state(this.mic && this.mic.active ? 'listening' : 'microphone off');
@@ -155,6 +162,8 @@ export class TalkPanel {
     }
     t.avatar.textContent = `${t.avatar.textContent} ${d.text}`.trim();
     this._caption(d.text);
+    this._sources(d.sources || []);
+    if (d.sources && d.sources.length) t.avatar.title = `from ${d.sources.join(', ')}`;
     this._scroll();
   }
 
@@ -195,8 +204,16 @@ export class TalkPanel {
     const el = this.$('caption');
     clearTimeout(this._captionTimer);
     if (text != null) el.textContent = text;
-    if (lingerMs) this._captionTimer = setTimeout(() => { el.textContent = ''; }, lingerMs);
+    if (lingerMs) this._captionTimer = setTimeout(() => { el.textContent = ''; this._sources([]); }, lingerMs);
     el.classList.toggle('on', el.textContent !== '');
+    if (el.textContent === '') this._sources([]);
+  }
+
+  /** The documents the caption's answer came from, under it (none: hidden). */
+  _sources(names) {
+    const el = this.$('caption-sources');
+    el.textContent = names.length ? `from ${names.join(', ')}` : '';
+    el.hidden = !names.length;
   }
 
   _state(text) { this.$('mic-state').textContent = text; }

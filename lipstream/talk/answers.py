@@ -18,7 +18,7 @@ from lipstream.talk.conversation_types import ConversationConfig, Emit, TurnTime
 from lipstream.talk.grounding_port import GroundedPrompt, Grounding
 from lipstream.talk.llm import ChatMessage, LanguageModel, LLMError, as_spoken
 from lipstream.talk.sentences import SentenceStream, speakable
-from lipstream.talk.session_port import AvatarSession
+from lipstream.talk.session_port import SessionPort
 from lipstream.talk.speaker import Speaker
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ class AnswerMaker:
         self,
         llm: LanguageModel,
         speaker: Speaker,
-        session: AvatarSession,
+        session: SessionPort,
         config: ConversationConfig,
         emit: Emit,
         grounding: Grounding | None = None,
@@ -121,10 +121,11 @@ class AnswerMaker:
 
         prepared.speaking = True
         try:
-            sentences = self._sentences(prepared, times, said)
+            sentences = self._sentences(prepared, times)
             if self.grounding is not None and prepared.grounded is not None:
                 sentences = self.grounding.guard(prepared.grounded, sentences)
-            speeches = await self.speaker.speak(sentences, self.config.voice, on_speech=audio_ready)
+            spoken = self._recorded(sentences, prepared, times, said)
+            speeches = await self.speaker.speak(spoken, self.config.voice, on_speech=audio_ready)
             await self.session.push_speech_stream(speeches, on_utterance=on_utterance)
         except asyncio.CancelledError:
             prepared.cancel()
@@ -133,9 +134,19 @@ class AnswerMaker:
             log.warning("turn %d: reply failed: %s", turn, exc)
             await self.emit({"type": "error", "code": "llm", "message": str(exc), "fatal": False})
 
-    async def _sentences(
-        self, prepared: PreparedAnswer, times: TurnTimes, said: list[str]
+    async def _recorded(
+        self, sentences: AsyncIterator[str], prepared: PreparedAnswer, times: TurnTimes, said: list[str]
     ) -> AsyncIterator[str]:
+        """The sentences to be spoken, each kept in `said` (the history keeps what was spoken, not the
+        apology for a failed model), the first one's completion marked in the turn's times."""
+        async for sentence in sentences:
+            if times.first_phrase is None:
+                times.first_phrase = time.perf_counter()
+            if prepared.error is None or sentence != self.config.apology:
+                said.append(sentence)
+            yield sentence
+
+    async def _sentences(self, prepared: PreparedAnswer, times: TurnTimes) -> AsyncIterator[str]:
         """The model's reply as speakable sentences, as soon as each is complete (the first one short)."""
         splitter = SentenceStream()
         said_any = False
@@ -153,9 +164,7 @@ class AnswerMaker:
             for sentence in pieces:
                 if spoken := speakable(sentence):
                     said_any = True
-                    if times.first_phrase is None:
-                        times.first_phrase = time.perf_counter()
-                    said.append(spoken)
                     yield spoken
             if item is _END:
                 return
+

@@ -17,7 +17,7 @@ import numpy as np
 
 from lipstream.audio.speech import Speech
 from lipstream.audio.timeline import SAMPLE_RATE
-from lipstream.talk.llm import ChatMessage
+from lipstream.talk.llm import ChatMessage, LLMError
 from lipstream.talk.stt import Transcript
 from lipstream.talk.vad import VadEvent
 
@@ -176,15 +176,21 @@ class LevelVAD:
 class ScriptedLLM:
     """Streams a fixed answer a word at a time; records the messages of every call."""
 
-    def __init__(self, answer: str = "The library opens at nine. It closes at six.", delay: float = 0.001):
+    def __init__(
+        self, answer: str = "The library opens at nine. It closes at six.", delay: float = 0.001,
+        fail: bool = False,
+    ) -> None:
         self.answer = answer
         self.delay = delay
+        self.fail = fail  # raise LLMError before the first token
         self.calls: list[list[ChatMessage]] = []
         self.name = "scripted"
 
     async def stream(self, messages: list[ChatMessage], max_tokens: int = 120) -> AsyncIterator[str]:
         """The answer's words as deltas."""
         self.calls.append(list(messages))
+        if self.fail:
+            raise LLMError("the model is unavailable")
         for i, word in enumerate(self.answer.split()):
             await asyncio.sleep(self.delay)
             yield word if i == 0 else " " + word

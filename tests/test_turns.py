@@ -46,9 +46,11 @@ class Run:
         return [e for e in self.events if e["type"] == kind]
 
 
-def make(config: ConversationConfig | None = None, detector=None, stt=None, grounding=None) -> Run:
+def make(
+    config: ConversationConfig | None = None, detector=None, stt=None, grounding=None, llm=None
+) -> Run:
     """A conversation over the fakes (call inside a running loop)."""
-    session, llm = RecordingSession(), ScriptedLLM()
+    session, llm = RecordingSession(), llm or ScriptedLLM()
     stt = stt or ScriptedSTT()
     events: list[dict] = []
 
@@ -304,3 +306,17 @@ def test_local_agreement_commits_what_two_decodes_agree_on_and_drops_repeats() -
     assert state.update(third, audio_end=int(2.2 * sr)) == "what time does the library"
     assert state.finish(words(("library", 1.1, 1.5), ("open", 1.5, 1.8))) == "what time does the library open"
     assert state.tail_start < int(1.1 * sr)
+
+
+def test_a_failing_model_costs_the_turn_an_apology_and_an_error_event_not_the_session() -> None:
+    async def main() -> Run:
+        run = make(llm=ScriptedLLM(fail=True))
+        await say(run, question("tell me a short joke"))
+        await finish(run)
+        return run
+
+    run = asyncio.run(main())
+    errors = run.kinds("error")
+    assert len(errors) == 1 and errors[0]["code"] == "llm" and errors[0]["fatal"] is False
+    assert run.session.said == [[ConversationConfig().apology]]
+    assert [m.role for m in run.conversation.history] == ["user"]  # the apology is not the model's answer

@@ -17,6 +17,7 @@ import numpy as np
 
 from lipstream.audio.speech import Speech
 from lipstream.audio.timeline import SAMPLE_RATE
+from lipstream.errors import ModelError
 from lipstream.talk.llm import ChatMessage, LLMError
 from lipstream.talk.stt import Transcript
 from lipstream.talk.vad import VadEvent
@@ -85,6 +86,14 @@ class ScriptedSTT:
         words = self._words(pcm)
         text = "".join(w for w, _, _ in words).strip()
         return Transcript(text, len(pcm) / SAMPLE_RATE, words=tuple(words))
+
+
+class FailingSTT(ScriptedSTT):
+    """A recogniser whose endpoint is down: every decode raises ModelError."""
+
+    def transcribe_words(self, pcm: np.ndarray, prompt: str = "") -> Transcript:
+        """Always fails."""
+        raise ModelError("the recogniser at http://127.0.0.1:9/v1/audio/transcriptions did not answer")
 
 
 class PlainSTT:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from talk_fakes import (
     CHUNK,
+    FailingSTT,
     FixedJudge,
     LevelVAD,
     PlainSTT,
@@ -320,3 +321,22 @@ def test_a_failing_model_costs_the_turn_an_apology_and_an_error_event_not_the_se
     assert len(errors) == 1 and errors[0]["code"] == "llm" and errors[0]["fatal"] is False
     assert run.session.said == [[ConversationConfig().apology]]
     assert [m.role for m in run.conversation.history] == ["user"]  # the apology is not the model's answer
+
+
+def test_a_failing_recogniser_costs_the_turn_with_an_error_event_and_the_next_turn_is_heard() -> None:
+    stt = FailingSTT()
+
+    async def main() -> Run:
+        run = make(stt=stt)
+        await say(run, question("tell me a short joke"))
+        stt.transcribe_words = ScriptedSTT().transcribe_words  # the endpoint is back
+        await say(run, question("how far is moon from earth", after=1.0))
+        await finish(run)
+        return run
+
+    run = asyncio.run(main())
+    errors = run.kinds("error")
+    assert errors and errors[0]["code"] == "stt" and errors[0]["fatal"] is False
+    finals = [e["text"] for e in run.kinds("transcript") if e["kind"] == "final"]
+    assert finals == ["how far is moon from earth"]
+    assert len(run.session.said) == 1

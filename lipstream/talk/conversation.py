@@ -29,7 +29,7 @@ from lipstream.talk.echo import EchoCanceller
 from lipstream.talk.grounding_port import Grounding
 from lipstream.talk.listener import MicListener
 from lipstream.talk.llm import ChatMessage, LanguageModel, as_spoken
-from lipstream.talk.session_port import AvatarSession
+from lipstream.talk.session_port import SessionPort
 from lipstream.talk.speaker import Speaker
 from lipstream.talk.stt import SpeechToText
 from lipstream.talk.transcriber import LiveTranscription, TurnRecogniser
@@ -57,7 +57,7 @@ class Conversation:
 
     def __init__(
         self,
-        session: AvatarSession,
+        session: SessionPort,
         stt: SpeechToText,
         llm: LanguageModel,
         emit: Emit,
@@ -266,6 +266,8 @@ class Conversation:
             text = await prepared.task if prepared.task is not None else ""
         except (asyncio.CancelledError, LipstreamError) as exc:
             log.warning("turn %d: transcription failed: %r", turn, exc)
+            if isinstance(exc, LipstreamError):  # the recogniser failed: the turn is lost, the session goes on
+                await self.emit({"type": "error", "code": "stt", "message": str(exc), "fatal": False})
             text = ""
         times.transcript = prepared.transcript_at or time.perf_counter()
         if self._kept_after_resume:
@@ -379,7 +381,11 @@ class Conversation:
             self._partial_task = asyncio.create_task(self._partial(self._turn, decode))
 
     async def _partial(self, turn: int, decode: asyncio.Task) -> None:
-        text = await asyncio.shield(decode)  # the decode may become the final transcript: outlive this
+        try:
+            text = await asyncio.shield(decode)  # the decode may become the final transcript: outlive this
+        except LipstreamError as exc:  # the final decode will say so, once, if the recogniser stays down
+            log.debug("turn %d: a partial decode failed: %s", turn, exc)
+            return
         if text and turn == self._turn and self._turn_start is not None:
             await self.emit({"type": "transcript", "turn": turn, "kind": "partial", "text": text})
             if self.grounding is not None:

@@ -266,7 +266,7 @@ class Conversation:
             text = await prepared.task if prepared.task is not None else ""
         except (asyncio.CancelledError, LipstreamError) as exc:
             log.warning("turn %d: transcription failed: %r", turn, exc)
-            if isinstance(exc, LipstreamError):  # the recogniser failed: the turn is lost, the session goes on
+            if isinstance(exc, LipstreamError):  # the recogniser failed: the turn is lost, not the session
                 await self.emit({"type": "error", "code": "stt", "message": str(exc), "fatal": False})
             text = ""
         times.transcript = prepared.transcript_at or time.perf_counter()

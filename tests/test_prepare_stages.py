@@ -64,11 +64,14 @@ def test_small_avatar_reports_its_stages(small_avatar) -> None:
     assert line.startswith("  time: ") and "tracking" in line and "encoding" in line
 
 
-def test_iter_frames_from_a_later_frame_gives_the_same_pictures(sample_video_path) -> None:
-    """The idle loop's second pass starts at its stretch: the frames from there on are the same."""
-    info = probe_video(sample_video_path)
-    every = dict(iter_frames(info))
-    later = list(iter_frames(info, start=30))
-    assert [k for k, _ in later] == list(range(30, info.frame_count))
-    for k, rgb in later:
-        np.testing.assert_array_equal(rgb, every[k])
+@pytest.mark.parametrize("start", [1, 24, 25, 26, 49])
+def test_iter_frames_from_a_later_frame_is_the_same(sample_video_path, small_avatar, start) -> None:
+    """The idle loop's second pass starts at its stretch (seeking to the key frame before it where the
+    source has key frames: footage.mp4 has one every 25 frames): the frames from there on are the same."""
+    for source in (sample_video_path, small_avatar.path / "footage.mp4"):
+        info = probe_video(source)
+        every = dict(iter_frames(info))
+        later = list(iter_frames(info, start=start))
+        assert [k for k, _ in later] == list(range(start, info.frame_count))
+        for k, rgb in later:
+            np.testing.assert_array_equal(rgb, every[k])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ class VideoInfo:
     source_fps: float | None  # None for a still image
     source_frames: int  # decodable frames in the source
     source_index: np.ndarray  # int32 per output frame: which source frame (in pts order) it shows
+    source_pts: np.ndarray | None = None  # int64 per source frame, in order: where a decoder can seek to
 
     @property
     def frame_count(self) -> int:
@@ -82,7 +84,8 @@ def probe_video(path: str | Path, fps: int = FPS) -> VideoInfo:
         codec = stream.codec_context.name
     if not pts or not width or not height:
         raise MediaError(f"{path} has a video stream with no frames; give a video or image of the presenter")
-    times = np.unique(np.asarray(pts, dtype=np.float64)) * float(tb or 1)
+    unique_pts = np.unique(np.asarray(pts, dtype=np.int64))
+    times = unique_pts.astype(np.float64) * float(tb or 1)
     times -= times[0]
     if len(times) == 1:
         return VideoInfo(path, width, height, codec, None, 1, np.zeros(1, dtype=np.int32))
@@ -90,7 +93,7 @@ def probe_video(path: str | Path, fps: int = FPS) -> VideoInfo:
     frame_duration = float(np.median(steps)) if len(steps) else 1.0 / fps
     source_fps = float(rate) if rate else 1.0 / frame_duration
     mapping = resample_map(times, frame_duration, fps)
-    return VideoInfo(path, width, height, codec, source_fps, len(times), mapping)
+    return VideoInfo(path, width, height, codec, source_fps, len(times), mapping, unique_pts)
 
 
 def iter_frames(info: VideoInfo, start: int = 0) -> Iterator[tuple[int, np.ndarray]]:
@@ -104,8 +107,11 @@ def iter_frames(info: VideoInfo, start: int = 0) -> Iterator[tuple[int, np.ndarr
         src = -1
         last: np.ndarray | None = None
         skipped: av.VideoFrame | None = None  # the last frame passed over unconverted
+        frames = container.decode(stream)
+        if start > 0 and info.source_pts is not None:
+            src, out, frames = _seek(container, stream, info, start)
         try:
-            for frame in container.decode(stream):
+            for frame in frames:
                 src += 1
                 if out >= len(wanted):
                     break
@@ -131,3 +137,25 @@ def iter_frames(info: VideoInfo, start: int = 0) -> Iterator[tuple[int, np.ndarr
             if out >= start:
                 yield out, last
             out += 1
+
+
+def _seek(container: av.container.InputContainer, stream: av.video.stream.VideoStream, info: VideoInfo,
+          start: int) -> tuple[int, int, Iterator[av.VideoFrame]]:  # fmt: skip
+    """Decode from the key frame at or before output frame `start`'s source frame instead of from the first
+    (a long clip's idle stretch may lie minutes in): (source index before the first frame it gives, output
+    frames passed, the frames). Falls back to the start when the decoder lands anywhere unexpected."""
+    pts = info.source_pts
+    assert pts is not None
+    target = int(info.source_index[start])
+    try:
+        container.seek(int(pts[target]), stream=stream, backward=True, any_frame=False)
+        frames = container.decode(stream)
+        first = next(frames)
+    except (av.FFmpegError, StopIteration):
+        first = None
+    landed = -1 if first is None or first.pts is None else int(np.searchsorted(pts, first.pts))
+    if not (0 <= landed <= target and landed < len(pts) and pts[landed] == first.pts):
+        container.seek(int(pts[0]), stream=stream, backward=True, any_frame=False)
+        return -1, 0, container.decode(stream)
+    passed = int(np.searchsorted(info.source_index, landed, side="left"))  # output frames before it
+    return landed - 1, passed, itertools.chain([first], frames)

@@ -18,6 +18,8 @@ from test_server_harness import ServerProcess, run_browser_script
 from lipstream.cli import main
 from lipstream.edge.web_export import copy_page
 
+pytestmark = [pytest.mark.slow, pytest.mark.browser]  # the Piper voice, exports, Chromium
+
 # numbers, clause punctuation, a question; 'four'/'more' and linking 'ʲ' exercise clauses.js's rewrites
 ID_TEXTS = [
     "It costs 42 dollars, or 3.5 euros; cheap!",

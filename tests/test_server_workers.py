@@ -69,6 +69,7 @@ def server(avatars_root: Path):
     proc.stop()
 
 
+@pytest.mark.slow
 def test_sessions_in_any_worker_are_seen_from_every_worker(server: ServerProcess) -> None:
     assert len(worker_pids(server.proc.pid)) == 2
 
@@ -103,6 +104,7 @@ def test_sessions_in_any_worker_are_seen_from_every_worker(server: ServerProcess
     assert json.loads(http_get(server.http + "/healthz"))["sessions"] == 0
 
 
+@pytest.mark.slow
 def test_a_killed_worker_is_replaced_and_the_server_keeps_serving(server: ServerProcess) -> None:
     before = worker_pids(server.proc.pid)
     victim = min(before)
@@ -130,6 +132,7 @@ def test_a_killed_worker_is_replaced_and_the_server_keeps_serving(server: Server
     asyncio.run(one_session())
 
 
+@pytest.mark.slow
 def test_sigterm_stops_every_worker_and_removes_the_folder(server: ServerProcess) -> None:
     pids = worker_pids(server.proc.pid)
     folder = private_folder(min(pids))
@@ -142,6 +145,7 @@ def test_sigterm_stops_every_worker_and_removes_the_folder(server: ServerProcess
     assert not folder.exists()
 
 
+@pytest.mark.slow
 def test_workers_die_with_a_killed_supervisor(avatars_root: Path) -> None:
     server = ServerProcess(avatars_root, "--workers", "2")
     try:

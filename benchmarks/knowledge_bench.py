@@ -13,7 +13,7 @@ embedded SmolLM2.
    model's reply and the spoken answer word for word, and whether it holds the fact (goal >= 4 of 5; the
    unanswered question: says it does not know). Also the model's first-token time with the grounded
    prompt beside the persona's prompt alone (the price of the passages' prefill).
-Records benchmarks/results/knowledge_bench.json.
+Records benchmarks/results/knowledge_bench.json (knowledge_bench_text.json with --no-speech).
 """
 
 from __future__ import annotations
@@ -308,7 +308,8 @@ def main(argv: list[str] | None = None) -> int:
             more, extra = asyncio.run(bench_answers(Path(tmp), speech=not args.no_speech))
             figures += more
     command = "benchmarks/knowledge_bench.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    record("knowledge_bench", figures, command.strip(), extra)
+    scenario = "knowledge_bench_text" if args.no_speech else "knowledge_bench"  # typed or spoken questions
+    record(scenario, figures, command.strip(), extra)
     return 0
 
 

@@ -120,6 +120,7 @@ def _bare_silero_starts(pcm: np.ndarray) -> list[float]:
     return starts
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("delay_ms", "room_seed"),
     [(40, None), (120, None), (250, None), (120, 1)],
@@ -214,6 +215,7 @@ def test_no_reference_passes_audio_untouched(user: np.ndarray) -> None:
     assert not ec.stats.reference_active and not ec.echo_likely
 
 
+@pytest.mark.slow
 def test_unknown_playback_position_is_safe(avatar: np.ndarray) -> None:
     mic = _echo(avatar, 120)
     # Never known: nothing can be aligned, the microphone passes through.
@@ -230,6 +232,7 @@ def test_unknown_playback_position_is_safe(avatar: np.ndarray) -> None:
         assert ec.process(np.full(size, 0.01, dtype=np.float32), None if i % 2 else 100 * i).shape == (size,)
 
 
+@pytest.mark.slow
 def test_jittery_position_reports_and_other_chunk_sizes(avatar: np.ndarray) -> None:
     mic = _echo(avatar, 80, _room(4))
     wobble = np.random.default_rng(5).integers(-160, 161, size=len(mic))  # ±10 ms estimation error
@@ -239,6 +242,7 @@ def test_jittery_position_reports_and_other_chunk_sizes(avatar: np.ndarray) -> N
     assert _speech_starts(out[SETTLED:]) == []
 
 
+@pytest.mark.slow
 def test_live_timeline_echo_heard_before_the_estimated_position(avatar: np.ndarray) -> None:
     """What the server really got through `serve --agent` (tests/test_conversation_live.py's client): the
     session timeline is not the microphone's (a constant offset), the estimated playback position at

@@ -174,6 +174,7 @@ def embedded():
     asyncio.run(model.aclose())
 
 
+@pytest.mark.slow
 def test_embedded_model_answers_in_english(embedded) -> None:
     async def main() -> list[str]:
         return await _collect(embedded, QUESTION, max_tokens=40)
@@ -186,6 +187,7 @@ def test_embedded_model_answers_in_english(embedded) -> None:
     assert embedded.load_seconds < 10
 
 
+@pytest.mark.slow
 def test_embedded_model_cancellation_stops_generation(embedded) -> None:
     async def main() -> None:
         got: list[str] = []
@@ -210,6 +212,7 @@ def test_embedded_model_cancellation_stops_generation(embedded) -> None:
     asyncio.run(main())
 
 
+@pytest.mark.slow
 def test_embedded_model_runs_in_a_keyed_local_process(embedded) -> None:
     import httpx
 
@@ -225,6 +228,7 @@ def test_embedded_model_runs_in_a_keyed_local_process(embedded) -> None:
     assert bad.status_code == 400 and "bad request" in bad.json()["error"]["message"]
 
 
+@pytest.mark.slow
 def test_embedded_model_crash_mid_answer_is_an_llm_error_and_the_next_turn_is_answered(embedded) -> None:
     """SIGSEGV in the model process while it answers: the turn fails with a message naming the crash, the
     caller's process lives on, and a new model process answers the next turn within seconds."""
@@ -251,6 +255,7 @@ def test_embedded_model_crash_mid_answer_is_an_llm_error_and_the_next_turn_is_an
     assert status.restarts == restarts_before + 1 and status.last_exit == "killed by SIGSEGV"
 
 
+@pytest.mark.slow
 def test_a_model_that_died_between_turns_answers_the_next_turn_without_error(embedded) -> None:
     """Killed while idle: the next turn waits for the successor instead of failing on the dead port."""
     endpoint = embedded.process.wait_ready(30)

@@ -9,6 +9,8 @@ from lipstream.audio.timeline import SAMPLE_RATE
 from lipstream.talk.stt import SpeechToText, WhisperSTT, word_error_rate
 from lipstream.talk.transcriber import TurnRecogniser
 
+pytestmark = pytest.mark.slow  # Whisper tiny.en and the Piper voice load
+
 SENTENCES = [
     "What is the weather like in Paris tomorrow?",
     "Can you tell me a short story about a dragon?",

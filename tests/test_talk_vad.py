@@ -46,6 +46,7 @@ def _silence(seconds: float) -> np.ndarray:
     return np.zeros(int(seconds * SAMPLE_RATE), dtype=np.float32)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chunk", [320, 1000, 16000])
 def test_turns_start_and_end_at_the_right_samples(model, utterances, chunk: int) -> None:
     pieces, truth = [_silence(1.0)], []
@@ -69,6 +70,7 @@ def test_turns_start_and_end_at_the_right_samples(model, utterances, chunk: int)
     assert not vad.in_speech and vad.position == len(stream) // WINDOW * WINDOW
 
 
+@pytest.mark.slow
 def test_pause_comes_before_the_end_is_confirmed(model, utterances) -> None:
     vad = VoiceActivityDetector(model=model, pause_ms=128, end_silence_ms=500)
     stream = np.concatenate([_silence(0.5), utterances[1], _silence(1.0)])
@@ -95,6 +97,7 @@ def test_a_100_ms_burst_or_click_never_starts_a_turn(model, kind: str) -> None:
     assert not vad.in_speech
 
 
+@pytest.mark.slow
 def test_a_short_cough_like_word_does_not_start_a_turn_but_a_real_one_does(model, utterances) -> None:
     """The first 100 ms of real speech alone is too short; the same voice for the whole sentence starts."""
     start, _ = _extent(utterances[0])
@@ -113,6 +116,7 @@ def test_silence_and_steady_noise_give_no_events(model) -> None:
     assert 0.0 <= vad.speech_probability < 0.5
 
 
+@pytest.mark.slow
 def test_reset_int16_input_and_window_cost(model, utterances) -> None:
     vad = VoiceActivityDetector(model=model)
     pcm16 = (np.concatenate([_silence(0.3), utterances[0], _silence(0.8)]) * 32767).astype(np.int16)

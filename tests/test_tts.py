@@ -38,6 +38,7 @@ def _rms(pcm: np.ndarray) -> float:
     return float(np.sqrt(np.mean(pcm.astype(np.float64) ** 2))) if pcm.size else 0.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("voice", ["piper", "espeak"])
 def test_synthesize_speech_with_timings(voice: str, piper: PiperTTS, espeak: EspeakTTS) -> None:
     tts = piper if voice == "piper" else espeak
@@ -58,12 +59,14 @@ def test_synthesize_speech_with_timings(voice: str, piper: PiperTTS, espeak: Esp
     assert pause_level < 0.2 * vowel_level
 
 
+@pytest.mark.slow
 def test_piper_is_deterministic(piper: PiperTTS) -> None:
     a, b = piper.synthesize("Good evening."), piper.synthesize("Good evening.")
     assert np.array_equal(a.pcm, b.pcm)
     assert a.phonemes == b.phonemes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("voice", ["piper", "espeak"])
 def test_sentences_stream_one_by_one(voice: str, piper: PiperTTS, espeak: EspeakTTS) -> None:
     tts = piper if voice == "piper" else espeak
@@ -75,6 +78,7 @@ def test_sentences_stream_one_by_one(voice: str, piper: PiperTTS, espeak: Espeak
     assert abs(sum(p.seconds for p in parts) - whole.seconds) < 0.5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text", ["", "   \n", "...!?", " -- ; "])
 @pytest.mark.parametrize("voice", ["piper", "espeak"])
 def test_nothing_speakable(text: str, voice: str, piper: PiperTTS, espeak: EspeakTTS) -> None:

@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 from bench_common import cpu_model, play_like_a_player  # noqa: E402
-from test_server_harness import ServerProcess, close_code_when_dropped  # noqa: E402
+from server_harness import ServerProcess, close_code_when_dropped  # noqa: E402
 
 from lipstream.server.protocol import Flags, Kind, decode_media  # noqa: E402
 

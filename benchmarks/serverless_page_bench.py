@@ -27,9 +27,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from bench_common import cpu_model  # noqa: E402
+from server_harness import run_browser_script  # noqa: E402
 from test_edge_musetalk_js import HARNESS  # noqa: E402
 from test_edge_web import StaticServer, write_wav  # noqa: E402
-from test_server_harness import run_browser_script  # noqa: E402
 
 from lipstream.edge.web_export import WebExportConfig, export_web  # noqa: E402
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from server_harness import run_browser_script  # noqa: E402
 from test_edge_web import StaticServer  # noqa: E402
-from test_server_harness import run_browser_script  # noqa: E402
 
 from benchmarks.results import Figure, record  # noqa: E402
 

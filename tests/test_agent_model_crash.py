@@ -14,10 +14,10 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-import test_server_harness as harness
+import server_harness as harness
 import websockets
+from server_harness import ServerProcess
 from test_conversation_live import Caller, mic_track, open_agent, voices  # noqa: F401  (fixture)
-from test_server_harness import ServerProcess
 
 avatars_root = harness.avatars_root
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-import test_server_harness as harness
-from test_server_harness import ServerProcess, run_browser_script
+import server_harness as harness
+from server_harness import ServerProcess, run_browser_script
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 avatars_root = harness.avatars_root  # shared fixtures

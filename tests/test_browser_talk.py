@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import test_server_harness as harness
-from test_server_harness import FakeLLMProcess, ServerProcess, run_browser_script
+import server_harness as harness
+from server_harness import FakeLLMProcess, ServerProcess, run_browser_script
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 avatars_root = harness.avatars_root  # shared fixtures

@@ -14,8 +14,8 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-import test_server_harness as harness
-from test_server_harness import REPO, FakeLLMProcess, ServerProcess
+import server_harness as harness
+from server_harness import REPO, FakeLLMProcess, ServerProcess
 
 pytestmark = pytest.mark.slow
 avatars_root = harness.avatars_root  # shared fixtures

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import av
 import pytest
-import test_server_harness as harness
-from test_server_harness import REPO, ServerProcess
+import server_harness as harness
+from server_harness import REPO, ServerProcess
 
 from lipstream.audio.decode import load_audio
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import test_server_harness as harness
+import server_harness as harness
 import websockets
-from test_server_harness import FakeLLMProcess, ServerProcess
+from server_harness import FakeLLMProcess, ServerProcess
 
 from lipstream.server.protocol import Flags, Kind, MediaMessage, decode_media
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from test_server_harness import BROWSER_DIR, run_browser_script
+from server_harness import BROWSER_DIR, run_browser_script
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from test_edge_web import StaticServer
-from test_server_harness import ServerProcess, run_browser_script
+from server_harness import ServerProcess, run_browser_script
 
 from lipstream.cli import main
 from lipstream.edge.web_export import copy_page

@@ -14,9 +14,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import test_server_harness as harness
+import server_harness as harness
 from prometheus_client.parser import text_string_to_metric_families
-from test_server_harness import REPO, URL_LINE, ServerProcess
+from server_harness import REPO, URL_LINE, ServerProcess
 from test_server_live import collect, open_session
 
 avatars_root = harness.avatars_root  # shared fixtures

@@ -11,9 +11,9 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-import test_server_harness as harness
+import server_harness as harness
 import websockets
-from test_server_harness import ServerProcess
+from server_harness import ServerProcess
 from test_server_live import collect, open_session
 
 from lipstream.media.opus import PRE_SKIP, FrameAudioDecoder, FrameAudioEncoder

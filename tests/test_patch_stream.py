@@ -12,9 +12,9 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-import test_server_harness as harness
+import server_harness as harness
 import websockets
-from test_server_harness import ServerProcess, run_browser_script
+from server_harness import ServerProcess, run_browser_script
 from test_server_live import collect
 
 from lipstream.audio.encode import wav_bytes

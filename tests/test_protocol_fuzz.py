@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import test_server_harness as harness
+import server_harness as harness
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
-from test_server_harness import ServerProcess
+from server_harness import ServerProcess
 from websockets.sync.client import ClientConnection, connect
 
 from lipstream.server.protocol import (

@@ -19,10 +19,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import test_server_harness as harness
+import server_harness as harness
 import websockets
 from prometheus_client.parser import text_string_to_metric_families
-from test_server_harness import ServerProcess
+from server_harness import ServerProcess
 from test_server_live import collect, open_session
 
 from lipstream.server.protocol import Kind

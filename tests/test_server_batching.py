@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import test_server_harness as harness
-from test_server_harness import ServerProcess
+import server_harness as harness
+from server_harness import ServerProcess
 
 from lipstream.server.client import run_client
 

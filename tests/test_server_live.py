@@ -9,9 +9,9 @@ import urllib.error
 import urllib.request
 
 import pytest
-import test_server_harness as harness
+import server_harness as harness
 import websockets
-from test_server_harness import ServerProcess
+from server_harness import ServerProcess
 
 from lipstream.server.protocol import Flags, Kind, MediaMessage, decode_media
 

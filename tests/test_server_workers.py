@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-import test_server_harness as harness
+import server_harness as harness
 from prometheus_client.parser import text_string_to_metric_families
-from test_server_harness import ServerProcess
+from server_harness import ServerProcess
 from test_server_live import collect, http_json, open_session
 
 from lipstream.server.protocol import Kind

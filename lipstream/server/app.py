@@ -24,7 +24,7 @@ from lipstream.server.connection import Connection, SessionFactory
 from lipstream.server.edge_routes import EdgeExports, add_edge_routes
 from lipstream.server.metrics import CONTENT_TYPE, ServerMetrics
 from lipstream.server.poster import add_poster_route
-from lipstream.server.registry import SessionRegistry
+from lipstream.server.session_registry import SessionRegistry
 from lipstream.server.tts_http import add_tts_routes
 from lipstream.talk.speaker import Speaker
 from lipstream.talk.voices import SharedVoices
@@ -52,7 +52,7 @@ class LiveSessionFactory:
 
     def __call__(self, bundle: AvatarBundle, engine: Any, output_width: int | None, stream: str = "full"):
         """A session of `bundle` on the shared `engine`, at `output_width` (None: the avatar's size)."""
-        from lipstream.render.session import Session, SessionConfig
+        from lipstream.render.session import RenderSession, SessionConfig
 
         cfg = SessionConfig(
             encode=True,
@@ -63,7 +63,7 @@ class LiveSessionFactory:
             stream=stream,
             patch_bitrate=self.config.patch_bitrate,
         )
-        return Session(
+        return RenderSession(
             bundle, engine, cfg, pools=self.pools, base_frames=self.base_frames, observer=self.metrics
         )
 

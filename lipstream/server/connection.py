@@ -7,77 +7,53 @@ import contextlib
 import json
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 from fastapi import WebSocket
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
-from lipstream.audio.decode import decode_upload
 from lipstream.audio.timeline import SAMPLE_RATE
-from lipstream.avatar.bundle import CROP_SIZE, AvatarBundle, SharedBundles, list_avatars
-from lipstream.errors import LipstreamError, MediaError, QueueFullError
-from lipstream.media.opus import DECODE_RATE, PRE_SKIP, FrameAudioEncoder, OpusSettings, StreamAudioDecoder
+from lipstream.avatar.bundle import AvatarBundle, SharedBundles, list_avatars
+from lipstream.errors import LipstreamError, QueueFullError
+from lipstream.media.opus import FrameAudioEncoder
 from lipstream.render.workers import WorkerPools
-from lipstream.server.auth import extract_token, token_ok
+from lipstream.server.client_audio import ClientAudio
 from lipstream.server.config import ServerConfig
+from lipstream.server.handshake import Closed, read_hello, ready_message
 from lipstream.server.metrics import ServerMetrics
 from lipstream.server.protocol import (
     AUDIO_CODECS,
-    MIC_CODECS,
-    PROTOCOL_MINOR,
-    PROTOCOL_VERSION,
     ClientStats,
-    Flags,
     Flush,
     Hello,
     Interrupt,
     KeyframeRequest,
-    Kind,
-    MediaMessage,
     Ping,
     Position,
     ProtocolError,
     Speak,
-    decode_media,
     error_message,
     event_message,
     frame_messages,
     parse_control,
-    unpack_packets,
 )
-from lipstream.server.registry import SessionRecord, SessionRegistry
+from lipstream.server.session_registry import SessionRecord, SessionRegistry
 from lipstream.talk.speaker import Speaker
+
+if TYPE_CHECKING:  # types only: the server imports these rooms' heavy parts where it builds them
+    from lipstream.engines.base import Engine
+    from lipstream.render.session import RenderSession
+    from lipstream.server.agent import AgentServices
+    from lipstream.server.edge_routes import EdgeExports
+    from lipstream.talk.conversation import Conversation
 
 log = logging.getLogger(__name__)
 
-SessionFactory = Callable[[AvatarBundle, Any, "int | None"], Any]
-MIN_PCM_RATE, MAX_PCM_RATE = 8000, 48000
+# (bundle, engine, output_width) -> a render session of full frames; called with stream="patch" as well
+# when the client asked for the patch stream (a factory of three arguments serves full frames only)
+SessionFactory = Callable[..., "RenderSession"]
 CLOSE_TIMEOUT_SECONDS = 2.0
-HELLO_MAX_BYTES = 64 * 1024  # a hello is a few hundred bytes; nothing big is read before the token is checked
-
-
-def opus_description(settings: OpusSettings) -> dict[str, Any]:
-    """What an Opus client needs to set up its decoder (protocol 1.3); pts stay in 16 kHz samples."""
-    return {
-        "codec": "opus", "sample_rate": DECODE_RATE, "channels": 1, "frame_ms": 20,
-        "packets_per_message": 2, "pre_skip": PRE_SKIP, "bitrate": settings.bitrate,
-    }  # fmt: skip
-
-
-def patch_description(session: Any, bundle: AvatarBundle) -> dict[str, Any]:
-    """What a patch-mode client needs besides the frames: the patch stream and where the base loop is."""
-    x0, y0, x1, y1 = session.patch_rect
-    base = f"/edge/{bundle.name}/"
-    return {
-        "codec": session.codec_string, "width": x1 - x0, "height": y1 - y0, "rect": [x0, y0, x1, y1],
-        "crop_size": CROP_SIZE, "loop_frames": len(bundle.idle_loop),
-        "base_url": base, "manifest": f"{base}export.json",
-    }  # fmt: skip
-
-
-class _Closed(Exception):
-    """The peer went away or the handshake failed; nothing more to send."""
 
 
 class Connection:
@@ -87,12 +63,12 @@ class Connection:
         self,
         ws: WebSocket,
         config: ServerConfig,
-        engine: Any,
+        engine: Engine,
         registry: SessionRegistry,
         session_factory: SessionFactory,
-        agent: Any = None,
+        agent: AgentServices | None = None,
         metrics: ServerMetrics | None = None,
-        edge_exports: Any = None,
+        edge_exports: EdgeExports | None = None,
         *,
         speaker: Speaker,
         pools: WorkerPools,
@@ -110,7 +86,7 @@ class Connection:
         self.registry = registry
         self.session_factory = session_factory
         self.record: SessionRecord | None = None
-        self.session: Any = None
+        self.session: RenderSession | None = None
         self.agent = agent
         self.metrics = metrics
         self.edge_exports = edge_exports
@@ -118,7 +94,7 @@ class Connection:
         self.pools = pools
         self.bundles = bundles
         self._patch_pending = False  # patch mode was asked, but the avatar's base loop is still being built
-        self.conversation: Any = None  # in an agent session: the microphone goes here
+        self.conversation: Conversation | None = None  # in an agent session: the microphone goes here
         self._send_lock = asyncio.Lock()
         # speak requests wait here and are spoken one after another by one task, so a flood of them
         # queues (bounded) instead of synthesising all at once
@@ -127,7 +103,7 @@ class Connection:
         self._patch_stream = False  # hello asked for the patch stream mode (protocol 1.2)
         # hello asked for Opus audio (protocol 1.3): this session's encoder; None sends PCM as before
         self._opus: FrameAudioEncoder | None = None
-        self._mic_decoder: StreamAudioDecoder | None = None  # made on the client's first mic_opus message
+        self._audio = ClientAudio(self.limits, pools, self._take_client_audio, self._take_upload)
 
     # ---- sending ----
 
@@ -141,7 +117,7 @@ class Connection:
         try:
             await asyncio.wait_for(sending, self.limits.send_timeout_seconds)
         except asyncio.TimeoutError:
-            raise _Closed(f"client read nothing for {self.limits.send_timeout_seconds:g} s") from None
+            raise Closed(f"client read nothing for {self.limits.send_timeout_seconds:g} s") from None
 
     async def _send_error(self, code: str, message: str, fatal: bool = False) -> None:
         if self.record is not None:
@@ -149,47 +125,16 @@ class Connection:
         with contextlib.suppress(Exception):
             await self._send_text(error_message(code, message, fatal))
 
-    async def _fail(self, code: str, message: str, close_code: int) -> None:
+    async def _fail(self, code: str, message: str, close_code: int) -> NoReturn:
         """Send a fatal error and close; used before `ready`."""
         if self.metrics is not None:
             self.metrics.session_refused(code)
         await self._send_error(code, message, fatal=True)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.ws.close(close_code), CLOSE_TIMEOUT_SECONDS)
-        raise _Closed(message)
+        raise Closed(message)
 
     # ---- handshake ----
-
-    async def _handshake(self) -> Hello:
-        try:
-            msg = await asyncio.wait_for(self.ws.receive(), self.limits.hello_timeout_seconds)
-        except asyncio.TimeoutError:
-            await self._fail("bad_message", f"no hello within {self.limits.hello_timeout_seconds:g} s", 4408)
-        if msg["type"] == "websocket.disconnect":
-            raise _Closed("disconnected before hello")
-        text = msg.get("text")
-        if text is None:
-            await self._fail(
-                "bad_message", 'the first message must be a JSON {"type": "hello"} message', 4400
-            )
-        if len(text) > HELLO_MAX_BYTES or len(text.encode("utf-8", "surrogatepass")) > HELLO_MAX_BYTES:
-            await self._fail("too_large", f"hello is over {HELLO_MAX_BYTES} bytes", 4400)
-        try:
-            hello = parse_control(text)
-        except ProtocolError as exc:
-            await self._fail(exc.code, str(exc), 4400)
-        if not isinstance(hello, Hello):
-            await self._fail("bad_message", f'the first message must be "hello", not {hello.type!r}', 4400)
-        if hello.version != PROTOCOL_VERSION:
-            await self._fail(
-                "version",
-                f"client speaks protocol {hello.version}; this server speaks {PROTOCOL_VERSION}",
-                4400,
-            )
-        given = hello.token or extract_token(self.ws.headers, self.ws.query_params)
-        if not token_ok(self.config.token, given):
-            await self._fail("unauthorized", "missing or wrong token; pass the server's --token", 4401)
-        return hello
 
     def _open_avatar(self, name: str | None) -> AvatarBundle:
         known = list_avatars(self.config.avatars_dir)
@@ -204,10 +149,10 @@ class Connection:
         """The whole life of the connection; returns when it is over and everything is freed."""
         await self.ws.accept()
         try:
-            hello = await self._handshake()
+            hello = await read_hello(self.ws, self.config, self._fail)
             await self._open_session(hello)
             await self._stream()
-        except _Closed:
+        except Closed:
             pass
         finally:
             await self._teardown()
@@ -262,31 +207,11 @@ class Connection:
             await self._fail("internal", "session failed to start (the server log has the details)", 1011)
         if hello.agent and self.agent is not None:
             self.conversation = self.agent.conversation(self.session, self._emit_json, speaker=self.speaker)
-        ready = {
-            "type": "ready",
-            "version": PROTOCOL_VERSION,
-            "minor": PROTOCOL_MINOR,
-            "agent": self.conversation is not None,
-            "session_id": self.record.session_id,
-            "avatar": bundle.name,
-            "codec": self.session.codec_string,
-            "width": self.session.width,
-            "height": self.session.height,
-            "fps": 25,
-            "sample_rate": SAMPLE_RATE,
-            "limits": self.limits.model_dump(exclude={"hello_timeout_seconds"}),
-            "stream": "patch" if self._patch_stream else "full",
-        }
-        ready["audio_codec"] = "opus" if self._opus is not None else "pcm"
-        ready["mic_codecs"] = list(MIC_CODECS)
-        if self._opus is not None:
-            ready["audio"] = opus_description(self._opus.settings)
-        if self._patch_pending:
-            ready["patch_pending"] = True
-        if self._patch_stream:
-            ready["patch"] = patch_description(self.session, bundle)
-        if self.config.replica_id:  # behind a Ray Serve proxy: which replica holds this session
-            ready["replica"] = self.config.replica_id
+        ready = ready_message(
+            self.config, self.session, bundle, self.record.session_id, agent=self.conversation is not None,
+            patch_stream=self._patch_stream, patch_pending=self._patch_pending,
+            opus=self._opus.settings if self._opus is not None else None,
+        )  # fmt: skip
         await self._send_text(json.dumps(ready))
         if self.metrics is not None:
             self.metrics.session_opened()
@@ -316,7 +241,7 @@ class Connection:
                 await task
         for task in done:
             exc = task.exception()
-            if isinstance(exc, _Closed):
+            if isinstance(exc, Closed):
                 log.info("session %s closed: %s", self.record.session_id, exc)
             elif exc is not None and not isinstance(exc, WebSocketDisconnect):
                 log.warning("session %s ended with %r", self.record.session_id, exc)
@@ -354,7 +279,7 @@ class Connection:
             self.record.messages_in += 1
             try:
                 if msg.get("bytes") is not None:
-                    await self._on_binary(msg["bytes"])
+                    await self._audio.on_binary(msg["bytes"])
                 elif msg.get("text") is not None:
                     await self._on_text(msg["text"])
             except ProtocolError as exc:
@@ -433,45 +358,6 @@ class Connection:
                 log.exception("speak failed")
                 await self._send_error("internal", "speak failed (the server log has the details)")
 
-    async def _on_binary(self, data: bytes) -> None:
-        if len(data) > self.limits.max_message_bytes + 20:
-            raise ProtocolError(
-                f"binary message of {len(data)} bytes is over the limit of {self.limits.max_message_bytes}",
-                "too_large",
-            )
-        media = decode_media(data)
-        if media.kind == Kind.PCM:
-            await self._on_pcm(media)
-        elif media.kind == Kind.MIC_OPUS:
-            await self._on_mic_opus(media)
-        elif media.kind == Kind.UPLOAD:
-            await self._on_upload(media.payload)
-        else:
-            raise ProtocolError(
-                f"binary kind {media.kind.name.lower()} is sent by the server, not the client"
-            )
-
-    async def _on_pcm(self, media: MediaMessage) -> None:
-        _check_rate(media.aux, "pcm chunk declares sample rate")
-        if len(media.payload) % 2:
-            raise ProtocolError("pcm chunk has an odd byte count; it must be whole s16le samples")
-        if media.payload:
-            pcm = np.frombuffer(media.payload, dtype="<i2").astype(np.int16)
-            await self._take_client_audio(pcm, media.aux)
-
-    async def _on_mic_opus(self, media: MediaMessage) -> None:
-        # aux is the capture rate (a browser may encode 44.1 kHz); Opus decodes at 48 kHz whatever it was
-        _check_rate(media.aux, "mic_opus message declares capture rate")
-        packets = unpack_packets(media.payload)
-        if self._mic_decoder is None:
-            self._mic_decoder = StreamAudioDecoder()
-        try:
-            pcm = self._mic_decoder.decode(packets, restart=bool(media.flags & Flags.KEYFRAME))
-        except MediaError as exc:
-            raise ProtocolError(f"{exc}; send whole Opus packets, one encoder's stream", "bad_audio") from exc
-        if len(pcm):
-            await self._take_client_audio(pcm, DECODE_RATE)
-
     async def _take_client_audio(self, pcm: np.ndarray, rate: int) -> None:
         """The client's audio: the microphone in a conversation, speech to lip-sync otherwise."""
         if self.conversation is not None:
@@ -479,16 +365,8 @@ class Connection:
         else:
             await self.session.push_audio_async(pcm, rate)
 
-    async def _on_upload(self, payload: bytes) -> None:
-        if len(payload) > self.limits.max_upload_bytes:
-            raise ProtocolError(
-                f"upload of {len(payload)} bytes is over the limit of {self.limits.max_upload_bytes}",
-                "too_large",
-            )
-        if not payload:
-            raise ProtocolError("upload is empty; send the bytes of an audio file", "bad_audio")
-        # rate and length are checked before and while decoding (never a whole lying file decoded)
-        pcm = await self.pools.run_speech(decode_upload, payload, self.limits.max_upload_seconds)
+    async def _take_upload(self, pcm: np.ndarray) -> None:
+        """A whole uploaded file, decoded: one utterance, played to its end."""
         await self.session.push_audio_async(pcm, SAMPLE_RATE)
         await self.session.flush_async()
 
@@ -506,10 +384,3 @@ class Connection:
         if self.ws.application_state != WebSocketState.DISCONNECTED:
             with contextlib.suppress(Exception):  # a client that reads nothing cannot hold us here
                 await asyncio.wait_for(self.ws.close(1000), CLOSE_TIMEOUT_SECONDS)
-
-
-def _check_rate(rate: int, says: str) -> None:
-    """A client audio message's aux rate, within what the server resamples; bad_audio otherwise."""
-    if not MIN_PCM_RATE <= rate <= MAX_PCM_RATE:
-        message = f"{says} {rate} Hz; put {MIN_PCM_RATE}-{MAX_PCM_RATE} in the aux field"
-        raise ProtocolError(message, "bad_audio")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from lipstream.server.metrics import ServerMetrics, sum_expositions
-from lipstream.server.registry import SessionRegistry
+from lipstream.server.session_registry import SessionRegistry
 
 log = logging.getLogger(__name__)
 

@@ -59,7 +59,7 @@ async def serve_worker(spec: WorkerSpec) -> int:
     from lipstream.server.app import create_app
     from lipstream.server.launch import load_serving, uvicorn_server
     from lipstream.server.peers import WorkerPeers
-    from lipstream.server.registry import SessionRegistry
+    from lipstream.server.session_registry import SessionRegistry
     from lipstream.server.tally import SharedTally
 
     config = spec.config

@@ -37,7 +37,7 @@ from bench_common import cpu_model, open_or_build_avatar
 from lipstream.engines.registry import create_engine
 from lipstream.render.accel import AccelConfig
 from lipstream.render.frames import AvatarFrame
-from lipstream.render.session import Session, SessionConfig
+from lipstream.render.session import RenderSession, SessionConfig
 from lipstream.talk.tts import create_tts
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -53,7 +53,7 @@ async def one_session(
     buffer + pts): a real player would have to skip it. The session's own count (produced after its due
     time on the reported playback clock) is kept beside it."""
     config = SessionConfig(encode=True, output_width=width, stream=stream, accel=AccelConfig(enabled=accel))
-    async with Session(bundle, engine, config) as session:
+    async with RenderSession(bundle, engine, config) as session:
         # as the server does it: features on the speech pool, off the event loop the other sessions share
         await session.push_audio_async(pcm, 16000)
         await session.flush_async()

@@ -41,10 +41,10 @@ IDLE_BEFORE, IDLE_AFTER = 6, 10
 async def live_frames(bundle, engine, pcm: np.ndarray) -> list:
     """Frames of a live session: idle, the speech, idle again."""
     from lipstream.render.frames import AvatarFrame
-    from lipstream.render.session import Session, SessionConfig, SessionEvent
+    from lipstream.render.session import RenderSession, SessionConfig, SessionEvent
 
     frames = []
-    async with Session(bundle, engine, SessionConfig(encode=False)) as session:
+    async with RenderSession(bundle, engine, SessionConfig(encode=False)) as session:
         stream = session.__aiter__()
         for _ in range(IDLE_BEFORE):
             frames.append(await anext(stream))

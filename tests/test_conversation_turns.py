@@ -12,7 +12,7 @@ import pytest
 from fake_llm_server import FakeLLMServer
 
 from lipstream.engines.registry import create_engine
-from lipstream.render.session import Session, SessionConfig
+from lipstream.render.session import RenderSession, SessionConfig
 from lipstream.talk.conversation import Conversation
 from lipstream.talk.conversation_types import ConversationConfig
 from lipstream.talk.llm_openai import OpenAIChatModel
@@ -29,7 +29,7 @@ def stt() -> WhisperSTT:
     return WhisperSTT()
 
 
-async def relay_events(session: Session, conversation: Conversation, events: list[dict]) -> None:
+async def relay_events(session: RenderSession, conversation: Conversation, events: list[dict]) -> None:
     """What a connection does with the session's stream: its events through the conversation (captions,
     turn figures), frames dropped."""
     async for item in session:
@@ -65,7 +65,7 @@ async def converse(
     engine = create_engine("viseme")
     async with FakeLLMServer(ANSWER) as llm_server:
         llm = OpenAIChatModel(llm_server.url, "fake")
-        session = Session(avatar, engine, SessionConfig(encode=False))
+        session = RenderSession(avatar, engine, SessionConfig(encode=False))
         await session.start()
         conversation = Conversation(session, stt, llm, emit, config)
         consumer = asyncio.create_task(relay_events(session, conversation, events))

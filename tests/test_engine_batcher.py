@@ -207,7 +207,7 @@ def test_session_interrupt_withdraws_its_batched_work(tiny_engine, small_avatar)
 
     from lipstream.engines.batched import BatchedEngine
     from lipstream.render.frames import AvatarFrame
-    from lipstream.render.session import Session, SessionConfig
+    from lipstream.render.session import RenderSession, SessionConfig
 
     batched = BatchedEngine(tiny_engine, BatchConfig(batch_sizes=(4, 8), max_wait_ms=5))
     t = np.arange(32000) / 16000
@@ -215,7 +215,7 @@ def test_session_interrupt_withdraws_its_batched_work(tiny_engine, small_avatar)
 
     async def run() -> tuple[int, int]:
         speech_frames, after = 0, 0
-        async with Session(small_avatar, batched, SessionConfig(encode=False)) as session:
+        async with RenderSession(small_avatar, batched, SessionConfig(encode=False)) as session:
             session.push_audio(pcm)
             session.flush()
             cut = None

@@ -14,7 +14,7 @@ from lipstream.audio.timeline import SAMPLES_PER_FRAME
 from lipstream.engines.registry import create_engine
 from lipstream.render.frames import AvatarFrame
 from lipstream.render.mp4_sink import Mp4Recording
-from lipstream.render.session import Session, SessionConfig, SessionEvent
+from lipstream.render.session import RenderSession, SessionConfig, SessionEvent
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,7 @@ def sentences():
     return list(tts.synthesize_sentences("Good evening. The bridge reopened today."))
 
 
-async def _speak_and_collect(session: Session, speeches) -> list:
+async def _speak_and_collect(session: RenderSession, speeches) -> list:
     async def stream():
         for speech in speeches:
             yield speech
@@ -58,7 +58,7 @@ def test_a_recording_sink_writes_what_was_played(small_avatar, engine, sentences
 
     async def run():
         sink = Mp4Recording(target)
-        async with Session(small_avatar, engine, SessionConfig(encode=False), sink=sink) as session:
+        async with RenderSession(small_avatar, engine, SessionConfig(encode=False), sink=sink) as session:
             items = await _speak_and_collect(session, sentences)
         return items, sink.frames_written
 
@@ -80,7 +80,7 @@ def test_raw_sessions_encode_nothing_and_patch_sessions_only_the_mouth(small_ava
     and nothing while the mouth rests."""
 
     async def run(config: SessionConfig):
-        async with Session(small_avatar, engine, config) as session:
+        async with RenderSession(small_avatar, engine, config) as session:
             items = await _speak_and_collect(session, sentences[:1])
             return items, session.codec_string, session.patch_rect
 
@@ -104,7 +104,7 @@ def test_a_recording_that_cannot_be_written_says_so(small_avatar, engine, tmp_pa
 
     async def run():
         sink = Mp4Recording(tmp_path / "missing" / "live.mp4")
-        async with Session(small_avatar, engine, SessionConfig(encode=False), sink=sink):
+        async with RenderSession(small_avatar, engine, SessionConfig(encode=False), sink=sink):
             pass
 
     with pytest.raises(MediaError, match="missing"):

@@ -16,7 +16,7 @@ from test_conversation_turns import relay_events, settle_and_close
 
 from lipstream.engines.registry import create_engine
 from lipstream.errors import ModelError
-from lipstream.render.session import Session, SessionConfig
+from lipstream.render.session import RenderSession, SessionConfig
 from lipstream.talk.conversation import Conversation
 from lipstream.talk.conversation_types import ConversationConfig
 from lipstream.talk.llm import ChatMessage
@@ -134,7 +134,7 @@ async def _talk(avatar, stt, judge, audio: np.ndarray, turn: TurnEndConfig, sett
 
     async with FakeLLMServer(ANSWER) as llm_server:
         llm = OpenAIChatModel(llm_server.url, "fake")
-        session = Session(avatar, create_engine("viseme"), SessionConfig(encode=False))
+        session = RenderSession(avatar, create_engine("viseme"), SessionConfig(encode=False))
         await session.start()
         config = ConversationConfig(turn=turn)
         final, partial = stt

@@ -34,7 +34,7 @@ from lipstream.engines.base import Engine
 from lipstream.errors import LipstreamError
 from lipstream.integrations.playback import load_avatar_and_engine, mono_int16, raw_frames_config
 from lipstream.render.frames import AvatarFrame
-from lipstream.render.session import Session, SessionConfig, SessionEvent
+from lipstream.render.session import RenderSession, SessionConfig, SessionEvent
 
 NS_PER_SAMPLE = 1_000_000_000 // SAMPLE_RATE  # Pipecat's pts are nanoseconds; ours are 16 kHz samples
 DRAIN_SLACK_SECONDS = 2.0  # EndFrame waits this much beyond the speech still to be produced
@@ -66,7 +66,7 @@ class LipstreamAvatar(FrameProcessor):
         self._engine_source = engine
         self._config = raw_frames_config(config, output_width)  # Pipecat transports take raw pictures
         self._sync_with_audio = sync_with_audio
-        self._session: Session | None = None
+        self._session: RenderSession | None = None
         self._output_task: asyncio.Task | None = None
         self._generation = 0  # bumped by every interruption: output made before it is not pushed
         self._open = False  # audio pushed since the last flush
@@ -76,7 +76,7 @@ class LipstreamAvatar(FrameProcessor):
         self._drained.set()
 
     @property
-    def session(self) -> Session | None:
+    def session(self) -> RenderSession | None:
         """The running Session (None before StartFrame and after EndFrame/CancelFrame)."""
         return self._session
 
@@ -118,14 +118,14 @@ class LipstreamAvatar(FrameProcessor):
             avatar, engine = await asyncio.to_thread(
                 load_avatar_and_engine, self._avatar_source, self._engine_source
             )
-            session = Session(avatar, engine, self._config)
+            session = RenderSession(avatar, engine, self._config)
             await session.start()  # warms up (engine caches, base frames) before the first frame
         except LipstreamError as exc:  # unknown avatar, missing caches: the voice still plays, faceless
             await self.push_error(error_msg=f"lipstream avatar unavailable: {exc}", exception=exc)
             return
         self._session = session
 
-    async def _push_audio(self, session: Session, frame: pf.TTSAudioRawFrame) -> None:
+    async def _push_audio(self, session: RenderSession, frame: pf.TTSAudioRawFrame) -> None:
         pcm = mono_int16(frame.audio, frame.num_channels)
         if pcm.size == 0:
             return
@@ -182,7 +182,7 @@ class LipstreamAvatar(FrameProcessor):
 
     # ----- frames out -------------------------------------------------------------------------------------
 
-    async def _run_output(self, session: Session) -> None:
+    async def _run_output(self, session: RenderSession) -> None:
         try:
             async for item in session:
                 if isinstance(item, SessionEvent):

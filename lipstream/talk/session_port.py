@@ -1,4 +1,4 @@
-"""What a conversation needs from the avatar session it talks through (the render room's Session has it).
+"""What a conversation needs from the avatar session it talks through (the render room's RenderSession).
 
 The talk room never imports the render room: a Conversation is handed any object with this shape."""
 
@@ -10,8 +10,8 @@ from typing import Protocol
 from lipstream.audio.speech import Speech
 
 
-class AvatarSession(Protocol):
-    """The seam between a conversation and the session that shows its answers."""
+class SessionPort(Protocol):
+    """The seam between a conversation and the session that shows its answers (a RenderSession has it)."""
 
     async def push_speech_stream(
         self, speeches: AsyncIterable[Speech], on_utterance: Callable[[int], None] | None = None

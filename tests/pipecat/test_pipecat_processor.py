@@ -425,12 +425,12 @@ def test_playback_path_never_imports_face_tracking(avatar_path: Path) -> None:
 import asyncio, sys
 import numpy as np
 import lipstream
-from lipstream.render.session import Session, SessionConfig
+from lipstream.render.session import RenderSession, SessionConfig
 
 async def main():
     avatar = lipstream.load_avatar({str(avatar_path)!r})
     engine = lipstream.create_engine("viseme")
-    async with Session(avatar, engine, SessionConfig(encode=False)) as session:
+    async with RenderSession(avatar, engine, SessionConfig(encode=False)) as session:
         session.push_audio(np.sin(np.arange(16000) * 0.1).astype(np.float32) * 0.3, 16000)
         session.flush()
         async for item in session:

@@ -38,7 +38,7 @@ except ImportError as exc:  # the adapter is optional; say how to get it
 from lipstream.audio.timeline import FPS
 from lipstream.errors import LipstreamError
 from lipstream.render.frames import AvatarFrame
-from lipstream.render.session import Session, SessionConfig, SessionEvent
+from lipstream.render.session import RenderSession, SessionConfig, SessionEvent
 from lipstream.render.sinks import I420Frames, RawFrames
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ class LipstreamVideoGenerator(VideoGenerator):
             raise LipstreamError(f"video_format must be 'i420' or 'rgb24' (got {video_format!r})")
         bundle, engine_obj = load_avatar_and_engine(avatar, engine)
         sink = I420Frames() if video_format == "i420" else RawFrames()
-        self.session = Session(bundle, engine_obj, raw_frames_config(config, output_width), sink=sink)
+        self.session = RenderSession(bundle, engine_obj, raw_frames_config(config, output_width), sink=sink)
         self._segments = SegmentLedger()
         self._generation = 0  # bumped by clear_buffer: audio taken before it is never yielded after it
         self._end_due = False  # a cleared segment still owes the runner its AudioSegmentEnd

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_edge_web import StaticServer
 from server_harness import ServerProcess, run_browser_script
+from test_edge_web import StaticServer
 
 from lipstream.cli import main
 from lipstream.edge.web_export import copy_page

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 
 WORD = re.compile(r"[^\W_]+(?:['’-][^\W_]+)*", re.UNICODE)
+DIGITS_AND_LETTERS = re.compile(r"(?<=\d)(?=[^\W\d_])|(?<=[^\W\d_])(?=\d)")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
 # function words and the chatter around a question: what is left are the words that find a passage
@@ -73,8 +74,9 @@ def stem(word: str) -> str:
 
 
 def words(text: str) -> list[str]:
-    """The words of `text`, in order."""
-    return WORD.findall(text)
+    """The words of `text`, in order; a number glued to letters is a word of its own ("12pm": 12, pm), so a
+    reply's "9:45am" shows the numbers it states."""
+    return WORD.findall(DIGITS_AND_LETTERS.sub(" ", text))
 
 
 def terms(text: str) -> list[str]:

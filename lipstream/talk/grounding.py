@@ -121,13 +121,16 @@ class KnowledgeGrounding:
             if not terms(sentence):  # "Sure!", "Yes,": nothing to judge yet
                 yield sentence
                 continue
-            held = supported(sentence, allowed, self.config.min_support) and numbers_agree(sentence, notes)
+            agree = numbers_agree(sentence, notes)
+            held = agree and supported(sentence, allowed, self.config.min_support)
             if first and not (held and holds_any(sentence, keys)):
                 await _close(sentences_in)
                 yield best
                 return
             if not held:  # the model goes on past the notes (a price, a policy they do not hold): stop there
                 await _close(sentences_in)
+                if not agree:  # ... or mixes their numbers up: the notes' own sentence says them right
+                    yield best
                 return
             first = False
             yield sentence

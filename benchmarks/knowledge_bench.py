@@ -1,19 +1,21 @@
 """Answers from the user's documents (issue 38): indexing and retrieval speed, and grounded answers from the
 embedded SmolLM2.
 
-    .venv/bin/python benchmarks/knowledge_bench.py [--pages 1000] [--no-model] [--no-speech]
+    .venv/bin/python benchmarks/knowledge_bench.py [--pages 1000] [--no-model]
+        [--no-speech | --question-voice piper|espeak]
 
 1. **index**: 1,000 pages (~3,000 characters each) of generated text in 100 Markdown files, indexed from
    scratch (goal <= 30 s); then opened again from the cache.
 2. **retrieval**: prefetch + ground for 200 questions on that index, as a turn does (goal <= 20 ms a turn).
 3. **answers**: a FAQ this script writes (a library and a clinic), 5 questions it answers and 1 it does not.
-   Each question is spoken by espeak-ng and transcribed by Whisper (as a user's would be; --no-speech: the
-   text as written), grounded, answered by the real embedded SmolLM2 (its own process, the conversation's
-   HTTP path), split into sentences as the conversation does, and passed through the guard. Prints the
+   Each question is spoken (Piper, or espeak-ng with --question-voice espeak) and transcribed by Whisper
+   tiny.en, as a user's would be (--no-speech: the text as written), grounded, answered by the real
+   embedded SmolLM2 (its own process, the conversation's HTTP path), split into sentences as the
+   conversation does, and passed through the guard. Prints the
    model's reply and the spoken answer word for word, and whether it holds the fact (goal >= 4 of 5; the
    unanswered question: says it does not know). Also the model's first-token time with the grounded
    prompt beside the persona's prompt alone (the price of the passages' prefill).
-Records benchmarks/results/knowledge_bench.json (knowledge_bench_text.json with --no-speech).
+Records benchmarks/results/knowledge_bench_<piper|espeak|text>.json.
 """
 
 from __future__ import annotations
@@ -167,12 +169,12 @@ def bench_index(pages: int, root: Path) -> tuple[list[Figure], KnowledgeBase]:
     return figures, kb
 
 
-def spoken_questions(questions: list[str]) -> list[str]:
-    """Each question spoken by espeak-ng (a voice of the user's own) and transcribed by Whisper."""
-    from lipstream.talk.espeak_tts import EspeakTTS
+def spoken_questions(questions: list[str], voice: str) -> list[str]:
+    """Each question spoken by `voice` (piper or espeak) and transcribed by Whisper, as a user's would be."""
     from lipstream.talk.stt import WhisperSTT
+    from lipstream.talk.tts import create_tts
 
-    tts, stt = EspeakTTS(), WhisperSTT(cpu_threads=2, workers=1)
+    tts, stt = create_tts(voice, fallback=False), WhisperSTT(cpu_threads=2, workers=1)
     out = []
     for question in questions:
         speech = tts.synthesize(question)
@@ -222,7 +224,7 @@ async def first_token_ms(llm, system: str, question: str) -> float:
     return (time.perf_counter() - started) * 1000
 
 
-async def bench_answers(root: Path, speech: bool) -> tuple[list[Figure], dict]:
+async def bench_answers(root: Path, voice: str | None) -> tuple[list[Figure], dict]:
     """The FAQ questions through grounding, the real SmolLM2 and the guard."""
     from lipstream.talk.llm_embedded import EmbeddedChatModel
 
@@ -234,7 +236,7 @@ async def bench_answers(root: Path, speech: bool) -> tuple[list[Figure], dict]:
     persona = Persona.load(root / "ada.toml")
     kb = KnowledgeBase(faq, home=root / "home")
     cases = [*QUESTIONS, UNANSWERED]
-    heard = spoken_questions([q for q, _ in cases]) if speech else [q for q, _ in cases]
+    heard = spoken_questions([q for q, _ in cases], voice) if voice else [q for q, _ in cases]
     llm = EmbeddedChatModel(timeout=120.0)  # a busy 2-core machine: the answer, not its speed, is judged
     llm.warm_up()
     rows = []
@@ -296,7 +298,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pages", type=int, default=1000)
     parser.add_argument("--no-model", action="store_true", help="index and retrieval only")
     parser.add_argument(
-        "--no-speech", action="store_true", help="the questions as text, not via espeak + Whisper"
+        "--no-speech", action="store_true", help="the questions as text, not spoken and transcribed"
+    )
+    parser.add_argument(
+        "--question-voice", choices=["piper", "espeak"], default="piper", help="who asks (default piper)"
     )
     args = parser.parse_args(argv)
     print(f"CPU: {cpu_model()}")
@@ -305,10 +310,12 @@ def main(argv: list[str] | None = None) -> int:
         kb.close()
         extra: dict = {}
         if not args.no_model:
-            more, extra = asyncio.run(bench_answers(Path(tmp), speech=not args.no_speech))
+            voice = None if args.no_speech else args.question_voice
+            more, extra = asyncio.run(bench_answers(Path(tmp), voice))
             figures += more
     command = "benchmarks/knowledge_bench.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    scenario = "knowledge_bench_text" if args.no_speech else "knowledge_bench"  # typed or spoken questions
+    # typed questions, or spoken ones (by piper, or espeak)
+    scenario = "knowledge_bench_text" if args.no_speech else f"knowledge_bench_{args.question_voice}"
     record(scenario, figures, command.strip(), extra)
     return 0
 

@@ -44,6 +44,8 @@ SCENARIOS: tuple[Scenario, ...] = (
       raw="prepare_bench.json", headlines=(
           H("prepare_avatar, 10 s 1080x1920 clip", "stages > prepare > fps", "fps", ">= 25"),
           H("crop box tracking error, mean", "tracking > smoothed_box > mean_px", "px", "<= 3"))),
+    S("prepare_stages", "prepare_stages_bench",
+      "avatar preparation per stage, before/after, small face on a 1080x1920 clip (records its figures)"),
     S("lipsync", "lipsync_bench", "viseme engine lip-sync r, silent frames closed, ms (held-out speech)",
       raw="lipsync_bench.json", headlines=(
           H("lip-sync r at lag 0, Piper, timings", f"cases > piper-text > {R_AT_0}", "r", ">= 0.6"),

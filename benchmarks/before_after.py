@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:  # run as a file: `benchmarks` is a package at the repository root
-    sys.path.insert(0, str(REPO))
+if str(REPO) not in sys.path:  # run as a file: `benchmarks` is a package at the repository root (appended:
+    sys.path.append(str(REPO))  # a PYTHONPATH naming another tree keeps its lipstream first)
 
 from benchmarks.results import cpu_model  # noqa: E402
 from benchmarks.scenarios import by_name  # noqa: E402

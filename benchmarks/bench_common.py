@@ -12,15 +12,14 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:  # a script run as a file: `benchmarks` is a package at the repository root
-    sys.path.insert(0, str(REPO))
+# cpu_model is re-exported: the scripts import it from here. It comes from the sibling module, not the
+# `benchmarks` package, so that sys.path is left alone: a before/after worker must import the lipstream its
+# PYTHONPATH names, not this checkout's
+from results import cpu_model  # noqa: F401
 
-# cpu_model is re-exported: the scripts import it from here
-from benchmarks.results import cpu_model  # noqa: E402, F401
-from lipstream.avatar.bundle import AvatarBundle, load_avatar  # noqa: E402
-from lipstream.avatar.sample import build_sample_avatar  # noqa: E402
-from lipstream.errors import AvatarError  # noqa: E402
+from lipstream.avatar.bundle import AvatarBundle, load_avatar
+from lipstream.avatar.sample import build_sample_avatar
+from lipstream.errors import AvatarError
 
 
 def open_or_build_avatar(name: str) -> AvatarBundle:

@@ -154,6 +154,9 @@ def test_talk_mode_transcript_captions_and_stop(
     assert result["caption"] == ""
     metrics = [e for e in snap["events"] if e["type"] == "turn_metrics"]
     assert metrics and result["turns"], "the turn log shows the turn's timings"
+    # ... and draws its stages as a waterfall, in order, one bar for each stage the server reported
+    reported = [stage for stage, value in metrics[0]["ms"].items() if value is not None]
+    assert result["waterfalls"] and result["waterfalls"][-1] == reported, (result["waterfalls"], reported)
 
     # the end-of-turn detector's judgement, shown live, and the rule that ended the turn in the turn log
     decisions = result["probe"]["decisions"]

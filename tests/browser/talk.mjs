@@ -76,6 +76,7 @@ const state = (page) => page.evaluate(() => ({
   micButtonVisible: !!document.querySelector('#mic').checkVisibility(),
   conversation: [...document.querySelectorAll('#conversation li')].map((li) => ({ cls: li.className, text: li.textContent })),
   turns: [...document.querySelectorAll('#turns tbody tr')].map((tr) => [...tr.cells].map((c) => c.textContent)),
+  waterfalls: [...document.querySelectorAll('#turns .waterfall')].map((w) => [...w.children].map((b) => b.dataset.stage)),
   caption: document.querySelector('#caption').textContent,
   micState: document.querySelector('#mic-state').textContent,
   status: document.querySelector('#status').textContent,

@@ -8,6 +8,36 @@ const CAPTION_LINGER_MS = 1200;
 /** Format milliseconds for the turn log. */
 function ms(v) { return v == null ? '–' : `${Math.round(v)}`; }
 
+// A turn's stages as the server reports them (ms after the end of the user's speech), in order, with
+// the colour of each one's bar in the waterfall
+const STAGES = [
+  ['transcript', 'transcript', '#5b8def'], ['decision', 'end of turn decided', '#9b6bd6'],
+  ['llm_first_token', 'first token', '#e0a83a'], ['first_phrase', 'first phrase', '#d9773b'],
+  ['first_audio', 'first audio', '#4fb37a'], ['first_frame', 'first frame', '#e05a5a'],
+];
+const WATERFALL_MS = 1500; // the waterfall's full width
+
+// One bar a stage, from the previous stage's end to its own: where the time of a turn goes, at a glance
+function waterfall(m) {
+  const box = document.createElement('div');
+  box.className = 'waterfall';
+  let prev = 0;
+  for (const [key, label, colour] of STAGES) {
+    const at = m[key];
+    if (at == null) continue;
+    const bar = document.createElement('span');
+    const from = Math.max(0, Math.min(prev, at));
+    bar.style.left = `${(100 * Math.min(from, WATERFALL_MS)) / WATERFALL_MS}%`;
+    bar.style.width = `${Math.max(0.5, (100 * (Math.min(at, WATERFALL_MS) - Math.min(from, WATERFALL_MS))) / WATERFALL_MS)}%`;
+    bar.style.background = colour;
+    bar.title = `${label}: ${Math.round(at)} ms`;
+    bar.dataset.stage = key;
+    box.append(bar);
+    prev = Math.max(prev, at);
+  }
+  return box;
+}
+
 export class TalkPanel {
   /**
    * @param {import('./player.js').LivePlayer} player the session's player
@@ -177,6 +207,7 @@ export class TalkPanel {
     const m = d.ms || {};
     [m.transcript, m.llm_first_token, m.first_audio, m.first_frame].forEach((v, i) => { row.cells[i + 1].textContent = ms(v); });
     if (d.interrupted && !row.cells[5].textContent) row.cells[5].textContent = 'interrupted';
+    row.cells[6].replaceChildren(waterfall(m));
     // what ended the user's turn: the detector, its hard cap, the silence rule or the turn's length limit
     if (d.end_rule) row.cells[0].textContent = `${d.turn} · ${d.end_rule.replace('_', ' ')}`;
   }
@@ -185,7 +216,7 @@ export class TalkPanel {
     const t = this._turn(turn);
     if (!t.row) {
       t.row = this.$('turns').tBodies[0].insertRow(0);
-      for (let i = 0; i < 6; i += 1) t.row.insertCell();
+      for (let i = 0; i < 7; i += 1) t.row.insertCell();
       t.row.cells[0].textContent = String(turn);
     }
     return t.row;

@@ -15,7 +15,7 @@ class WarpConfig:
 
     # The opening is mostly the jaw rotating down (chin, lower lip and lower teeth together), plus a smaller
     # parting of the lips themselves; the calibration maps commands onto the speech range of this motion.
-    # (issue 37: 0.5 and 0.85 before; the lower lip's drop is the same, the chin's larger: a face mesh run over
+    # (issue 37: 0.5 and 0.85 before; the lower lip's drop is the same, the chin's larger: a face mesh over
     # the output saw it drop too little of the lip's)
     jaw_drop: float = 0.6  # the chin's drop at open=1, in W
     jaw_lip: float = 0.71  # the lower lip rides this share of it (it is nearer the jaw's hinge)

@@ -193,7 +193,12 @@ class ScriptedLLM:
         self.delay = delay
         self.fail = fail  # raise LLMError before the first token
         self.calls: list[list[ChatMessage]] = []
+        self.prefilled: list[list[ChatMessage]] = []
         self.name = "scripted"
+
+    async def prefill(self, messages: list[ChatMessage]) -> None:
+        """Records what it was asked to read ahead."""
+        self.prefilled.append(list(messages))
 
     async def stream(self, messages: list[ChatMessage], max_tokens: int = 120) -> AsyncIterator[str]:
         """The answer's words as deltas."""
@@ -275,8 +280,10 @@ class FixedJudge:
     def __init__(self, score: float) -> None:
         self.value = score
         self.seen: list[str] = []
+        self.messages: list[list[ChatMessage]] = []
 
     async def score(self, audio: np.ndarray, messages: list[ChatMessage]) -> float:
         """The fixed score; remembers the transcript it judged."""
         self.seen.append(messages[-1].content)
+        self.messages.append(list(messages))
         return self.value

@@ -259,7 +259,12 @@ class FakeGrounding:
         self.prefetched.append(partial_text)
 
     def ground(self, system_prompt: str, user_text: str) -> GroundedPrompt:
-        return GroundedPrompt(system_prompt + "\nPASSAGE: opens at nine", ["opens at nine"], ["hours.md"])
+        found = ["opens at nine"] if "library" in user_text else []
+        notes = f"<notes>{found[0] if found else 'nothing'}</notes>"
+        return GroundedPrompt(
+            f"{system_prompt}\nRULE\n{notes}", found, ["hours.md"] if found else [],
+            instructions=f"{system_prompt}\nRULE", notes=notes,
+        )
 
     async def guard(self, grounded, sentences):  # noqa: ANN001, ANN201
         async for sentence in sentences:
@@ -277,8 +282,28 @@ def test_a_knowledge_source_is_searched_on_partials_and_its_passages_reach_the_p
 
     run = asyncio.run(main())
     assert grounding.prefetched  # retrieval started while the user spoke
-    assert "PASSAGE: opens at nine" in run.llm.calls[-1][0].content
+    system, asked = run.llm.calls[-1][0], run.llm.calls[-1][-1]
+    assert system.content.endswith("RULE")  # the same instructions every turn: the model's cache keeps them
+    assert asked.content == "<notes>opens at nine</notes>\n\nwhat time does the library open today"
     assert run.conversation._answer is not None and run.conversation._answer.grounded is not None
+    # the model read the notes ahead while the user spoke: the answer's prompt up to the question
+    assert run.llm.prefilled and run.llm.prefilled[-1][-1].content == "<notes>opens at nine</notes>"
+    assert [m.content for m in run.llm.prefilled[-1][:-1]] == [system.content]
+
+
+def test_the_turn_detector_reads_the_answers_own_prompt() -> None:
+    turn = TurnEndConfig(detector="text", finished_ms=200, max_wait_ms=1600)
+    judge = FixedJudge(0.5)
+
+    async def main() -> Run:
+        run = make(ConversationConfig(start_ms=100, turn=turn), detector=judge, grounding=FakeGrounding())
+        await say(run, question("what time does the library open"))
+        await finish(run)
+        return run
+
+    run = asyncio.run(main())
+    judged, answered = judge.messages[-1], run.llm.calls[-1]
+    assert [m.content for m in judged] == [m.content for m in answered]
 
 
 @pytest.mark.parametrize(

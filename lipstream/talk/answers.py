@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from lipstream.errors import LipstreamError
 from lipstream.talk.conversation_types import ConversationConfig, Emit, TurnTimes
 from lipstream.talk.grounding_port import GroundedPrompt, Grounding
-from lipstream.talk.llm import ChatMessage, LanguageModel, LLMError, as_spoken
+from lipstream.talk.llm import ChatMessage, LanguageModel, LLMError, ReadsAhead, as_spoken
 from lipstream.talk.sentences import SentenceStream, speakable
 from lipstream.talk.session_port import SessionPort
 from lipstream.talk.speaker import Speaker
@@ -72,15 +72,48 @@ class AnswerMaker:
         self.config = config
         self.emit = emit
         self.grounding = grounding
+        self._read_notes = ""  # the notes the model last read ahead
+        self._read_task: asyncio.Task | None = None
 
     def messages(self, prepared: PreparedAnswer, history: list[ChatMessage], text: str) -> list[ChatMessage]:
-        """The model's input for the transcript `text`: the system prompt (with passages when a knowledge
-        source is given), the history, the question."""
-        system = self.config.system_prompt
+        """The model's input for the transcript `text`: the system prompt, the history, the question (with
+        the passages before it when a knowledge source is given). The turn detector reads the same, so the
+        model's prompt cache serves both."""
+        system, question = self.config.system_prompt, as_spoken(text)
         if self.grounding is not None:
-            prepared.grounded = self.grounding.ground(system, text)
-            system = prepared.grounded.system_prompt
-        return [ChatMessage("system", system), *history, ChatMessage("user", as_spoken(text))]
+            grounded = prepared.grounded = self.grounding.ground(system, text)
+            system = grounded.system_prompt
+            if grounded.notes:  # instructions first (cached every turn), this question's notes with it
+                system, question = grounded.instructions, f"{grounded.notes}\n\n{question}"
+        return [ChatMessage("system", system), *history, ChatMessage("user", question)]
+
+    def notes_prefix(self, history: list[ChatMessage], partial_text: str) -> list[ChatMessage] | None:
+        """The answer's prompt up to the question for what the user has said so far (its notes in the
+        user's message): what the model can read ahead while they speak. None: no notes to read."""
+        if self.grounding is None:
+            return None
+        grounded = self.grounding.ground(self.config.system_prompt, partial_text)
+        if not grounded.notes or not grounded.passages:  # nothing found yet: nothing worth reading ahead
+            return None
+        return [ChatMessage("system", grounded.instructions), *history, ChatMessage("user", grounded.notes)]
+
+    def read_ahead(self, history: list[ChatMessage], partial_text: str) -> None:
+        """Have the model read the notes for the question heard so far while the user still speaks (once
+        per set of notes): at the end only the question's own words are left to read before the first
+        token. A no-op without a knowledge source or for a model that cannot read ahead."""
+        if not isinstance(self.llm, ReadsAhead):
+            return
+        prefix = self.notes_prefix(history, partial_text)
+        if prefix is None or prefix[-1].content == self._read_notes:
+            return
+        if self._read_task is None or self._read_task.done():
+            self._read_notes = prefix[-1].content
+            self._read_task = asyncio.create_task(_prefill(self.llm, prefix))
+
+    def close(self) -> None:
+        """Stop reading ahead."""
+        if self._read_task is not None and not self._read_task.done():
+            self._read_task.cancel()
 
     def start(self, prepared: PreparedAnswer, messages: list[ChatMessage]) -> None:
         """Start the model writing the answer into the prepared queue."""
@@ -168,3 +201,10 @@ class AnswerMaker:
             if item is _END:
                 return
 
+
+
+async def _prefill(llm: ReadsAhead, prefix: list[ChatMessage]) -> None:
+    try:
+        await llm.prefill(prefix)
+    except LipstreamError as exc:  # only a head start is lost
+        log.debug("reading the notes ahead failed: %s", exc)

@@ -317,18 +317,16 @@ class Conversation:
             prepared.text = text
             if not text:
                 return text
-            if resumed is not None and same_words(resumed.text, text) and resumed.feeder is not None:
+            # the detector reads the answer's own prompt, so the model's prompt cache serves both
+            messages = self.answers.messages(prepared, history, text)
+            taken_over = resumed is not None and same_words(resumed.text, text) and resumed.feeder is not None
+            if resumed is not None and taken_over:
                 self._take_over(prepared, resumed)
-                messages = None
-            else:
-                if resumed is not None:
-                    self._drop(resumed)
-                messages = self.answers.messages(prepared, history, text)
+            elif resumed is not None:
+                self._drop(resumed)
             if judge and last_audio is not None:
-                system = ChatMessage("system", self.config.system_prompt)  # the judge reads no passages
-                question = [system, *history, ChatMessage("user", as_spoken(text))]
-                await self._judge(prepared, turn, last_audio, question, early)
-            if messages is not None:
+                await self._judge(prepared, turn, last_audio, messages, early)
+            if not taken_over:
                 self.answers.start(prepared, messages)
             return text
 
@@ -390,6 +388,7 @@ class Conversation:
             await self.emit({"type": "transcript", "turn": turn, "kind": "partial", "text": text})
             if self.grounding is not None:
                 self.grounding.prefetch(text)  # retrieval on the partial: the turn pays nothing for it
+                self.answers.read_ahead(list(self.history), text)
 
     # ---- answering --------------------------------------------------------------------------------------
 
@@ -471,6 +470,7 @@ class Conversation:
         """Cancel whatever is in flight."""
         if self._heard is not None:
             self._heard.cancel()
+        self.answers.close()
         for task in (self._partial_task, self._reply_task):
             self._cancel(task)
         for prepared in (self._prepared, self._resumed):

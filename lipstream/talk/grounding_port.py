@@ -16,9 +16,13 @@ from typing import Protocol
 class GroundedPrompt:
     """The system prompt with the passages that answer one question, and where they came from."""
 
-    system_prompt: str
+    system_prompt: str  # everything in one system message (for stacks that take one)
     passages: list[str] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)  # the documents the passages came from
+    # the same split for a model's prompt cache: `instructions` (the same every turn) as the system message,
+    # `notes` (this question's passages) in the user's message before the question; "" = use system_prompt
+    instructions: str = ""
+    notes: str = ""
 
 
 class Grounding(Protocol):

@@ -50,3 +50,11 @@ class LanguageModel(Protocol):
 
     async def aclose(self) -> None:
         """Release connections, threads and memory."""
+
+
+@runtime_checkable
+class ReadsAhead(Protocol):
+    """A model that can read a prompt's beginning before the rest is known (its prompt cache keeps it)."""
+
+    async def prefill(self, messages: list[ChatMessage]) -> None:
+        """Read `messages` (the last one the start of the user's message) into the cache; no reply."""

@@ -125,6 +125,11 @@ class EmbeddedChatModel:
             finally:
                 await client.aclose()
 
+    async def prefill(self, messages: list[ChatMessage]) -> None:
+        """Read the prompt's beginning into the model's cache (a knowledge turn's notes while the user is
+        still speaking), through the end-of-turn call, whose prompt is the answer's up to the user's words."""
+        await self.end_of_turn(messages)
+
     async def end_of_turn(self, messages: list[ChatMessage]) -> float:
         """How likely the last (user) message is a finished turn, 0..1 (the model's own judgement of where
         the message ends; see LlamaChat.end_of_turn). LLMError when the model process cannot answer."""

@@ -186,11 +186,10 @@ async def answer(
     llm, grounding: KnowledgeGrounding, persona: Persona, question: str
 ) -> tuple[str, str, float]:
     """(the model's reply, what is spoken after the guard, ms to the model's first token)."""
-    from lipstream.talk.llm import ChatMessage, as_spoken
+    from lipstream.talk.answers import answer_prompt
     from lipstream.talk.sentences import SentenceStream, speakable
 
-    grounded = grounding.ground(persona.system_prompt(), question)
-    messages = [ChatMessage("system", grounded.system_prompt), ChatMessage("user", as_spoken(question))]
+    messages, grounded = answer_prompt(persona.system_prompt(), [], question, grounding)  # as a conversation
     raw: list[str] = []
     first: list[float] = []
     started = time.perf_counter()
@@ -208,16 +207,29 @@ async def answer(
             if spoken := speakable(sentence):
                 yield spoken
 
+    assert grounded is not None
     said = [s async for s in grounding.guard(grounded, sentences())]
     return "".join(raw).strip(), " ".join(said), (first[0] * 1000 if first else float("nan"))
 
 
-async def first_token_ms(llm, system: str, question: str) -> float:
-    """Ms to the model's first token for (system, question)."""
-    from lipstream.talk.llm import ChatMessage
+async def first_token_ms(
+    llm, persona: Persona, question: str, grounding: KnowledgeGrounding | None
+) -> float:
+    """Ms from the end of the question to the model's first token, as a conversation has it: the turn
+    detector's judgement of the answer's own prompt, then the answer. With a knowledge source the notes
+    were read ahead while the question was spoken (a partial transcript: all but its last word)."""
+    from lipstream.talk.answers import answer_prompt
 
+    if grounding is not None:
+        partial = question.rsplit(" ", 1)[0]
+        prefix, _ = answer_prompt(persona.system_prompt(), [], partial, grounding)
+        if grounding.ground(persona.system_prompt(), partial).passages:
+            prefix[-1] = type(prefix[-1])("user", prefix[-1].content.rsplit("\n\n", 1)[0])  # notes only
+            await llm.prefill(prefix)
+    messages, _ = answer_prompt(persona.system_prompt(), [], question, grounding)
     started = time.perf_counter()
-    stream = llm.stream([ChatMessage("system", system), ChatMessage("user", question)], 4)
+    await llm.end_of_turn(messages)
+    stream = llm.stream(messages, 4)
     async for _ in stream:
         break
     await stream.aclose()
@@ -267,10 +279,8 @@ async def bench_answers(root: Path, voice: str | None) -> tuple[list[Figure], di
         plain, grounded_ms = [], []
         for question, _ in QUESTIONS * 2:
             g = KnowledgeGrounding(kb, persona)
-            plain.append(await first_token_ms(llm, persona.system_prompt(), question))
-            grounded_ms.append(
-                await first_token_ms(llm, g.ground(persona.system_prompt(), question).system_prompt, question)
-            )
+            plain.append(await first_token_ms(llm, persona, question, None))
+            grounded_ms.append(await first_token_ms(llm, persona, question, g))
     finally:
         await llm.aclose()
     answered = sum(r["ok"] for r in rows[:-1])
@@ -281,7 +291,7 @@ async def bench_answers(root: Path, voice: str | None) -> tuple[list[Figure], di
     p_plain, p_grounded = statistics.median(plain), statistics.median(grounded_ms)
     print(
         f"first token (median of {len(plain)}): persona prompt alone {p_plain:.0f} ms, grounded prompt "
-        f"{p_grounded:.0f} ms (+{p_grounded - p_plain:.0f} ms: the passages' prefill)"
+        f"{p_grounded:.0f} ms (+{p_grounded - p_plain:.0f} ms; notes read ahead during the question)"
     )
     figures = [
         Figure("faq_answers_right", answered, f"of {len(QUESTIONS)}", ">= 4"),

@@ -79,13 +79,8 @@ class AnswerMaker:
         """The model's input for the transcript `text`: the system prompt, the history, the question (with
         the passages before it when a knowledge source is given). The turn detector reads the same, so the
         model's prompt cache serves both."""
-        system, question = self.config.system_prompt, as_spoken(text)
-        if self.grounding is not None:
-            grounded = prepared.grounded = self.grounding.ground(system, text)
-            system = grounded.system_prompt
-            if grounded.notes:  # instructions first (cached every turn), this question's notes with it
-                system, question = grounded.instructions, f"{grounded.notes}\n\n{question}"
-        return [ChatMessage("system", system), *history, ChatMessage("user", question)]
+        messages, prepared.grounded = answer_prompt(self.config.system_prompt, history, text, self.grounding)
+        return messages
 
     def notes_prefix(self, history: list[ChatMessage], partial_text: str) -> list[ChatMessage] | None:
         """The answer's prompt up to the question for what the user has said so far (its notes in the
@@ -208,3 +203,18 @@ async def _prefill(llm: ReadsAhead, prefix: list[ChatMessage]) -> None:
         await llm.prefill(prefix)
     except LipstreamError as exc:  # only a head start is lost
         log.debug("reading the notes ahead failed: %s", exc)
+
+
+def answer_prompt(
+    system_prompt: str, history: list[ChatMessage], text: str, grounding: Grounding | None
+) -> tuple[list[ChatMessage], GroundedPrompt | None]:
+    """The model's input for the transcript `text`, and the passages it was given: with a knowledge source,
+    the instructions (the same every turn, so a model's prompt cache keeps them and the history) and this
+    question's notes in the user's message before the question."""
+    question, grounded = as_spoken(text), None
+    if grounding is not None:
+        grounded = grounding.ground(system_prompt, text)
+        system_prompt = grounded.system_prompt
+        if grounded.notes:
+            system_prompt, question = grounded.instructions, f"{grounded.notes}\n\n{question}"
+    return [ChatMessage("system", system_prompt), *history, ChatMessage("user", question)], grounded

@@ -82,8 +82,8 @@ SCENARIOS: tuple[Scenario, ...] = (
             "cases > photo > after > blinks_per_minute", "per min", ">= 6"),
           H("frames a blink reads shut (face mesh, median), one-photo avatar",
             "cases > photo > after > shut_frames_median", "frames", ">= 2"),
-          H("frames a blink reads under 0.55 of median openness (median), sample clip",
-            "cases > sample clip > after > frames_under_threshold_median", "frames", "5-8"))),
+          H("frames a blink reads under 0.55 of median openness (median), one-photo avatar",
+            "cases > photo > after > frames_under_threshold_median", "frames", "5-8"))),
     S("utterance_edges", "utterance_edges_bench", "how far the mouth jumps where speech meets the footage",
       raw="edges_bench.json", headlines=(
           H("largest mouth step at speech end, sample",

@@ -104,6 +104,7 @@ def test_rate_range_is_a_parameter() -> None:
     assert abs(len(pcm) - 8000) <= 16
 
 
+@pytest.mark.slow
 def test_declared_length_over_the_limit_is_refused_before_decoding(two_hour_flac: bytes) -> None:
     started = time.perf_counter()
     refused(two_hour_flac, "longer than 120 s")

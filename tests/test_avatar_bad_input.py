@@ -16,6 +16,8 @@ from lipstream.avatar.prepare import prepare_avatar
 from lipstream.avatar.sample import encode_clip, presenter_frame
 from lipstream.errors import AvatarError, FaceNotFoundError, MediaError
 
+pytestmark = pytest.mark.slow  # each test prepares an avatar through the face tracker process
+
 W, H = 288, 512
 
 

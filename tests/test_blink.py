@@ -143,6 +143,7 @@ def test_a_clip_keeps_its_own_blinks_and_one_without_gets_some(astronaut) -> Non
     assert off.drawn == 0 and not off.closure.any()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("breathing", [True, False], ids=["breathing", "still"])
 def test_a_prepared_photo_shows_its_blinks_in_what_viewers_see(tmp_path: Path, breathing: bool) -> None:
     from lipstream.avatar.breathing import BreathingConfig

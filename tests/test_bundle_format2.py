@@ -74,6 +74,7 @@ def test_gop_reader_gives_the_same_frames_in_any_order(tmp_path: Path) -> None:
 # ---- format 1 still read, and upgraded ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_format_1_bundle_still_loads_and_renders(v1_avatar) -> None:
     assert v1_avatar.manifest.format_version == 1 and v1_avatar.loop_video is None
     assert isinstance(v1_avatar.frames, np.memmap) and v1_avatar.masks.shape[0] == v1_avatar.frame_count
@@ -90,6 +91,7 @@ def test_unknown_format_is_refused(small_avatar, tmp_path: Path) -> None:
         bf.load_avatar(folder)
 
 
+@pytest.mark.slow
 def test_upgrade_rewrites_format_1_in_place_with_the_same_renders(v1_avatar, tmp_path: Path) -> None:
     folder = _copy_bundle(v1_avatar, tmp_path)
     engine = VisemeEngine()

@@ -27,6 +27,8 @@ from lipstream.avatar.face_env import (
 from lipstream.avatar.tracking import LANDMARK_COUNT, FaceTracker
 from lipstream.errors import LipstreamError, ModelError
 
+pytestmark = pytest.mark.slow  # face tracker worker processes
+
 
 def _face_python_or_skip() -> Path:
     try:

@@ -19,6 +19,8 @@ from lipstream.engines.musetalk.topology import write_model_folder
 from lipstream.engines.registry import create_engine
 from lipstream.errors import AvatarError, LipstreamError
 
+pytestmark = pytest.mark.slow  # tiny MuseTalk models built and run in torch, latents prepared
+
 ENGINE_OPTS = {"device": "cpu", "dtype": "float32", "batch_size": 4}
 
 

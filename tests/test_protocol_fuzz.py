@@ -207,18 +207,21 @@ def assert_within_documented_bounds(message: BaseModel) -> None:
         assert message.ttff_ms is None or (math.isfinite(message.ttff_ms) and message.ttff_ms >= 0)
 
 
+@pytest.mark.slow
 @FAST
 @given(st.text())
 def test_any_text_parses_or_is_a_protocol_error(text: str) -> None:
     parses_or_protocol_error(text)
 
 
+@pytest.mark.slow
 @FAST
 @given(JSON_VALUES)
 def test_any_json_value_parses_or_is_a_protocol_error(value: Any) -> None:
     parses_or_protocol_error(_dumps(value))
 
 
+@pytest.mark.slow
 @FAST
 @given(KNOWN_TYPE_MESSAGES)
 def test_known_types_with_random_fields_parse_within_bounds_or_are_refused(value: dict) -> None:

@@ -78,6 +78,7 @@ def test_timings_tuck_the_lower_lip_on_f_and_v() -> None:
     assert np.all(f[:8, LABIODENTAL] < 0.01)
 
 
+@pytest.mark.slow
 def test_f_v_tucks_the_lower_lip_over_the_upper_teeth(engine: VisemeEngine, small_avatar) -> None:
     """The lower lip rises (mouth-mask area below the lips changes), nothing above the nose base moves, and
     a row without the fourth column renders as one with a zero f/v cue."""
@@ -139,6 +140,7 @@ def test_stream_matches_whole_utterance_within_lookahead(espeak_speech: Speech) 
     np.testing.assert_allclose(streamed, whole, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_prepare_caches_crops_and_is_idempotent(engine: VisemeEngine, v1_avatar) -> None:
     """Format 1: the crops are stored once (crops.npy) and a second prepare leaves them alone."""
     engine.prepare(v1_avatar)
@@ -152,6 +154,7 @@ def test_prepare_caches_crops_and_is_idempotent(engine: VisemeEngine, v1_avatar)
     assert (folder / entry["crops"]).stat().st_mtime_ns == mtime
 
 
+@pytest.mark.slow
 def test_format_2_keeps_the_shown_crops_as_video(engine: VisemeEngine, small_avatar) -> None:
     """Format 2: the shown frames' crops are a near-lossless crops.mp4, not raw arrays."""
     from lipstream.edge.onnx_gate import psnr_db
@@ -203,6 +206,7 @@ def test_speech_moves_only_the_mouth_below_the_nose(engine: VisemeEngine, small_
     assert dark[1] > dark[0]
 
 
+@pytest.mark.slow
 def test_the_jaw_carries_the_chin_and_the_crop_edge_stays(small_avatar) -> None:
     """Issue 22: opening drops the chin with the lower lip (the jaw), eased within the rows left under the
     chin, and the crop's last row never moves (the patch meets the frame there without a step)."""
@@ -245,6 +249,7 @@ def _luma(rgb: np.ndarray) -> np.ndarray:
     return rgb.astype(np.float32) @ np.array([0.299, 0.587, 0.114], dtype=np.float32)
 
 
+@pytest.mark.slow
 def test_drawn_mouth_is_shaded_not_a_flat_fill(small_avatar) -> None:
     eng = VisemeEngine(mouth="drawn")
     ah = np.array([[0.85, 0.05, 0.0]], dtype=np.float32)
@@ -263,6 +268,7 @@ def test_drawn_mouth_is_shaded_not_a_flat_fill(small_avatar) -> None:
     assert np.array_equal(patch[: nose + 1], crop[: nose + 1])
 
 
+@pytest.mark.slow
 def test_drawn_mouth_retracks_to_its_opening_and_keeps_the_lower_lip(small_avatar) -> None:
     """The face tracker, run on the output, reads the opening asked for and a lower lip as thick as filmed."""
     from lipstream.avatar.face_measures import lip_aperture
@@ -289,6 +295,7 @@ def test_drawn_mouth_retracks_to_its_opening_and_keeps_the_lower_lip(small_avata
     assert ratio.min() >= 0.75, ratio
 
 
+@pytest.mark.slow
 def test_spread_widens_and_rounding_narrows_the_tracked_mouth(small_avatar) -> None:
     """Issue 22 item 2: at the same opening, a spread row (ee) widens the re-tracked mouth (61/291) and a
     rounded row (oo) narrows it, clearly (ee/oo well over 1), and neither touches the rows above the nose."""
@@ -315,6 +322,7 @@ def test_spread_widens_and_rounding_narrows_the_tracked_mouth(small_avatar) -> N
         assert np.array_equal(patch[: nose + 1], crop[: nose + 1])
 
 
+@pytest.mark.slow
 def test_drawn_teeth_take_the_presenters_own_colour(small_avatar) -> None:
     """The sample presenter shows her upper teeth: drawn lower teeth take their colour; tinted (a warm, dim
     light) the sampled colour follows the tint; a closed mouth or a dark open one gives no sample."""
@@ -357,6 +365,7 @@ def test_drawn_teeth_take_the_presenters_own_colour(small_avatar) -> None:
     assert sample_teeth_rgb(hollow, geo, eng.warp) is None
 
 
+@pytest.mark.slow
 def test_a_closed_mouth_presenter_gets_drawn_upper_teeth(small_avatar, tmp_path) -> None:
     """A photo whose lips are closed shows no teeth to reuse: opened, it gets drawn upper incisors (bright,
     with darker seams between them, not one flat band); on f/v they reach down to the lifted lower lip."""
@@ -413,6 +422,7 @@ def talking_avatar(small_avatar, tmp_path_factory):
     return bundle, drawn.features(speech)
 
 
+@pytest.mark.slow
 def test_atlas_chooses_the_mouths_that_were_filmed(talking_avatar) -> None:
     from lipstream.avatar.face_measures import lip_aperture
     from lipstream.engines.viseme.atlas import APERTURE, choose_units, target_costs
@@ -515,6 +525,7 @@ def test_atlas_cross_fades_a_jump_in_look_but_not_a_stay_or_a_new_opening(talkin
     assert [(c.unit, c.fade_from) for c in chain] == [(a, -1), (b, a), (a, -1)]
 
 
+@pytest.mark.slow
 def test_atlas_frames_do_not_depend_on_the_batch_split(talking_avatar) -> None:
     from lipstream.engines.viseme.atlas import AtlasConfig, choose_units, target_costs
 

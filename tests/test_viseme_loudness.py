@@ -79,6 +79,7 @@ def test_opening_curve_inverts_a_measured_response() -> None:
     np.testing.assert_allclose(OpeningCurve.unpack(curve.pack()).aperture, curve.aperture)
 
 
+@pytest.mark.slow
 def test_prepare_measures_a_rising_opening_curve(small_avatar) -> None:
     engine = VisemeEngine()
     engine.prepare(small_avatar)
@@ -134,6 +135,7 @@ def test_audio_only_on_piper_has_no_flood_of_false_closures() -> None:
     assert np.corrcoef(audio_only[:, OPEN], with_timings[:, OPEN])[0, 1] > 0.7
 
 
+@pytest.mark.slow
 def test_another_warp_recalibrates_and_drops_stale_codebooks(small_avatar) -> None:
     from lipstream.engines.viseme.warp import WarpConfig
 

@@ -71,6 +71,7 @@ def _mouth_psnr(bundle, a_patches, b_patches, base_ids) -> np.ndarray:
     return np.array(values)
 
 
+@pytest.mark.slow
 def test_accelerated_patches_stay_within_psnr_of_full_render(own_avatar, engine, speech) -> None:
     engine.prepare(own_avatar)
     fast, sched, base_ids = _schedule(own_avatar, engine, speech, AccelConfig(enabled=True))
@@ -82,6 +83,7 @@ def test_accelerated_patches_stay_within_psnr_of_full_render(own_avatar, engine,
     assert psnr.mean() >= 30.0, psnr
 
 
+@pytest.mark.slow
 def test_chunked_scheduling_equals_whole(own_avatar, engine, speech) -> None:
     # a fixed threshold: automatic calibration needs a chunk of >= 25 voiced frames
     config = AccelConfig(enabled=True, codebook=False, planner=PlannerConfig(velocity_threshold=0.02))
@@ -92,6 +94,7 @@ def test_chunked_scheduling_equals_whole(own_avatar, engine, speech) -> None:
         assert (a is None and b is None) or np.array_equal(a, b)
 
 
+@pytest.mark.slow
 def test_infill_frames_are_crossfades_of_their_keyframes(own_avatar, engine, speech) -> None:
     config = AccelConfig(enabled=True, codebook=False)
     frames = utterance_frames(own_avatar, engine, speech, config, SilenceDetector())

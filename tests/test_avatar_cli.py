@@ -24,6 +24,7 @@ def error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("error:")]
 
 
+@pytest.mark.slow
 def test_prepare_list_info(sample_video_path: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture):
     home = tmp_path / "home"
     done = lipstream("avatar", "prepare", str(sample_video_path), "--name", "anchor", "-q", home=home)
@@ -64,6 +65,7 @@ def test_prepare_list_info(sample_video_path: Path, tmp_path: Path, caplog: pyte
     ]
 
 
+@pytest.mark.slow
 def test_errors_are_one_line_exit_2(tmp_path: Path):
     home = tmp_path / "home"
     missing = lipstream("avatar", "prepare", str(tmp_path / "none.mp4"), "--name", "x", home=home)
@@ -123,6 +125,7 @@ def test_interrupted_prepare_leaves_nothing(tmp_path: Path):
     assert list(avatars.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_photo_breathes_and_blinks_unless_asked_not_to(tmp_path: Path):
     import cv2
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+import pytest
 from skimage import data as skdata
 
 from lipstream.avatar.blink import BlinkConfig
@@ -52,6 +53,7 @@ def test_fifty_fps_clip_is_resampled_by_timestamps(tmp_path: Path):
     assert np.allclose(levels, [8 * k for k in range(20)], atol=3)
 
 
+@pytest.mark.slow
 def test_photo_becomes_one_picture_and_its_blinks(tmp_path: Path):
     photo = tmp_path / "anchor.png"
     cv2.imwrite(str(photo), cv2.cvtColor(presenter(), cv2.COLOR_RGB2BGR))
@@ -70,6 +72,7 @@ def test_photo_becomes_one_picture_and_its_blinks(tmp_path: Path):
     assert without.frame_count == 1 and list(without.idle_loop) == [0]
 
 
+@pytest.mark.slow
 def test_jpeg_photo_of_original_astronaut(tmp_path: Path):
     photo = tmp_path / "astronaut.jpg"
     cv2.imwrite(str(photo), cv2.cvtColor(skdata.astronaut(), cv2.COLOR_RGB2BGR))

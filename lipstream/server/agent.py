@@ -3,7 +3,6 @@ once at start (before the server says it is ready) and shared by every conversat
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 import time
@@ -128,9 +127,6 @@ class AgentServices:
             return {}
         from lipstream.talk.grounding import KnowledgeGrounding
 
-        if "grounding" not in inspect.signature(Conversation).parameters:  # a Conversation without it
-            log.error("this Conversation takes no grounding: answers come from the model alone")
-            return {}
         return {"grounding": KnowledgeGrounding(self.knowledge, self.config.persona)}
 
     def knowledge_status(self) -> dict[str, Any] | None:

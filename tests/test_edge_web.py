@@ -336,7 +336,8 @@ def test_the_export_carries_eye_points_and_the_blink_machine(photo_export, small
     assert manifest["blinks"]["phrase"] == PhraseBlinkConfig().entry()
     lid = BlinkConfig()
     want = {"meet": lid.meet, "lid_reach": lid.lid_reach, "close_share": lid.close_share,
-            "shut_share": lid.shut_share, "lash": lid.lash, "lash_keep": lid.lash_keep}
+            "shut_share": lid.shut_share, "lash": lid.lash, "lash_keep": lid.lash_keep,
+            "lower_skip": lid.lower_skip}
     assert manifest["blinks"]["lid"] == want
     ids = [i for pair in EYES for contour in pair for i in contour]
     for i, row in enumerate(manifest["eyes"]):

@@ -144,7 +144,16 @@ class TurnRecogniser:
         assert isinstance(self.final_stt, WordTimingSpeechToText)
         state = state or self.state
         result = self.final_stt.transcribe_words(audio, state.prompt)
-        return state.finish(_timed(result, audio_start) if result.words else result.text)
+        text = state.finish(_timed(result, audio_start) if result.words else result.text)
+        if state.committed and text == state.committed_text and len(audio) >= SAMPLE_RATE // 2:
+            # the prompted tail read nothing new (Whisper may take the prompt for the whole utterance): the
+            # tail again without the prompt
+            text = state.finish(self.final_stt.transcribe(audio).text)
+        return text
+
+    def whole(self, audio: np.ndarray) -> str:
+        """Blocking: the whole turn decoded at once, unprompted (the fallback when a tail reads nothing)."""
+        return self.final_stt.transcribe(audio).text.strip()
 
     def snapshot(self) -> StreamingTranscript:
         """The commitments as they are now: a final decode finishes from these, while a partial decode on
@@ -215,7 +224,13 @@ class LiveTranscription:
         if audio.size < SAMPLE_RATE // 10 and not state.committed:
             return ""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.executor, self.recog.final, audio, start, state)
+        text = await loop.run_in_executor(self.executor, self.recog.final, audio, start, state)
+        if state.committed and text == state.committed_text and audio.size >= SAMPLE_RATE // 2:
+            # a prompted decode of the tail read nothing (Whisper sometimes takes the prompt as the whole
+            # answer): the whole turn, unprompted, rather than losing its last words
+            whole = mic.slice(state.turn_start, end_sample)
+            text = await loop.run_in_executor(self.executor, self.recog.whole, whole)
+        return text
 
     def cancel(self) -> None:
         """Stop waiting for a partial decode (the thread finishes it; its result is not used)."""

@@ -53,7 +53,7 @@ SPF = 640  # samples per 40 ms frame at 16 kHz: 25 fps
 TTS_CHUNK = 1024  # TTS chunk size at the TTS rate (not a multiple of a frame on purpose)
 TEXT = "Good evening. Here is the news, read by a face that was never filmed saying it."
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]  # a Pipecat pipeline over a real session
 
 
 # ----- inputs ----------------------------------------------------------------------------------------------

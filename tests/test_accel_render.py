@@ -117,6 +117,7 @@ def _wav(path: Path, pcm: np.ndarray) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_seeded_codebook_is_persisted_and_reused(own_avatar, speech, tmp_path: Path) -> None:
     from lipstream.talk.tts import create_tts
 

@@ -187,6 +187,7 @@ def _prepare_peak(clip: Path, name: str, root: Path) -> tuple[int, int, float]:
     return frames, loop, peak_kib / 1024
 
 
+@pytest.mark.slow
 def test_long_clip_is_prepared_in_bounded_memory(tmp_path: Path) -> None:
     """A 60 s clip (1500 frames) next to a 10 s one: raw frames would add 824 MiB; prepare's peak barely
     grows. It picks a 6 s idle stretch, and every frame reads back."""

@@ -60,6 +60,7 @@ def _io(path: Path) -> dict[str, tuple[list[int], int]]:
     }
 
 
+@pytest.mark.slow
 def test_fp32_export_gate_and_manifest(fp32_export: Path) -> None:
     manifest = verify_folder(fp32_export)  # every file present, sizes and sha256 match
     gate = manifest["gate"]
@@ -83,6 +84,7 @@ def test_fp32_export_gate_and_manifest(fp32_export: Path) -> None:
     assert _leftovers(fp32_export.parent) == []
 
 
+@pytest.mark.slow
 def test_fp16_export_through_the_cli(tiny_models: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "fp16"
     code = main(["export", "onnx", "--models-dir", str(tiny_models), "--dtype", "float16", "--batch", "3",

@@ -173,6 +173,7 @@ def tiny_engine(tmp_path_factory: pytest.TempPathFactory):
     return create_engine("musetalk", models_dir=str(models), device="cpu", dtype="float32", batch_size=4)
 
 
+@pytest.mark.slow
 def test_musetalk_batched_across_sessions_matches_its_own_passes(tiny_engine, small_avatar) -> None:
     from lipstream.audio.speech import Speech
     from lipstream.engines.batched import BatchedEngine

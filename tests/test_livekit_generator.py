@@ -108,6 +108,7 @@ def segments(items: list[object]) -> list[list[object]]:
     return out
 
 
+@pytest.mark.slow
 def test_two_segments_sample_exact_with_idle_between(avatar_path: Path, speech: np.ndarray) -> None:
     """Two replies in a row: each comes back sample for sample at 24 kHz, one video frame per 960 samples,
     each followed by its AudioSegmentEnd; before, between and after them the presenter idles in video."""

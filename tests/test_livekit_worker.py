@@ -138,6 +138,7 @@ def test_worker_process_serves_and_stops(avatar_path: Path) -> None:
             proc.wait()
 
 
+@pytest.mark.slow
 def test_worker_refuses_bad_setup_in_one_line(tmp_path: Path) -> None:
     """Missing server/credentials, an unknown avatar, or no livekit installed: exit 2 and one line."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LIVEKIT_")}

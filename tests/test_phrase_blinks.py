@@ -134,6 +134,7 @@ def phrased_speech() -> np.ndarray:
     return np.concatenate(parts)
 
 
+@pytest.mark.slow
 def test_a_live_session_blinks_at_phrase_ends_and_draws_the_lids(small_avatar, phrased_speech) -> None:
     import asyncio
 

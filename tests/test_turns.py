@@ -59,6 +59,7 @@ def make(
         events.append(message)
 
     config = config or ConversationConfig(start_ms=100, partial_every_seconds=0.3)
+    config = config.model_copy(update={"streaming_recognition": True})
     vad = LevelVAD(config.start_ms, config.pause_ms, config.vad_end_silence_ms)
     conversation = Conversation(
         session, stt, llm, emit, config, vad=vad, speaker=Speaker(voices=lambda _name: ToneVoice()),

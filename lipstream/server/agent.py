@@ -48,6 +48,7 @@ class AgentConfig(BaseModel):
     stt_model: Path | None = None
     stt_url: str | None = None
     stt_url_model: str = "whisper-1"
+    streaming_stt: bool = False  # commit stable words while the user speaks, decode only the tail at the end
     knowledge: Path | None = None  # documents answers come from (--knowledge): indexed at load
     persona: Persona | None = None  # who the avatar is (--persona): instructions, voice, greeting
 
@@ -106,7 +107,7 @@ class AgentServices:
             max_history_messages=self.config.max_history_messages,
             end_silence_ms=self.config.end_silence_ms,
             turn=self.config.turn if self.detector is not None else TurnEndConfig(detector="silence"),
-            voice=voice,
+            voice=voice, streaming_recognition=self.config.streaming_stt,
         )
         if self.config.persona is not None:  # its instructions and voice (a voice asked for wins)
             cfg = self.config.persona.apply(cfg)

@@ -89,6 +89,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "$LIPSTREAM_STT_KEY); --stt-url-model names the model",
     )
     agent.add_argument("--stt-url-model", default="whisper-1", help="model name sent to --stt-url")
+    agent.add_argument(
+        "--streaming-stt", action="store_true",
+        help="commit stable words while the user speaks and decode only each turn's tail at the end "
+        "(docs/conversation.md; off: every decode reads the whole turn)",
+    )
     agent.add_argument("--system-prompt", default=None, help="the persona: TEXT or @FILE")
     agent.add_argument(
         "--knowledge", type=Path, default=None, metavar="PATH",
@@ -324,6 +329,7 @@ def _agent_config(args: argparse.Namespace):
         "stt_model": args.stt_model.expanduser().resolve() if args.stt_model else None,
         "stt_url": args.stt_url,
         "stt_url_model": args.stt_url_model,
+        "streaming_stt": args.streaming_stt,
         "max_reply_tokens": args.max_reply_tokens,
         "end_silence_ms": args.end_of_turn_ms,
         "echo_cancel": args.echo_cancel,

@@ -226,7 +226,8 @@ class Conversation:
         else:
             self._turn += 1
             self._turn_start = sample
-            recog = TurnRecogniser(self.partial_stt, self.stt, sample - self._preroll)
+            streaming = self.config.streaming_recognition
+            recog = TurnRecogniser(self.partial_stt, self.stt, sample - self._preroll, streaming=streaming)
             self._heard = LiveTranscription(recog, self.recogniser, self.config.partial_every_seconds, sample)
             self._dropped = [0, 0]
             self._kept_after_resume = False

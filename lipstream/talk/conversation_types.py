@@ -26,6 +26,9 @@ class ConversationConfig(BaseModel):
     max_reply_tokens: int = Field(120, ge=8)
     max_turn_seconds: float = Field(30.0, gt=1)  # a longer monologue is cut there and answered
     partial_every_seconds: float = Field(0.5, gt=0)  # re-decode the growing turn this often
+    # commit stable words while the user speaks and decode only each turn's tail at the end
+    # (lipstream.talk.transcriber); off: every decode reads the whole turn, as before
+    streaming_recognition: bool = False
     preroll_seconds: float = Field(0.25, ge=0)  # audio before the detected onset given to STT
     start_ms: float = Field(200, gt=0)  # speech shorter than this (a cough, a click) never starts a turn
     end_silence_ms: float = Field(500, gt=0)  # silence that ends the user's turn

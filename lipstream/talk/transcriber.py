@@ -112,14 +112,17 @@ class TurnRecogniser:
     """Decodes one turn with a recogniser: partials commit stable words, the final decodes the tail."""
 
     def __init__(
-        self, partial_stt: SpeechToText, final_stt: SpeechToText, turn_start: int, hold_seconds: float = 0.5
+        self, partial_stt: SpeechToText, final_stt: SpeechToText, turn_start: int, hold_seconds: float = 0.5,
+        streaming: bool = True,
     ) -> None:
         """`partial_stt` decodes while the user speaks, `final_stt` the tail at the end (both may be one);
-        `turn_start`: the stream sample where the turn's audio, its preroll included, starts."""
+        `turn_start`: the stream sample where the turn's audio, its preroll included, starts; `streaming`
+        False: whole-turn decodes."""
         self.partial_stt = partial_stt
         self.final_stt = final_stt
         # word timings from both, or whole-turn decodes as before (a user's recogniser may give none)
-        self.words = all(isinstance(s, WordTimingSpeechToText) for s in (partial_stt, final_stt))
+        timed = all(isinstance(s, WordTimingSpeechToText) for s in (partial_stt, final_stt))
+        self.words = streaming and timed
         self.state = StreamingTranscript(turn_start, hold_seconds)
 
     def audio_from(self) -> int:

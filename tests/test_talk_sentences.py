@@ -106,14 +106,18 @@ def test_speakable_is_empty_when_nothing_to_say(raw: str) -> None:
     assert speakable(raw) == ""
 
 
-def test_a_first_sentence_without_commas_is_cut_before_a_phrase() -> None:
+def _word_by_word(text: str) -> list[str]:
+    """The pieces a SentenceStream gives for `text` streamed a word at a time, as a model writes it."""
     stream = SentenceStream()
     pieces: list[str] = []
-    text = "The weather in the city today is mostly sunny and warm with a light breeze. Then rain."
     for word in text.split():
         pieces += stream.push(word + " ")
-    pieces += stream.flush()
-    assert pieces == [
+    return pieces + stream.flush()
+
+
+def test_a_first_sentence_without_commas_is_cut_before_a_phrase() -> None:
+    text = "The weather in the city today is mostly sunny and warm with a light breeze. Then rain."
+    assert _word_by_word(text) == [
         "The weather in the city today",
         "is mostly sunny and warm with a light breeze.",
         "Then rain.",
@@ -130,20 +134,12 @@ def test_a_first_sentence_without_commas_is_cut_before_a_phrase() -> None:
     ],
 )
 def test_the_first_phrase_ends_before_a_verb_or_preposition_after_five_words(text: str, first: str) -> None:
-    stream = SentenceStream()
-    pieces: list[str] = []
-    for word in text.split():
-        pieces += stream.push(word + " ")
-    pieces += stream.flush()
+    pieces = _word_by_word(text)
     assert pieces[0] == first and " ".join(pieces) == text
 
 
 def test_a_long_first_clause_is_cut_after_eight_words() -> None:
-    stream = SentenceStream()
-    pieces: list[str] = []
     text = "Many large old oak trees grow slowly and quietly near rivers and lakes. Then rain."
-    for word in text.split():
-        pieces += stream.push(word + " ")
-    pieces += stream.flush()
+    pieces = _word_by_word(text)
     assert pieces[0] == "Many large old oak trees grow slowly and"
     assert " ".join(pieces) == text

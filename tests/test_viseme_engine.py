@@ -471,7 +471,6 @@ def _jump_pair(atlas, join, config) -> tuple[int, int]:
     return int(i), int(j)
 
 
-@pytest.mark.slow
 def test_atlas_cross_fades_a_jump_in_look_but_not_a_stay_or_a_new_opening(talking_avatar) -> None:
     from lipstream.engines.viseme.atlas import APERTURE, STABLE, choose_units, place_patch, unit_patch
 

@@ -125,9 +125,11 @@ class TurnRecogniser:
         self.words = streaming and timed
         self.state = StreamingTranscript(turn_start, hold_seconds)
 
-    def audio_from(self) -> int:
-        """Stream sample where the next decode's audio should start."""
-        return self.state.tail_start if self.words else self.state.turn_start
+    def audio_from(self, state: StreamingTranscript | None = None) -> int:
+        """Stream sample where the next decode's audio should start (after `state`'s commitments, default
+        the live ones)."""
+        state = state or self.state
+        return state.tail_start if self.words else state.turn_start
 
     def partial(self, audio: np.ndarray, audio_start: int) -> str:
         """Blocking: decode the audio from `audio_from()` on, commit what is stable; the partial text."""
@@ -143,7 +145,7 @@ class TurnRecogniser:
         """Blocking: the whole turn's transcript, decoding only the audio from `audio_from()` on. `state`: the
         commitments to finish from (a snapshot taken when the audio was cut; default the live state)."""
         if not self.words:
-            return self.final_stt.transcribe(audio).text.strip()
+            return self.whole(audio)
         assert isinstance(self.final_stt, WordTimingSpeechToText)
         state = state or self.state
         result = self.final_stt.transcribe_words(audio, state.prompt)
@@ -222,7 +224,7 @@ class LiveTranscription:
             except (asyncio.CancelledError, LipstreamError):
                 pass  # decode it again below
         state = self.recog.snapshot()
-        start = state.tail_start if self.recog.words else state.turn_start
+        start = self.recog.audio_from(state)
         audio = mic.slice(start, end_sample)
         if audio.size < SAMPLE_RATE // 10 and not state.committed:
             return ""

@@ -85,12 +85,10 @@ class AnswerMaker:
     def notes_prefix(self, history: list[ChatMessage], partial_text: str) -> list[ChatMessage] | None:
         """The answer's prompt up to the question for what the user has said so far (its notes in the
         user's message): what the model can read ahead while they speak. None: no notes to read."""
-        if self.grounding is None:
+        messages, grounded = answer_prompt(self.config.system_prompt, history, partial_text, self.grounding)
+        if grounded is None or not grounded.notes or not grounded.passages:  # nothing worth reading ahead
             return None
-        grounded = self.grounding.ground(self.config.system_prompt, partial_text)
-        if not grounded.notes or not grounded.passages:  # nothing found yet: nothing worth reading ahead
-            return None
-        return [ChatMessage("system", grounded.instructions), *history, ChatMessage("user", grounded.notes)]
+        return [*messages[:-1], ChatMessage("user", grounded.notes)]
 
     def read_ahead(self, history: list[ChatMessage], partial_text: str) -> None:
         """Have the model read the notes for the question heard so far while the user still speaks (once

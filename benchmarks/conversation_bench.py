@@ -400,12 +400,13 @@ def paused_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def run_mode(
     mode: str, args: argparse.Namespace, questions: list[dict[str, Any]], rule: str = "text",
-    paused: list[dict[str, Any]] | None = None,
+    paused: list[dict[str, Any]] | None = None, recognition: str = "batch",
 ) -> dict[str, Any]:
-    """Start a server for `mode` ("embedded" or "fake") with the turn rule `rule`, ask every question (and
-    the paused ones), measure memory; the results."""
+    """Start a server for `mode` ("embedded" or "fake") with the turn rule `rule` and the `recognition`
+    ("batch": the turn decoded once it ends; "streaming": `--streaming-stt`), ask every question (and the
+    paused ones), measure memory; the results."""
     llm_proc = None
-    extra: list[str] = ["--turn-detector", rule]
+    extra: list[str] = ["--turn-detector", rule, *(["--streaming-stt"] if recognition == "streaming" else [])]
     env = None
     if mode == "fake":
         llm_proc, llm_url = start_fake_llm()
@@ -469,6 +470,7 @@ def run_mode(
         "load_average_end": [round(x, 2) for x in os.getloadavg()],
         **aggregate(rows),
         "turn_rule": rule,
+        "recognition": recognition,
         "paused_questions": paused_summary(paused_rows) if paused else None,
         "paused_rows": paused_rows,
         "end_rules": count_rules(rows),
@@ -575,6 +577,11 @@ def main(argv: list[str] | None = None) -> int:
         "--rules", nargs="+", default=["text", "silence"], choices=["text", "smart-turn", "silence"],
         help="turn rules to compare, each in its own server, in one run",
     )
+    parser.add_argument(
+        "--recognition", nargs="+", default=["batch"], choices=["batch", "streaming"],
+        help="batch: the turn decoded when it ends; streaming: serve --streaming-stt (text committed as the "
+        "user speaks, the tail decoded at the end); each in its own server, side by side",
+    )
     parser.add_argument("--width", type=int, default=None, help="stream width (default: the avatar's own)")
     parser.add_argument("--out", type=Path, default=RESULTS / "conversation_bench.json")
     args = parser.parse_args(argv)
@@ -631,10 +638,11 @@ def main(argv: list[str] | None = None) -> int:
         results["paused_questions"] = [{k: q[k] for k in ("text", "voice", "pause_s")} for q in paused]
         for mode in args.modes:
             for rule in args.rules:  # side by side, in one run: the machine's load drifts
-                key = f"{mode} / {rule}"
-                print(f"{key}: starting the server", flush=True)
-                results["modes"][key] = run_mode(mode, args, questions, rule, paused)
-                report_mode(key, results["modes"][key])
+                for recognition in args.recognition:
+                    key = f"{mode} / {rule}" + (" / streaming" if recognition == "streaming" else "")
+                    print(f"{key}: starting the server", flush=True)
+                    results["modes"][key] = run_mode(mode, args, questions, rule, paused, recognition)
+                    report_mode(key, results["modes"][key])
     results["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     results["bench_seconds"] = round(time.perf_counter() - started, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -669,8 +677,10 @@ def record_figures(results: dict[str, Any], args: argparse.Namespace) -> None:
 
 def argv_of(args: argparse.Namespace) -> list[str]:
     """The options this run was given, for the record's command line."""
-    return ["--modes", *args.modes, "--rules", *args.rules, "--voices", args.voices,
-            "--questions", str(args.questions), "--paused", str(args.paused)]  # fmt: skip
+    return [
+        "--modes", *args.modes, "--rules", *args.rules, "--recognition", *args.recognition,
+        "--voices", args.voices, "--questions", str(args.questions), "--paused", str(args.paused),
+    ]  # fmt: skip
 
 
 def report_mode(mode: str, res: dict[str, Any]) -> None:

@@ -189,6 +189,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     S("barge_in", "echo_double_talk_bench", "the user talking over the avatar: barge-in starts heard late",
       raw="echo_double_talk_bench.json", headlines=(
           H("barge-in starts heard > 150 ms late (of 210)", "summary > after > gated_missed", "cases"),)),
+    S("stt_window", "stt_window_bench",
+      "Whisper on the audio's own window vs 30 s: transcript ms and WER, side by side (records its figures)"),
     S("knowledge", "knowledge_bench", "knowledge base: indexing and search (records its own figures)"),
     # the serverless page
     S("serverless_page", "serverless_page_bench", "the serverless page in headless Chromium: drops, speed",

@@ -9,7 +9,7 @@ import time
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -49,6 +49,8 @@ class AgentConfig(BaseModel):
     stt_url: str | None = None
     stt_url_model: str = "whisper-1"
     streaming_stt: bool = False  # commit stable words while the user speaks, decode only the tail at the end
+    # Whisper's encoder on the audio's own window (≥ 10 s, lipstream.talk.whisper_window) or its fixed 30 s
+    stt_window: Literal["audio", "full"] = "audio"
     knowledge: Path | None = None  # documents answers come from (--knowledge): indexed at load
     persona: Persona | None = None  # who the avatar is (--persona): instructions, voice, greeting
 
@@ -216,8 +218,8 @@ def _recognisers(config: AgentConfig) -> tuple[SpeechToText, SpeechToText]:
 
     # two threads for the final, its own model; partials on a one-thread model beside it
     return (
-        WhisperSTT(config.stt_model, cpu_threads=2, workers=1),
-        WhisperSTT(config.stt_model, cpu_threads=1, workers=1),
+        WhisperSTT(config.stt_model, cpu_threads=2, workers=1, full_window=config.stt_window == "full"),
+        WhisperSTT(config.stt_model, cpu_threads=1, workers=1, full_window=config.stt_window == "full"),
     )
 
 

@@ -1,0 +1,50 @@
+"""Whisper's encoder on the audio's own length, not always 30 s (issue 35: the transcript at human pace).
+
+faster-whisper pads every window's log-mel to 3,000 frames (30 s) with zeros before the encoder, whose cost
+is then the same for a 2 s question as for 30 s of speech: ~1.2 s of the ~1.4 s a turn's transcript took on
+a 2-core AMD EPYC. CTranslate2's Whisper encoder accepts fewer frames. Cut to the audio plus 1 s, and never
+under 10 s, the encoder takes ~0.2 s and the words stay the same or differ by punctuation on the questions we
+tried (benchmarks/stt_window_bench.py measures both side by side). Under ~10 s of context the decoder
+starts to repeat itself on short clips ("Hello? Hello? ..."), hence the floor; `max_new_tokens` bounds the
+damage if it ever does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+FULL_FRAMES = 3000  # what faster-whisper pads to: 30 s of 10 ms log-mel frames
+MARGIN_FRAMES = 100  # audio context after the last frame of audio
+MIN_FRAMES = 1000  # the shortest context (10 s): shorter ones made the decoder loop on short clips
+
+
+def content_frames(features: np.ndarray) -> int:
+    """Frames up to the last one that is not zero padding (faster-whisper pads the log-mel with zeros)."""
+    columns = np.flatnonzero(np.any(features.reshape(-1, features.shape[-1]) != 0, axis=0))
+    return int(columns[-1]) + 1 if columns.size else 1
+
+
+def context_frames(content: int, full: int = FULL_FRAMES, minimum: int = MIN_FRAMES) -> int:
+    """The encoder's window for `content` frames of audio: the audio plus a margin, in whole seconds."""
+    wanted = -(-(content + MARGIN_FRAMES) // 100) * 100
+    return min(full, max(minimum, wanted))
+
+
+def max_new_tokens(seconds: float) -> int:
+    """A bound on the tokens `seconds` of speech can need (fast speech is ~4 tokens/s)."""
+    return min(220, int(8 * seconds) + 16)
+
+
+def windowed_whisper(model_path: str, **options: Any):  # noqa: ANN201 - a faster_whisper.WhisperModel
+    """A faster-whisper WhisperModel whose encoder sees only the audio's own window (see the module)."""
+    from faster_whisper import WhisperModel
+
+    class WindowedWhisperModel(WhisperModel):
+        def encode(self, features: np.ndarray):  # noqa: ANN202 - a ctranslate2.StorageView
+            frames = features if features.ndim == 3 else features[None]
+            window = context_frames(content_frames(frames), frames.shape[-1])
+            return super().encode(np.ascontiguousarray(frames[..., :window]))
+
+    return WindowedWhisperModel(model_path, **options)

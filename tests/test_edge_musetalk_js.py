@@ -32,6 +32,9 @@ N_SOURCE = 6  # source frames in the fixture avatar
 # 0.5 s of silence, then 0.4 s of speech: 22 frames, 4 keyframes (two UNet batches as the planner releases
 # them) on SwiftShader's WebGPU (60-80 s a batch here, after ~100 s of warm-up), with infill and silence
 SHORT_SAMPLES = 14400
+# 0.5 s of silence, then 1.5 s of speech (50 frames): what the wasm engine runs render (37-49 s a test
+# here, 52-66 s with the whole 6.5 s clip; the rest is the page's and onnxruntime-web's start)
+MEDIUM_SAMPLES = 32000
 HARNESS = "<!doctype html><meta charset=utf-8><title>musetalk harness</title><link rel=icon href='data:,'>\n"
 TEXT = "The quick brown fox jumps over the lazy dog. Lip sync runs in the browser now."
 
@@ -142,6 +145,7 @@ def site(tmp_path_factory, tiny_onnx, speech) -> Path:
     fixtures.mkdir()
     speech.astype("<f4").tofile(fixtures / "pcm.f32")
     speech[:SHORT_SAMPLES].astype("<f4").tofile(fixtures / "short.f32")  # for SwiftShader, ~100x slower
+    speech[:MEDIUM_SAMPLES].astype("<f4").tofile(fixtures / "medium.f32")  # for wasm
     feats = _features(tiny_onnx["float32"], speech)
     feats.astype("<f4").tofile(fixtures / "features.f32")
     book = SimHashCodebook(feats.shape[1], bits=64, seed=0, max_entries=64, threshold=2)
@@ -324,8 +328,8 @@ def _python_patches(
 def test_engine_matches_python_onnxruntime(server, site, tiny_onnx, speech, backend, dtype):
     """The Worker's keyframe patches (codebook off) equal Python onnxruntime's on the same inputs; infill,
     masks and silence are where they belong; each session saw exactly one input shape."""
-    clip = "short" if backend == "webgpu" else "pcm"
-    speech = speech[:SHORT_SAMPLES] if clip == "short" else speech
+    clip = "short" if backend == "webgpu" else "medium"
+    speech = speech[:SHORT_SAMPLES] if clip == "short" else speech[:MEDIUM_SAMPLES]
     engine = {"backend": backend, "dtype": dtype, "codebook": False}
     if backend == "webgpu":
         # SwiftShader (the only WebGPU here) runs the tiny VAE decoder for minutes, the UNet for 2-3 minutes
@@ -362,7 +366,8 @@ def test_engine_matches_python_onnxruntime(server, site, tiny_onnx, speech, back
 def test_codebook_persists_across_reload(server):
     """First run fills the codebook from the export's seed and saves it; after a reload the same speech
     is served from IndexedDB with fewer engine passes."""
-    result = _run(server, "reload", engine={"backend": "wasm", "dtype": "float32"})
+    engine = {"backend": "wasm", "dtype": "float32"}
+    result = _run(server, "reload", pcm="/fixtures/medium.f32", engine=engine)
     first, second = result["first"], result["second"]
     assert first["info"]["codebookSource"] == "new"
     assert second["info"]["codebookSource"] == "IndexedDB"

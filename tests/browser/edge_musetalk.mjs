@@ -107,10 +107,12 @@ try {
     result = await page.evaluate(async ([engineOpts, pcmPath]) => window.runEngine(engineOpts, await window.fetchF32(pcmPath)), [opts.engine || {}, pcmPath]);
   } else if (opts.scenario === 'reload') {
     // the codebook persists in IndexedDB: the same speech after a reload needs no engine pass
-    const first = await page.evaluate(async (e) => window.runEngine(e, await window.fetchF32('/fixtures/pcm.f32')), opts.engine || {});
+    const pcmPath = opts.pcm || '/fixtures/pcm.f32';
+    const run = async ([e, path]) => window.runEngine(e, await window.fetchF32(path));
+    const first = await page.evaluate(run, [opts.engine || {}, pcmPath]);
     await page.reload();
     await page.addScriptTag({ content: PAGE_HELPERS });
-    const second = await page.evaluate(async (e) => window.runEngine(e, await window.fetchF32('/fixtures/pcm.f32')), opts.engine || {});
+    const second = await page.evaluate(run, [opts.engine || {}, pcmPath]);
     for (const r of [first, second]) delete r.patches;
     result = { first, second };
   } else {

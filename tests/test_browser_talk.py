@@ -193,8 +193,9 @@ def test_barge_in_stops_the_avatar(agent_server: ServerProcess, mic_wavs: dict[s
     # ~40-70 ms more until the server's cut reaches the page, then the frames still due before the cut
     # (~30-70 ms). The bench reports the figure; the test leaves a loaded 2-core machine room, so that it
     # fails on a real regression (a barge-in that waits for the end of the sentence is > 1 s) only. Under
-    # the full suite one run in a few stalls to 440-510 ms (2 of 7 runs here; 275-340 ms otherwise): a
-    # slow run is measured again, and a regression is slow twice.
+    # the full suite one run in a few stalls to 440-550 ms (2 of 7 runs here; 275-340 ms otherwise; CI's
+    # machine measured 482-544 ms twice in a row, half of it in the server's VAD and cut, half in frames
+    # still shown after the cut): a slow run is measured again, and a regression is over 700 ms twice.
     if not _quick(figure):
         print("slow barge-in, measured again:", figure["ms"], figure["level_ms"])
         figure = barge_in_ms(agent_server.http, mic_wavs["barge_in"])
@@ -202,9 +203,9 @@ def test_barge_in_stops_the_avatar(agent_server: ServerProcess, mic_wavs: dict[s
 
 
 def _quick(figure: dict) -> bool:
-    """The barge-in was under 450 ms from both onsets (the server's VAD and the page's own mic level)."""
-    return figure["ms"] is not None and figure["ms"] < 450 and figure["level_ms"] is not None and (
-        figure["level_ms"] < 450
+    """The barge-in was under 700 ms from both onsets (the server's VAD and the page's own mic level)."""
+    return figure["ms"] is not None and figure["ms"] < 700 and figure["level_ms"] is not None and (
+        figure["level_ms"] < 700
     )
 
 

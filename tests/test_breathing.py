@@ -21,6 +21,9 @@ from lipstream.avatar.sample import presenter_frame
 from lipstream.avatar.still import StillClip
 from lipstream.avatar.tracking import FaceTracker
 
+# prepares photo clips that breathe (2-3 s a test): the full tier
+pytestmark = pytest.mark.slow
+
 FPS = 25
 
 

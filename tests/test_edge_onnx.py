@@ -23,6 +23,9 @@ from lipstream.edge.onnx_export import (  # noqa: E402
 from lipstream.edge.onnx_gate import GateLimits, default_inputs, run_gate, torch_reference  # noqa: E402
 from lipstream.errors import LipstreamError, ModelError  # noqa: E402
 
+# exports the tiny models to ONNX with torch (10-12 s a module fixture): the full tier
+pytestmark = pytest.mark.slow
+
 GRAPHS = ("unet", "vae_decoder", "whisper_encoder")
 
 

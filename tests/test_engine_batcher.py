@@ -201,6 +201,7 @@ def test_musetalk_batched_across_sessions_matches_its_own_passes(tiny_engine, sm
         batched.close()
 
 
+@pytest.mark.slow  # 7-17 s of real-time sessions
 def test_session_interrupt_withdraws_its_batched_work(tiny_engine, small_avatar) -> None:
     """A live Session on the batched engine: speaking works, and an interrupt leaves no frame of the old
     speech and no error."""

@@ -31,7 +31,8 @@ from lipstream.errors import LipstreamError  # noqa: E402
 from lipstream.integrations.livekit import LipstreamVideoGenerator  # noqa: E402
 from tests.livekit_fixtures import FRAME_SAMPLES, RATE, prepared_avatar, speech_24k  # noqa: E402
 
-pytestmark = pytest.mark.timeout(180)
+# a real LiveKit AvatarRunner and its queues, 1.5-7.5 s a test: the full tier
+pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 CHUNK = RATE // 10  # DataStreamAudioReceiver's default frame: 100 ms
 
 

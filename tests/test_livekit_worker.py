@@ -114,6 +114,7 @@ def lipstream_cli() -> list[str]:
     return [sys.executable, "-m", "lipstream"]
 
 
+@pytest.mark.slow  # starts the worker process
 def test_worker_process_serves_and_stops(avatar_path: Path) -> None:
     """`lipstream livekit-worker` starts, answers /health, and exits cleanly on SIGTERM."""
     port = free_port()

@@ -32,6 +32,7 @@ def test_a_v10_patch_fills_the_rows_above_the_margin_and_keeps_the_frame_below()
     assert to_bundle_crop(patch, frame, box, "1.5") is patch
 
 
+@pytest.mark.slow  # builds and runs the tiny v1.0 models, 10-12 s
 def test_v10_engine_encodes_its_own_crop_and_renders_in_the_bundle_crop(
     small_avatar, tmp_path_factory: pytest.TempPathFactory
 ) -> None:

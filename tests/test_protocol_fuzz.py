@@ -231,6 +231,7 @@ def test_known_types_with_random_fields_parse_within_bounds_or_are_refused(value
         assert_within_documented_bounds(message)
 
 
+@pytest.mark.slow  # hypothesis, 3.6 s
 @FAST
 @given(mangled_json())
 def test_mangled_json_parses_or_is_a_protocol_error(text: str) -> None:

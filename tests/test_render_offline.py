@@ -14,6 +14,9 @@ import pytest
 
 from lipstream.audio.timeline import SAMPLE_RATE
 
+# each test runs the render CLI end to end (2.5-4.4 s): the full tier
+pytestmark = pytest.mark.slow
+
 
 def _run(*args: str, env_home: Path | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ)

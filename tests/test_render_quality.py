@@ -20,6 +20,9 @@ from lipstream.render.offline import (
     render_speech_to_mp4,
 )
 
+# encodes with each quality level (an 8 s module fixture): the full tier
+pytestmark = pytest.mark.slow
+
 # x264's "subme" per preset (x264 --fullhelp): the SEI options name no preset, this tells them apart
 SUBME = {"ultrafast": 0, "superfast": 1, "veryfast": 2, "faster": 4, "fast": 6}
 

@@ -98,6 +98,7 @@ def judge():
     asyncio.run(model.aclose())
 
 
+@pytest.mark.slow  # the SmolLM2 judge in its model process
 def test_the_text_judge_tells_unfinished_clauses_from_questions(judge) -> None:
     system = ChatMessage("system", ConversationConfig().system_prompt)  # the conversations' (its KV cache)
 

@@ -471,6 +471,7 @@ def _jump_pair(atlas, join, config) -> tuple[int, int]:
     return int(i), int(j)
 
 
+@pytest.mark.slow  # builds atlases (11 s setup + 8 s)
 def test_atlas_cross_fades_a_jump_in_look_but_not_a_stay_or_a_new_opening(talking_avatar) -> None:
     from lipstream.engines.viseme.atlas import APERTURE, STABLE, choose_units, place_patch, unit_patch
 
@@ -581,6 +582,7 @@ def test_untracked_frames_stay_out_and_a_static_mouth_falls_back_to_drawn(
     assert still.mouth_source(small_avatar).startswith("mouth: drawn (mouth atlas too poor")
 
 
+@pytest.mark.slow  # reads the atlas message the cross-fade test leaves: the same tier, in order
 def test_bundle_without_atlas_gets_one_on_first_use(talking_avatar, capsys) -> None:
     from lipstream.avatar.bundle import load_avatar
 

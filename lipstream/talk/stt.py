@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -12,7 +13,7 @@ import numpy as np
 
 from lipstream.audio.timeline import SAMPLE_RATE
 from lipstream.errors import ModelError
-from lipstream.talk.whisper_window import max_new_tokens
+from lipstream.talk.whisper_window import max_new_tokens, windowed_whisper
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +66,9 @@ class WhisperSTT:
     """Whisper tiny.en on faster-whisper/CTranslate2, int8 on CPU: greedy, English, no timestamps.
 
     Loads once (≈0.2 s) and warms up in the constructor. The encoder sees the audio's own window (≥ 10 s,
-    lipstream.talk.whisper_window), not Whisper's fixed 30 s, unless `full_window`: a question's transcript
-    then takes ~0.5 s instead of ~1.3 s on 2 cores. Thread-safe: up to `workers` calls decode at once
-    (more queue), and CTranslate2 releases the GIL while it works.
+    lipstream.talk.whisper_window), not Whisper's fixed 30 s, unless `full_window` or the decode is primed
+    with a prompt: a question's transcript then takes ~0.5 s instead of ~1.3 s on 2 cores. Thread-safe: up
+    to `workers` calls decode at once (more queue), and CTranslate2 releases the GIL while it works.
     """
 
     def __init__(
@@ -81,12 +82,11 @@ class WhisperSTT:
     ) -> None:
         try:
             from faster_whisper import WhisperModel
-
-            from lipstream.talk.whisper_window import windowed_whisper
         except ImportError as exc:
             raise ModelError("speech recognition needs faster-whisper: pip install faster-whisper") from exc
         self.model_path = Path(model_path) if model_path is not None else bundled_whisper_path()
         self.cpu_threads = cpu_threads
+        self.full_window = full_window
         started = time.perf_counter()
         try:
             model_class = WhisperModel if full_window else windowed_whisper
@@ -123,19 +123,23 @@ class WhisperSTT:
         started = time.perf_counter()
         if len(audio) < SAMPLE_RATE // 10:  # under 0.1 s: nothing Whisper could read, and it would invent
             return Transcript("", seconds)
-        segments, _info = self._model.transcribe(
-            audio,
-            language="en",
-            beam_size=1,
-            vad_filter=False,  # our own VAD already cut the turn
-            condition_on_previous_text=False,
-            without_timestamps=not words,
-            word_timestamps=words,
-            initial_prompt=prompt or None,
-            temperature=0.0,  # no fallback re-decodes at higher temperatures: predictable latency
-            max_new_tokens=max_new_tokens(seconds),
-        )
-        segments = list(segments)  # the generator does the decoding
+        # a tail primed with the text before it reads the whole window: with the audio's own, the short
+        # tail of tests/test_stt_openai.py's streaming question came out garbled
+        window = self._model.whole_window() if prompt and not self.full_window else nullcontext()
+        with window:  # the generator decodes in list(): inside the block
+            segments, _info = self._model.transcribe(
+                audio,
+                language="en",
+                beam_size=1,
+                vad_filter=False,  # our own VAD already cut the turn
+                condition_on_previous_text=False,
+                without_timestamps=not words,
+                word_timestamps=words,
+                initial_prompt=prompt or None,
+                temperature=0.0,  # no fallback re-decodes at higher temperatures: predictable latency
+                max_new_tokens=max_new_tokens(seconds),
+            )
+            segments = list(segments)
         text = " ".join(s.text.strip() for s in segments).strip()
         no_speech = max((s.no_speech_prob for s in segments), default=1.0)
         logprob = float(np.mean([s.avg_logprob for s in segments])) if segments else 0.0

@@ -6,11 +6,15 @@ a 2-core AMD EPYC. CTranslate2's Whisper encoder accepts fewer frames. Cut to th
 under 10 s, the encoder takes ~0.2 s and the words stay the same or differ by punctuation on the questions we
 tried (benchmarks/stt_window_bench.py measures both side by side). Under ~10 s of context the decoder
 starts to repeat itself on short clips ("Hello? Hello? ..."), hence the floor; `max_new_tokens` bounds the
-damage if it ever does.
+damage if it ever does. A decode primed with the text before it (streaming recognition's tail) garbled a
+short tail on the audio's own window, so such decodes read the whole window (`whole_window()`).
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -42,7 +46,22 @@ def windowed_whisper(model_path: str, **options: Any):  # noqa: ANN201 - a faste
     from faster_whisper import WhisperModel
 
     class WindowedWhisperModel(WhisperModel):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._whole = threading.local()  # decodes run in their callers' threads, several at once
+
+        @contextmanager
+        def whole_window(self) -> Iterator[None]:
+            """Decodes in this thread, inside the block, read Whisper's whole 30 s window."""
+            self._whole.on = True
+            try:
+                yield
+            finally:
+                self._whole.on = False
+
         def encode(self, features: np.ndarray):  # noqa: ANN202 - a ctranslate2.StorageView
+            if getattr(self._whole, "on", False):
+                return super().encode(features)
             frames = features if features.ndim == 3 else features[None]
             window = context_frames(content_frames(frames), frames.shape[-1])
             return super().encode(np.ascontiguousarray(frames[..., :window]))

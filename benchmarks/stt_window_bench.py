@@ -11,9 +11,7 @@ against the text spoken, and the clips whose words differ.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -36,19 +34,17 @@ QUESTIONS = (
 BEFORE_S, AFTER_S = (0.0, 0.2, 0.5), (0.0, 0.1, 0.3)
 
 
-def spoken(texts: tuple[str, ...], folder: Path) -> list[tuple[str, str, np.ndarray]]:
+def spoken(texts: tuple[str, ...]) -> list[tuple[str, str, np.ndarray]]:
     """(voice, text, 16 kHz float32 PCM) for each text in Piper's voice and in espeak-ng's en-us+m3."""
-    from lipstream.audio.decode import load_audio
+    from lipstream.talk.espeak_tts import EspeakTTS
     from lipstream.talk.tts import create_tts
 
-    piper = create_tts("piper")
-    clips = []
-    for i, text in enumerate(texts):
-        clips.append(("piper", text, np.asarray(piper.synthesize(text).pcm, np.float32)))
-        wav = folder / f"espeak{i}.wav"
-        subprocess.run(["espeak-ng", "-v", "en-us+m3", "-w", str(wav), text], check=True)
-        clips.append(("espeak", text, np.asarray(load_audio(wav), np.float32).reshape(-1)))
-    return clips
+    voices = {"piper": create_tts("piper"), "espeak": EspeakTTS(voice="en-us+m3")}
+    return [
+        (name, text, np.asarray(tts.synthesize(text).pcm, np.float32))
+        for text in texts
+        for name, tts in voices.items()
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,10 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from lipstream.talk.stt import WhisperSTT, word_edits
 
-    with tempfile.TemporaryDirectory() as tmp:
-        clips = spoken(QUESTIONS, Path(tmp))
     cases = []
-    for voice, text, pcm in clips:
+    for voice, text, pcm in spoken(QUESTIONS):
         for before in BEFORE_S:
             for after in AFTER_S:
                 pad = [np.zeros(int(s * 16000), np.float32) for s in (before, after)]

@@ -217,9 +217,10 @@ def _recognisers(config: AgentConfig) -> tuple[SpeechToText, SpeechToText]:
     from lipstream.talk.stt import WhisperSTT
 
     # two threads for the final, its own model; partials on a one-thread model beside it
+    full = config.stt_window == "full"
     return (
-        WhisperSTT(config.stt_model, cpu_threads=2, workers=1, full_window=config.stt_window == "full"),
-        WhisperSTT(config.stt_model, cpu_threads=1, workers=1, full_window=config.stt_window == "full"),
+        WhisperSTT(config.stt_model, cpu_threads=2, workers=1, full_window=full),
+        WhisperSTT(config.stt_model, cpu_threads=1, workers=1, full_window=full),
     )
 
 

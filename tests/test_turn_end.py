@@ -27,9 +27,9 @@ from lipstream.talk.stt import WhisperSTT
 from lipstream.talk.turn_end import TextTurnDetector, TurnEndConfig
 from lipstream.talk.turn_features import TurnFeatures
 
-# the hard cap well above what a loaded 2-core machine takes to transcribe and judge a pause (≈ 1.4-2.3 s in
-# this process, beside the session's rendering, on an idle machine; more under the full suite): the rule
-# under test is the detector's, not the cap's
+# the hard cap well above what a loaded 2-core machine takes to transcribe and judge a pause (1.4-2.3 s in
+# this process, beside the session's rendering, with Whisper's 30 s window on an idle machine; more under
+# the full suite): the rule under test is the detector's, not the cap's
 PATIENT = TurnEndConfig(max_wait_ms=5000)
 ANSWER = "The largest planet is Jupiter. It is very big."
 RATE = 16000

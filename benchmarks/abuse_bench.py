@@ -30,7 +30,7 @@ import numpy as np
 import websockets
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path.append(str(REPO))  # after PYTHONPATH: a before/after run names its own lipstream there
 
 from bench_common import JITTER_S, cpu_model, open_session  # noqa: E402
 

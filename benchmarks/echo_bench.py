@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path.append(str(REPO))  # after PYTHONPATH: a before/after run names its own lipstream there
 
 from bench_common import cpu_model  # noqa: E402
 

@@ -23,7 +23,7 @@ import numpy as np
 from tqdm import tqdm
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path.append(str(REPO))  # after PYTHONPATH: a before/after run names its own lipstream there
 sys.path.insert(0, str(REPO / "tests"))
 
 from bench_common import cpu_model  # noqa: E402

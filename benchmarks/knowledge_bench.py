@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path.append(str(REPO))  # after PYTHONPATH: a before/after run names its own lipstream there
 
 from benchmarks.results import Figure, cpu_model, record  # noqa: E402
 from lipstream.talk.grounding import KnowledgeGrounding  # noqa: E402

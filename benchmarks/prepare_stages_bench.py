@@ -29,8 +29,8 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:  # run as a file: `benchmarks` is a package at the repository root
-    sys.path.insert(0, str(REPO))
+if str(REPO) not in sys.path:  # run as a file: `benchmarks` is a package at the repository root; appended,
+    sys.path.append(str(REPO))  # so a "before" run's PYTHONPATH (its own lipstream) stays ahead of it
 
 from benchmarks.results import Figure, cpu_model, record  # noqa: E402
 

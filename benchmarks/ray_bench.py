@@ -35,7 +35,7 @@ from typing import Any
 import websockets
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path.append(str(REPO))  # after PYTHONPATH: a before/after run names its own lipstream there
 sys.path.insert(0, str(REPO / "tests"))
 
 from bench_common import cpu_model, play_like_a_player  # noqa: E402

@@ -19,7 +19,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run as a file: `benchmarks` is a package at the repository root
-    sys.path.insert(0, str(REPO))
+    sys.path.append(str(REPO))  # after PYTHONPATH: a before/after run names its own lipstream there
 
 from benchmarks.results import Figure, cpu_model, record  # noqa: E402
 

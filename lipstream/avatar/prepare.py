@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,7 +30,9 @@ from lipstream.avatar.tracking import LANDMARK_COUNT, LANDMARK_MODEL, FaceTracke
 from lipstream.avatar.video_source import VideoInfo, iter_frames, probe_video
 from lipstream.errors import AvatarError, MediaError
 from lipstream.heap import HeapTrimmer
+from lipstream.media.gop_splice import GopAssembler
 from lipstream.media.gop_video import Mp4FrameWriter, VideoEncoding, coded_i420
+from lipstream.read_ahead import read_ahead
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -85,6 +89,13 @@ def check_source(source: str | Path) -> Path:
 
 
 BOOT_FRAMES = 16  # frames decoded and encoded ahead while the tracker's process starts (~100 MB at 1080p)
+DECODE_AHEAD = 4  # frames decoded on a thread of their own while the tracker answers (~25 MB at 1080p)
+
+
+def decoded_ahead(info: VideoInfo, start: int = 0) -> Iterator[tuple[int, np.ndarray]]:
+    """`iter_frames` decoded on a thread of its own, DECODE_AHEAD frames ahead (H.264 decoding releases the
+    GIL: the decoder works while the caller waits for the tracker or the encoder)."""
+    return read_ahead(iter_frames(info, start=start), DECODE_AHEAD, "decoding")
 
 
 def _track_frames(
@@ -121,7 +132,7 @@ def _track_frames(
 
     with footage, tracker, bar as advance:
         last: np.ndarray | None = None
-        for k, rgb in clock.timed("decoding", iter_frames(info)):
+        for k, rgb in clock.timed("decoding", decoded_ahead(info)):
             with clock.stage("encoding"):
                 if held is not None:
                     held.append(coded_i420(rgb, *footage.coded_size))
@@ -184,21 +195,32 @@ def _write_loop(
     first, stop = int(loop.min()), int(loop.max()) + 1
     pictures: dict[int, np.ndarray] = {}
     bar = frame_progress("encoding the idle loop", stop - first + len(loop), progress)
-    writer = Mp4FrameWriter(folder / LOOP_VIDEO, info.width, info.height, FPS, encoding)
-    position = 0
+    gop = encoding.gop
+    shared = set() if info.is_still else shared_gops(loop, blinks.closure, info.frame_count, gop)
+    writer = GopAssembler(folder / LOOP_VIDEO, folder / FOOTAGE, encoding, FPS, workers=os.cpu_count() or 1)
+    position = 0  # the loop's first position not yet handed to the writer (a GOP boundary)
+
+    def write_ready() -> None:
+        nonlocal position
+        while position < len(loop):
+            end = min(position + gop, len(loop))
+            if position // gop in shared:
+                writer.copy(position // gop)
+            elif all(int(loop[p]) in pictures for p in range(position, end)):
+                writer.encode([pictures[int(loop[p])] for p in range(position, end)])
+            else:
+                return
+            advance(end - position)
+            position = end
 
     def keep(k: int, picture: np.ndarray) -> None:
-        nonlocal position
         if blinks.closure[k] > 0:
             with clock.stage("blinks"):
                 rgb = picture if picture.ndim == 3 else rgb_of(picture, info.width, info.height)
                 picture = blinks.draw(rgb, k, landmarks, config.blink)
         with clock.stage("encoding"):
             pictures[k] = picture if picture.ndim == 2 else coded_i420(picture, *writer.coded_size)
-            while position < len(loop) and int(loop[position]) in pictures:  # the loop so far, at once
-                writer.append_i420(pictures[int(loop[position])])
-                position += 1
-                advance()
+            write_ready()  # the loop so far, at once
         advance()
 
     with writer, bar as advance:
@@ -207,16 +229,27 @@ def _write_loop(
             for k in range(first, stop):
                 keep(k, held[k])
         else:
-            for k, rgb in clock.timed("decoding", iter_frames(info, start=first)):
+            for k, rgb in clock.timed("decoding", decoded_ahead(info, first)):
                 if k >= first:
                     keep(k, rgb)
                 if k + 1 >= stop:
                     break
         for k in range(max(info.frame_count, first), stop):  # a photo's eyes-closing pictures, on the photo
             keep(k, rgb)
-        clock.begin("encoding")  # leaving the block waits for the last frames of loop.mp4
+        clock.begin("encoding")  # leaving the block waits for the last GOPs of loop.mp4
     clock.end()
     return len(loop)
+
+
+def shared_gops(loop: np.ndarray, closure: np.ndarray, footage_frames: int, gop: int) -> set[int]:
+    """The loop's GOPs that are footage.mp4's own, unchanged: every position shows the frame of its own
+    number and no blink is drawn on it (copied into loop.mp4, not encoded again)."""
+    shared = set()
+    for g in range(min(len(loop), footage_frames) // gop):
+        span = np.arange(g * gop, (g + 1) * gop)
+        if np.array_equal(loop[span], span) and not np.any(closure[span] > 0):
+            shared.add(g)
+    return shared
 
 
 def rgb_of(i420: np.ndarray, width: int, height: int) -> np.ndarray:

@@ -14,7 +14,7 @@ from lipstream.avatar.prepare import shared_gops
 from lipstream.errors import MediaError
 from lipstream.media.gop_splice import GopAssembler, annexb_units, read_gops
 from lipstream.media.gop_video import GopReader, Mp4FrameWriter, VideoEncoding, coded_i420
-from lipstream.read_ahead import read_ahead
+from lipstream.threads import read_ahead
 
 W, H, GOP = 96, 64, 5
 

@@ -32,7 +32,7 @@ from lipstream.errors import AvatarError, MediaError
 from lipstream.heap import HeapTrimmer
 from lipstream.media.gop_splice import GopAssembler
 from lipstream.media.gop_video import Mp4FrameWriter, VideoEncoding, coded_i420
-from lipstream.read_ahead import read_ahead
+from lipstream.threads import read_ahead
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 

@@ -91,10 +91,12 @@ def test_annexb_units_split_on_both_start_codes() -> None:
 def test_shared_gops_are_the_loops_unchanged_footage_gops() -> None:
     loop = np.array([*range(12), *range(11, -1, -1)])  # a 12-frame clip forward, then back
     closure = np.zeros(12)
-    assert shared_gops(loop, closure, 12, 4) == {0, 1, 2}
+    assert shared_gops(loop, closure, 12, 4) == {0: 0, 1: 1, 2: 2}
     closure[5] = 0.5  # a blink drawn on frame 5: its GOP is encoded again
-    assert shared_gops(loop, closure, 12, 4) == {0, 2}
-    assert shared_gops(loop[3:], np.zeros(12), 12, 4) == set()  # a stretch that starts later shares none
+    assert shared_gops(loop, closure, 12, 4) == {0: 0, 2: 2}
+    stretch = np.array([*range(8, 16), *range(15, 7, -1)])  # a stretch from frame 8 of a 20-frame clip
+    assert shared_gops(stretch, np.zeros(20), 20, 4) == {0: 2, 1: 3}
+    assert shared_gops(stretch + 1, np.zeros(20), 20, 4) == {}  # off the footage's GOP boundaries: none
 
 
 def test_read_ahead_keeps_order_raises_and_stops_early() -> None:

@@ -27,6 +27,10 @@ class IdleConfig:
     rest_aperture: float = 0.08  # inner-lip gap (eye-corner distances) that counts as one unit of "open"
     rest_motion: float = 0.004  # head travel per frame (eye-corner distances) that counts as one unit
     end_frames: int = 4  # the frames at each end (where the loop turns) count this many times over
+    # a stretch starting on a GOP boundary of footage.mp4 (every `align_frames`) shares its forward GOPs
+    # with it (copied, not encoded again: issue 37); taken when it is within `align_slack` of the calmest
+    align_frames: int = 25
+    align_slack: float = 0.05
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,11 @@ def choose_idle_stretch(landmarks: np.ndarray, tracked: np.ndarray, fps: int, co
         finite = np.where(np.isfinite(cost), cost, 1e9)
         scores = np.convolve(finite, weight[::-1], mode="valid") / weight.sum()
         start = int(np.argmin(scores))
+        if config.align_frames > 1:
+            aligned = np.arange(0, len(scores), config.align_frames)
+            best_aligned = int(aligned[np.argmin(scores[aligned])])
+            if scores[best_aligned] <= scores[start] * (1.0 + config.align_slack) + 1e-9:
+                start = best_aligned
         reason = (
             f"the calmest {length / fps:.1f} s of {n / fps:.1f} s with the mouth most at rest "
             f"(frames {start}-{start + length - 1})"

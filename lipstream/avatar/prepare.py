@@ -196,7 +196,7 @@ def _write_loop(
     pictures: dict[int, np.ndarray] = {}
     bar = frame_progress("encoding the idle loop", stop - first + len(loop), progress)
     gop = encoding.gop
-    shared = set() if info.is_still else shared_gops(loop, blinks.closure, info.frame_count, gop)
+    shared = {} if info.is_still else shared_gops(loop, blinks.closure, info.frame_count, gop)
     writer = GopAssembler(folder / LOOP_VIDEO, folder / FOOTAGE, encoding, FPS, workers=os.cpu_count() or 1)
     position = 0  # the loop's first position not yet handed to the writer (a GOP boundary)
 
@@ -205,7 +205,7 @@ def _write_loop(
         while position < len(loop):
             end = min(position + gop, len(loop))
             if position // gop in shared:
-                writer.copy(position // gop)
+                writer.copy(shared[position // gop])
             elif all(int(loop[p]) in pictures for p in range(position, end)):
                 writer.encode([pictures[int(loop[p])] for p in range(position, end)])
             else:
@@ -241,14 +241,17 @@ def _write_loop(
     return len(loop)
 
 
-def shared_gops(loop: np.ndarray, closure: np.ndarray, footage_frames: int, gop: int) -> set[int]:
-    """The loop's GOPs that are footage.mp4's own, unchanged: every position shows the frame of its own
-    number and no blink is drawn on it (copied into loop.mp4, not encoded again)."""
-    shared = set()
-    for g in range(min(len(loop), footage_frames) // gop):
-        span = np.arange(g * gop, (g + 1) * gop)
-        if np.array_equal(loop[span], span) and not np.any(closure[span] > 0):
-            shared.add(g)
+def shared_gops(loop: np.ndarray, closure: np.ndarray, footage_frames: int, gop: int) -> dict[int, int]:
+    """The loop's GOPs that are footage.mp4's own GOPs unchanged, loop GOP -> footage GOP: consecutive frames
+    from a GOP boundary of the footage, no blink drawn on them (copied into loop.mp4, not encoded again)."""
+    shared: dict[int, int] = {}
+    for g in range(len(loop) // gop):
+        span = loop[g * gop : (g + 1) * gop].astype(np.int64)
+        first = int(span[0])
+        if first % gop or first + gop > footage_frames:
+            continue
+        if np.array_equal(span, first + np.arange(gop)) and not np.any(closure[span] > 0):
+            shared[g] = first // gop
     return shared
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from lipstream.avatar.bundle import CROP_SIZE, Manifest, load_avatar
@@ -74,16 +76,33 @@ def test_box_follows_known_head_motion(small_avatar, sample_clip):
     assert np.abs(err_x).mean() < 1.5
 
 
+def test_the_margin_under_the_chin_grows_with_the_face() -> None:
+    from lipstream.avatar.boxes import BoxConfig, chin_margins, extra_margin
+
+    boxes = np.array([[0, 0, 100, 80], [0, 0, 300, 274], [0, 0, 600, 600]], dtype=np.float64)
+    margins = extra_margin(boxes, BoxConfig())
+    assert np.allclose(margins, [10.0, 27.4, 60.0])
+    assert np.allclose(extra_margin(boxes, BoxConfig(extra_margin_share=0.0)), 10.0)  # MuseTalk's own 10 px
+    # what a reader of the bundle (MuseTalk v1.0's crop) recovers from the final boxes and manifest.box
+    final = boxes.copy()
+    final[:, 3] += margins
+    assert np.allclose(chin_margins(final, dataclasses.asdict(BoxConfig())), margins)
+    assert np.allclose(chin_margins(final, {}), 10.0)  # a bundle prepared before the entry: a fixed 10 px
+
+
 def test_box_follows_musetalk_convention(small_avatar):
-    """y1 = nose bridge - (chin - nose bridge), y2 = chin + 10 px, x-extent of the landmarks (± smoothing)."""
+    """y1 = nose bridge - (chin - nose bridge), y2 = chin + the margin (10 px, or 7 % of the box's height when
+    that is more), x-extent of the landmarks (± smoothing)."""
     from lipstream.avatar.boxes import NOSE_BRIDGE
 
     lm = small_avatar.landmarks
     chin = lm[:, :, 1].max(axis=1)
     nose = lm[:, NOSE_BRIDGE, 1]
     b = small_avatar.boxes
-    assert np.abs(b[:, 3] - (chin + 10)).max() < 3
-    assert np.abs(b[:, 1] - (2 * nose - chin)).max() < 3
+    y1 = 2 * nose - chin
+    margin = np.maximum(10, 0.07 * (chin - y1))
+    assert np.abs(b[:, 3] - (chin + margin)).max() < 3
+    assert np.abs(b[:, 1] - y1).max() < 3
     assert np.abs(b[:, 0] - lm[:, :, 0].min(axis=1)).max() < 3
     assert np.abs(b[:, 2] - lm[:, :, 0].max(axis=1)).max() < 3
 

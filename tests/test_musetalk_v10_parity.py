@@ -20,6 +20,8 @@ def test_version_box_drops_the_jaw_margin_for_v10_only() -> None:
     box = np.array([100, 200, 300, 420])
     assert version_box(box, "1.5").tolist() == [100, 200, 300, 420]
     assert version_box(box, "1.0").tolist() == [100, 200, 300, 410]
+    assert version_box(box, "1.0", margin=22.4).tolist() == [100, 200, 300, 398]  # a large face's margin
+    assert version_box(box, "1.5", margin=22.4).tolist() == [100, 200, 300, 420]
 
 
 def test_a_v10_patch_fills_the_rows_above_the_margin_and_keeps_the_frame_below() -> None:

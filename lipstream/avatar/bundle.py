@@ -58,6 +58,7 @@ class Manifest(BaseModel):
     engines: dict[str, dict] = Field(default_factory=dict)  # engine name -> what it cached
     video: BundleVideo | None = None  # format 2: the two videos holding the frames
     mask: dict = Field(default_factory=dict)  # format 2: MaskConfig the masks are derived with (defaults)
+    box: dict = Field(default_factory=dict)  # BoxConfig the boxes were made with (empty: a 10 px chin margin)
     idle: dict = Field(default_factory=dict)  # format 2: which stretch the idle loop plays, and why
 
     @property

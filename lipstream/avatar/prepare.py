@@ -358,6 +358,7 @@ def prepare_avatar(
                 notes=notes,
                 video=video,
                 mask=asdict(config.mask),
+                box=asdict(config.box),
                 idle=_idle_entry(stretch, blinks, info.is_still),
             )
         times = clock.finish()  # what is left (writing the manifest, the rename) is milliseconds

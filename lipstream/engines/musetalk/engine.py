@@ -24,6 +24,7 @@ from lipstream.engines.musetalk.generator import PATCH_SIZE, MuseTalkGenerator
 from lipstream.engines.musetalk.latents import (
     ENGINE,
     JAW_MARGIN_PX,
+    bundle_margins,
     cached_latents,
     frame_rows,
     prepare_latents,
@@ -187,9 +188,11 @@ class MuseTalkEngine(Engine):
         """The pass's patches as this avatar's crops (v1.0's cover the box without the jaw margin)."""
         if JAW_MARGIN_PX.get(self.options.version, 0):
             out = np.array(out)
+            margins = bundle_margins(bundle)
             for i, frame_id in enumerate(np.asarray(frame_ids).reshape(-1)):
                 frame = np.asarray(bundle.frames[frame_id])
-                out[i] = to_bundle_crop(out[i], frame, bundle.boxes[frame_id], self.options.version)
+                box, margin = bundle.boxes[frame_id], margins[frame_id]
+                out[i] = to_bundle_crop(out[i], frame, box, self.options.version, margin)
         return out
 
     def pass_runner(self, size: int) -> Callable[[torch.Tensor, torch.Tensor], np.ndarray]:

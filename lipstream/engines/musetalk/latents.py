@@ -25,23 +25,36 @@ log = logging.getLogger(__name__)
 ENGINE = "musetalk"
 LATENTS_FILE = "latents.npy"
 ENCODE_BATCH = 4
-# The bundle's boxes hold MuseTalk v1.5's 10 px jaw margin below the chin (avatar/boxes.py BoxConfig);
-# upstream adds it for v1.5 only, so v1.0 crops the box without it.
-JAW_MARGIN_PX = {"1.5": 0, "1.0": -10}  # change of the bundle box's bottom edge per version
+# The bundle's boxes hold MuseTalk v1.5's jaw margin below the chin (avatar/boxes.py BoxConfig: 10 px, or a
+# share of the box for a large face); upstream adds it for v1.5 only, so v1.0 crops the box without it. The
+# value marks which crop a latents cache was encoded from (-10: without the margin, whatever its size).
+JAW_MARGIN_PX = {"1.5": 0, "1.0": -10}
 
 
-def version_box(box: np.ndarray, version: str = "1.5") -> np.ndarray:
-    """The crop box MuseTalk `version` reads from a bundle box: as is (v1.5) or without the jaw margin."""
+def version_box(box: np.ndarray, version: str = "1.5", margin: float = 10.0) -> np.ndarray:
+    """The crop box MuseTalk `version` reads from a bundle box: as is (v1.5) or without its jaw margin of
+    `margin` rows (v1.0; `bundle_margins` gives each box's)."""
     x1, y1, x2, y2 = (int(v) for v in box)
-    return np.array([x1, y1, x2, max(y1 + 2, y2 + JAW_MARGIN_PX.get(version, 0))], dtype=np.int64)
+    if JAW_MARGIN_PX.get(version, 0):
+        y2 -= int(round(margin))
+    return np.array([x1, y1, x2, max(y1 + 2, y2)], dtype=np.int64)
 
 
-def to_bundle_crop(patch: np.ndarray, frame: np.ndarray, box: np.ndarray, version: str) -> np.ndarray:
+def bundle_margins(bundle: AvatarBundle) -> np.ndarray:
+    """Per frame, the rows its box holds under the chin (as prepare made them)."""
+    from lipstream.avatar.boxes import chin_margins
+
+    return chin_margins(np.asarray(bundle.boxes), bundle.manifest.box)
+
+
+def to_bundle_crop(
+    patch: np.ndarray, frame: np.ndarray, box: np.ndarray, version: str, margin: float = 10.0
+) -> np.ndarray:
     """A 256x256 patch of version_box(box) mapped onto the bundle box's 256x256 crop space: the patch is
     resized into the rows it covers and the rows below (v1.0's missing jaw margin) keep the frame's own."""
     import cv2
 
-    inner = version_box(box, version)
+    inner = version_box(box, version, margin)
     if inner[3] == int(box[3]):
         return patch
     crop = crop_face(frame, box)
@@ -140,6 +153,7 @@ def prepare_latents(
         return existing
     shown = bundle.display_frames
     n = len(shown)
+    margins = bundle_margins(bundle)
     chunks = []
     from rich.progress import Progress
 
@@ -148,7 +162,10 @@ def prepare_latents(
         for start in range(0, n, ENCODE_BATCH):
             idx = [int(i) for i in shown[start : start + ENCODE_BATCH]]
             crops = np.stack(
-                [crop_face(np.asarray(bundle.frames[i]), version_box(bundle.boxes[i], version)) for i in idx]
+                [
+                    crop_face(np.asarray(bundle.frames[i]), version_box(bundle.boxes[i], version, margins[i]))
+                    for i in idx
+                ]
             )
             chunks.append(encode_crops(vae, crops))
             bar.advance(task, len(idx))

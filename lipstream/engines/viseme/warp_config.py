@@ -15,10 +15,10 @@ class WarpConfig:
 
     # The opening is mostly the jaw rotating down (chin, lower lip and lower teeth together), plus a smaller
     # parting of the lips themselves; the calibration maps commands onto the speech range of this motion.
-    # (issue 37: 0.5 and 0.85 before; the lower lip's drop is the same, the chin's larger: a face mesh over
-    # the output saw it drop too little of the lip's)
-    jaw_drop: float = 0.6  # the chin's drop at open=1, in W
-    jaw_lip: float = 0.71  # the lower lip rides this share of it (it is nearer the jaw's hinge)
+    # (issue 37: 0.5/0.85, then 0.6/0.71, now 0.75/0.568: the lower lip's drop is the same, the chin's
+    # larger, which the crop's room under the chin, 10 % of the box since, lets a face mesh see)
+    jaw_drop: float = 0.75  # the chin's drop at open=1, in W
+    jaw_lip: float = 0.568  # the lower lip rides this share of it (it is nearer the jaw's hinge)
     lip_part: float = 0.16  # the lips' own parting on top of the jaw at open=1, in W
     upper_share: float = 0.4  # part of the lips' own parting taken by the upper lip
     close_upper_share: float = 0.8  # part of a closure taken by the upper lip: it comes down over the teeth

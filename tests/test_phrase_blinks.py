@@ -46,11 +46,12 @@ def test_blinks_start_where_a_pause_confirms_a_phrase_end_at_the_configured_rate
     assert set(starts) <= set(ends)
     assert starts == [k for k in ends if phrase_chance(k) < config.chance]
     assert abs(len(starts) / len(ends) - config.chance) < 0.1
-    # one blink lasts 280 ms (7 frames), eased, shut for 2 frames in its first half
+    # one blink lasts 320 ms (8 frames), eased, shut for 3 frames, down faster than up
     k = starts[0]
     curve = closure[k : k + len(machine.curve) + 1]
-    assert curve[-1] == 0.0 and curve.max() == 1.0 and np.count_nonzero(curve) == len(machine.curve) == 7
-    assert np.count_nonzero(curve == 1.0) == 2
+    assert curve[-1] == 0.0 and curve.max() == 1.0 and np.count_nonzero(curve) == len(machine.curve) == 8
+    shut = np.flatnonzero(curve == 1.0)
+    assert len(shut) == 3 and shut[0] <= 2 and len(machine.curve) - 1 - shut[-1] > shut[0]
 
 
 def test_no_blink_after_a_short_burst_a_short_gap_or_near_another_blink() -> None:

@@ -31,10 +31,11 @@ class BlinkConfig:
     enabled: bool = True
     interval_s: tuple[float, float] = (2.0, 6.0)  # between blink starts (people: ~10-20 a minute)
     # lid down and up again: people's spontaneous blinks last ~200-350 ms (5-8 frames at 25 fps); shorter
-    # ones (one shut frame) did not read as blinks to a face mesh run over the output (issue 37)
-    duration_s: tuple[float, float] = (0.22, 0.32)
-    close_share: float = 0.25  # of a blink's time spent closing (the lid falls fast: ~2 frames) ...
-    shut_share: float = 0.37  # ... then shut (>= 2 frame centres at 0.22 s), then up slower over the rest
+    # ones did not read as blinks to a face mesh run over the output (issue 37: one shut frame read as none,
+    # 0.22-0.32 s read under 0.55 of the eyes' openness for 4 frames; 0.28-0.34 s, shut 45 %, for 5-6)
+    duration_s: tuple[float, float] = (0.28, 0.34)
+    close_share: float = 0.2  # of a blink's time spent closing (the lid falls fast: under 2 frames) ...
+    shut_share: float = 0.45  # ... then shut (>= 3 frame centres at 0.28 s), then up slower over the rest
     photo_loop_s: float = 12.0  # a photo's idle loop: long enough that the irregular rhythm does not show
     photo_levels: tuple[float, ...] = (0.35, 0.7, 1.0)  # lid heights a photo's pictures are drawn at
     edge_margin_s: float = 0.6  # no planned blink this near a clip stretch's ends (the loop turns there)

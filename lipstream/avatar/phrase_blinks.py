@@ -31,7 +31,8 @@ class PhraseBlinkConfig:
     min_phrase_s: float = 0.8  # voiced time before a pause for it to end a phrase (not a stop consonant)
     pause_s: float = 0.2  # silence that confirms a phrase end; the blink starts then
     gap_s: float = 1.2  # no phrase blink this near another blink (drawn or phrase), before or after
-    duration_s: float = 0.28  # one blink: lid down, shut 2 frames, up (7 frames at 25 fps; issue 37)
+    duration_s: float = 0.32  # one blink: lid down, shut 3 frames, up (8 frames at 25 fps; issue 37: 0.28 s
+    # read under 0.55 of the eyes' openness for 4 frames, 160 ms, to a face mesh over the output)
 
     def entry(self) -> dict:
         """What the web export's manifest carries for the page's copy of the machine."""

@@ -236,7 +236,8 @@ def test_photo_bundle_round_trips(tmp_path: Path) -> None:
     still = PrepareConfig(breathing=BreathingConfig(enabled=False))
     bundle = prepare_avatar(tmp_path / "p.png", "p", tmp_path / "a", progress=False, config=still)
     assert bundle.manifest.video is not None and bundle.manifest.video.crf == 8
-    assert set(bundle.idle_loop.tolist()) == set(range(bundle.frame_count))  # the loop shows them all
+    shown = set(bundle.idle_loop.tolist())  # the open eyes and the shut ones at least (a blink's curve may
+    assert {0, bundle.frame_count - 1} <= shown <= set(range(bundle.frame_count))  # pass a mid lid by)
     streamed = cv2.cvtColor(cv2.cvtColor(photo, cv2.COLOR_RGB2YUV_I420), cv2.COLOR_YUV2RGB_I420)
     assert psnr_db(np.asarray(bundle.frames[0]), streamed) > 42
     # footage.mp4 holds the same pictures as loop.mp4 (each drawn once, encoded in both)

@@ -30,12 +30,16 @@ class PrepareNeeds:
     memory_bytes: int
 
     @classmethod
-    def estimate(cls, frames: int, width: int, height: int, loop_frames: int) -> PrepareNeeds:
-        """From the clip's frame count and size, and the idle loop's length."""
+    def estimate(
+        cls, frames: int, width: int, height: int, loop_frames: int, held_frames: int = 0
+    ) -> PrepareNeeds:
+        """From the clip's frame count and size, the idle loop's length, and the frames kept as I420 after
+        their decode (a short clip's, instead of the stretch's)."""
         pixels = width * height
         video = int((frames + loop_frames) * pixels * FOOTAGE_BITS_PER_PIXEL / 8)
         disk = video + frames * LANDMARK_BYTES_PER_FRAME
-        stretch = loop_frames // 2 * pixels * 3 // 2  # held as I420 while loop.mp4 is written
+        # held as I420 while loop.mp4 is written: the stretch's, or a short clip's every frame
+        stretch = max(loop_frames // 2, held_frames) * pixels * 3 // 2
         per_frame = frames * LANDMARK_BYTES_PER_FRAME * 2
         memory = FIXED_MEMORY_BYTES + FRAMES_IN_FLIGHT * pixels * 3 + stretch + per_frame
         return cls(frames, width, height, loop_frames, disk, memory)

@@ -31,7 +31,7 @@ from lipstream.avatar.video_source import VideoInfo, iter_frames, probe_video
 from lipstream.errors import AvatarError, MediaError
 from lipstream.heap import HeapTrimmer
 from lipstream.media.gop_splice import GopAssembler
-from lipstream.media.gop_video import Mp4FrameWriter, VideoEncoding, coded_i420
+from lipstream.media.gop_video import Mp4FrameWriter, VideoEncoding, coded_i420, even_size
 from lipstream.threads import read_ahead
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -50,6 +50,11 @@ class PrepareConfig:
     video: VideoEncoding = field(default_factory=VideoEncoding)
     blink: BlinkConfig = field(default_factory=BlinkConfig)
     breathing: BreathingConfig = field(default_factory=BreathingConfig)  # a photo's idle motion
+    # a clip a little longer than the idle stretch keeps its frames after their one decode (issue 37: the
+    # stretch's second decode made a 7 s clip the slowest of all to prepare, 24 frames/s; 10 s of 1080×1920
+    # is 742 MiB, a peak of ~1.2 GB; from 10 s on a clip runs at 29 frames/s and more without)
+    hold_seconds: float = 10.0
+    hold_mb: float = 800.0
 
 
 def check_name(name: str) -> str:
@@ -104,8 +109,8 @@ def _track_frames(
 ) -> tuple[np.ndarray, np.ndarray, list[str], StillClip | None, list[np.ndarray] | None]:
     """Decode every output frame once: track the face and encode footage.mp4 on the writer's thread, so
     no more than a few frames are in memory. Returns landmarks, found mask, notes, a photo's clip, and with
-    `hold` every frame as the I420 picture encoded (a clip no longer than the idle stretch: its loop is
-    made from them, with no second decode). Closes the tracker.
+    `hold` every frame as the I420 picture encoded (a short clip, `_holds_frames`: its loop is made from
+    them, with no second decode). Closes the tracker.
 
     While the tracker's process starts, up to BOOT_FRAMES frames are decoded and encoded ahead and tracked
     once it answers. A photo whose face is found gets frames appended: its breathing, blinking clip
@@ -177,9 +182,19 @@ def _still_frames(info: VideoInfo, config: PrepareConfig) -> int:
     return int(round(config.blink.photo_loop_s * FPS)) - info.frame_count
 
 
-def _holds_stretch(info: VideoInfo, config: PrepareConfig) -> bool:
-    """A clip no longer than the idle stretch: the stretch is all of it, known before tracking."""
-    return not info.is_still and info.frame_count <= int(round(config.idle.max_seconds * FPS))
+def _holds_frames(info: VideoInfo, config: PrepareConfig, memory_available: int) -> bool:
+    """Whether every frame is kept as I420 after its one decode, the idle loop made from them: a clip no
+    longer than the idle stretch (the stretch is all of it), or one of up to hold_seconds whose pictures fit
+    in hold_mb and in half the memory available. Longer clips decode their idle stretch again once chosen."""
+    if info.is_still:
+        return False
+    n = info.frame_count
+    if n <= int(round(config.idle.max_seconds * FPS)):
+        return True
+    coded_w, coded_h = even_size(info.width, info.height)
+    if n > config.hold_seconds * FPS or n * coded_w * coded_h * 3 // 2 > config.hold_mb * 2**20:
+        return False
+    return _needs(info, config, held=True).memory_bytes <= memory_available // 2
 
 
 def _write_loop(
@@ -269,12 +284,13 @@ def _idle_entry(stretch: IdleStretch, blinks: IdleBlinks, is_still: bool) -> dic
     return entry
 
 
-def _needs(info: VideoInfo, config: PrepareConfig) -> PrepareNeeds:
+def _needs(info: VideoInfo, config: PrepareConfig, held: bool = False) -> PrepareNeeds:
     loop_frames = 2 * min(info.frame_count, int(round(config.idle.max_seconds * FPS)))
     if info.is_still and (config.blink.enabled or config.breathing.enabled):
         loop_frames = int(round(config.blink.photo_loop_s * FPS))
     frames = info.frame_count + _still_frames(info, config)  # a breathing photo's clip is footage too
-    return PrepareNeeds.estimate(frames, info.width, info.height, loop_frames)
+    held_frames = info.frame_count if held else 0
+    return PrepareNeeds.estimate(frames, info.width, info.height, loop_frames, held_frames)
 
 
 def prepare_avatar(
@@ -303,14 +319,15 @@ def prepare_avatar(
                 f"{info.path} is too short ({info.frame_count} frames at {FPS} fps); give at least "
                 f"{config.min_seconds:g} s of video, or a single photo"
             )
-        check_fits(_needs(info, config), room(final.parent), info.path.name, info.frame_count / FPS)
+        machine = room(final.parent)
+        hold = _holds_frames(info, config, machine.memory_available_bytes)
+        check_fits(_needs(info, config, hold), machine, info.path.name, info.frame_count / FPS)
         HeapTrimmer().tune()  # thousands of frames cross threads: keep freed ones from staying resident
         # a photo that breathes is a clip of moving pictures, encoded as one
         encoding = config.video.for_frames(info.frame_count + _still_frames(info, config))
         tracker = FaceTracker(config.tracker)
     with tracker, bf.atomic_bundle_dir(final, force=force) as folder:
         tracker.start()  # its process imports mediapipe while the first frames are decoded and encoded
-        hold = _holds_stretch(info, config)
         landmarks, found, notes, clip, held = _track_frames(
             info, folder, encoding, config, name, progress, tracker, clock, hold
         )

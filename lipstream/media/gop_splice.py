@@ -17,7 +17,7 @@ import av
 import numpy as np
 
 from lipstream.errors import MediaError
-from lipstream.media.gop_video import VideoEncoding, x264_options
+from lipstream.media.gop_video import FileWriter, VideoEncoding, x264_options
 from lipstream.media.yuv import tag_bt601
 
 Gop = list[av.Packet]
@@ -98,7 +98,7 @@ def encode_gop(pictures: list[np.ndarray], coded_size: tuple[int, int], fps: int
     return [length_prefixed(p) for p in packets], annexb_units(bytes(context.extradata or b""))
 
 
-class GopAssembler:
+class GopAssembler(FileWriter):
     """Write `path` one GOP at a time, in order: `copy` one of `template`'s GOPs, or `encode` pictures (a
     whole GOP, or the file's last, shorter one) on a pool of `workers` threads. The stream's parameters and
     SPS/PPS are the template's; an encoded GOP whose SPS/PPS differ is refused (it would not decode)."""
@@ -182,13 +182,3 @@ class GopAssembler:
         self._closed = True
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._container.close()
-
-    def __enter__(self) -> GopAssembler:
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        """Finish the file, or abort it when the block raised."""
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()

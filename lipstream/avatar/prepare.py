@@ -95,6 +95,8 @@ def check_source(source: str | Path) -> Path:
 
 BOOT_FRAMES = 16  # frames decoded and encoded ahead while the tracker's process starts (~100 MB at 1080p)
 DECODE_AHEAD = 4  # frames decoded on a thread of their own while the tracker answers (~25 MB at 1080p)
+LOOP_ENCODERS = 8  # x264 sessions at once for loop.mp4's GOPs, at most (a 6 s loop has 12; each holds ~25
+# pictures of lookahead and references)
 
 
 def decoded_ahead(info: VideoInfo, start: int = 0) -> Iterator[tuple[int, np.ndarray]]:
@@ -212,7 +214,8 @@ def _write_loop(
     bar = frame_progress("encoding the idle loop", stop - first + len(loop), progress)
     gop = encoding.gop
     shared = {} if info.is_still else shared_gops(loop, blinks.closure, info.frame_count, gop)
-    writer = GopAssembler(folder / LOOP_VIDEO, folder / FOOTAGE, encoding, FPS, workers=os.cpu_count() or 1)
+    workers = min(len(os.sched_getaffinity(0)), LOOP_ENCODERS)  # the cores this process may run on
+    writer = GopAssembler(folder / LOOP_VIDEO, folder / FOOTAGE, encoding, FPS, workers=workers)
     position = 0  # the loop's first position not yet handed to the writer (a GOP boundary)
 
     def write_ready() -> None:

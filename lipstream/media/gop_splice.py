@@ -23,21 +23,45 @@ from lipstream.media.yuv import tag_bt601
 Gop = list[av.Packet]
 
 
-def read_gops(path: Path, gop: int) -> list[Gop]:
-    """The packets of an Mp4FrameWriter file, one list per GOP (demuxed only: nothing is decoded)."""
-    gops: list[Gop] = []
-    with av.open(str(path)) as container:
-        for packet in container.demux(container.streams.video[0]):
-            if packet.size == 0:  # the demuxer's end-of-stream marker
+class GopSource:
+    """The GOPs of an Mp4FrameWriter file by index, demuxed (nothing decoded) in one forward pass: only the
+    GOP asked for is kept, so copying a long clip's late stretch does not hold the whole file."""
+
+    def __init__(self, path: Path, gop: int) -> None:
+        self.path = Path(path)
+        self.gop = gop
+        self._container = av.open(str(self.path))
+        self._packets = self._container.demux(self._container.streams.video[0])
+        self._index = -1  # the GOP `_next` starts
+        self._next: Gop = []
+
+    def read(self, index: int) -> Gop:
+        """GOP `index`'s packets (indices ascending from call to call)."""
+        if index <= self._index - 1:
+            raise ValueError(f"GOP {index} of {self.path.name} was passed already")
+        while True:
+            packet = next(self._packets, None)
+            if packet is not None and packet.size == 0:  # the demuxer's end-of-stream marker
                 continue
-            if packet.is_keyframe:
-                gops.append([])
-            if not gops:
-                raise MediaError(f"{path.name} does not start with a key frame")
-            gops[-1].append(packet)
-    if any(len(g) > gop for g in gops):
-        raise MediaError(f"{path.name} has GOPs longer than {gop} frames")
-    return gops
+            if packet is None or packet.is_keyframe:
+                if self._index == index:
+                    done, self._next = self._next, [packet] if packet is not None else []
+                    self._index += 1
+                    if len(done) > self.gop:
+                        raise MediaError(f"{self.path.name} has GOPs longer than {self.gop} frames")
+                    return done
+                if packet is None:
+                    raise MediaError(f"{self.path.name} has no GOP {index}")
+                self._index += 1
+                self._next = [packet]
+            elif self._index < 0:
+                raise MediaError(f"{self.path.name} does not start with a key frame")
+            elif self._index == index:
+                self._next.append(packet)
+
+    def close(self) -> None:
+        """Close the file."""
+        self._container.close()
 
 
 def annexb_units(data: bytes) -> list[bytes]:
@@ -112,8 +136,8 @@ class GopAssembler(FileWriter):
         self.frames = 0
         self.copied_gops = 0
         self.encoded_gops = 0
-        self._template_gops: list[Gop] | None = None
         self._template = Path(template)
+        self._source: GopSource | None = None
         with av.open(str(template)) as source:
             stream = source.streams.video[0]
             self.coded_size = (stream.codec_context.width, stream.codec_context.height)
@@ -128,9 +152,9 @@ class GopAssembler(FileWriter):
 
     def copy(self, index: int) -> None:
         """Append GOP `index` of the template, as it is."""
-        if self._template_gops is None:
-            self._template_gops = read_gops(self._template, self.encoding.gop)
-        self._pending.append(self._template_gops[index])
+        if self._source is None:
+            self._source = GopSource(self._template, self.encoding.gop)
+        self._pending.append(self._source.read(index))
         self.copied_gops += 1
         self._mux_ready()
 
@@ -174,11 +198,15 @@ class GopAssembler(FileWriter):
         try:
             self._mux_ready(wait=True)
         finally:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._container.close()
+            self._release()
 
     def abort(self) -> None:
         """Stop after a failure (the partial file is the caller's to remove)."""
         self._closed = True
+        self._release()
+
+    def _release(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._container.close()
+        if self._source is not None:
+            self._source.close()

@@ -66,18 +66,15 @@ class GopSource:
 
 def annexb_units(data: bytes) -> list[bytes]:
     """The NAL units of an Annex B byte stream (start codes 00 00 01 or 00 00 00 01 between them)."""
-    units, start = [], None
-    k, n = 0, len(data)
-    while k + 3 <= n:
-        if data[k] == 0 and data[k + 1] == 0 and data[k + 2] == 1:
-            if start is not None:
-                units.append(data[start:k].rstrip(b"\x00"))  # a 4-byte start code's leading zero
-            k += 3
-            start = k
-        else:
-            k += 1
-    if start is not None:
-        units.append(data[start:])
+    codes = []  # each start code's position, found by bytes.find (a Python loop over every byte held the GIL
+    k = data.find(b"\x00\x00\x01")  # for ~60 ms a megabyte of a GOP's packets)
+    while k >= 0:
+        codes.append(k)
+        k = data.find(b"\x00\x00\x01", k + 3)
+    # each unit up to the next code, less a 4-byte code's leading zero
+    units = [data[a + 3 : b].rstrip(b"\x00") for a, b in zip(codes, codes[1:], strict=False)]
+    if codes:
+        units.append(data[codes[-1] + 3 :])
     return [u for u in units if u]
 
 

@@ -99,10 +99,10 @@ demo: setup
 	@echo "live page: http://127.0.0.1:$${PORT:-8000}/  (Talk: press Talk and speak; the avatar answers with the embedded SmolLM2)"
 	$(BIN)/lipstream serve --host 127.0.0.1 --port $${PORT:-8000} --agent
 
-# one environment runs every test: the Pipecat and Ray tests included. One process by default: on 2 cores, two
-# or three xdist workers (`make test TEST_WORKERS=2`, a file to each) made the real-time conversation and
-# interruption tests miss their clocks (docs/testing.md)
-TEST_WORKERS ?= 0
+# one environment runs every test: the Pipecat and Ray tests included. Two xdist workers, a file to each
+# (most slow tests wait on a clock or a process, not the CPU); a test marked `realtime` (its clock is checked)
+# runs with no other worker's test beside it (tests/fixtures_realtime.py). TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
 test: setup
 	$(BIN)/ruff check lipstream tests benchmarks
 	$(BIN)/python -m pytest -q --durations=15 -n $(TEST_WORKERS) --dist loadfile tests

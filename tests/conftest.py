@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-# shared costly setup as plugins (docs/testing.md): one Chromium per browser test module
-pytest_plugins = ["fixtures_browser"]
+# shared costly setup as plugins (docs/testing.md): one Chromium per browser test module; real-time tests
+# alone under xdist, the heaviest modules first
+pytest_plugins = ["fixtures_browser", "fixtures_realtime"]
 
 
 @pytest.fixture(autouse=True)

@@ -181,6 +181,7 @@ def barge_in_ms(server_http: str, wav: Path) -> dict:
     return {"ms": result["bargeInMs"], "level_ms": result["bargeInLevelMs"], "result": result}
 
 
+@pytest.mark.realtime  # its clock is checked: it runs with no other worker's test beside it
 def test_barge_in_stops_the_avatar(agent_server: ServerProcess, mic_wavs: dict[str, Path]) -> None:
     figure = barge_in_ms(agent_server.http, mic_wavs["barge_in"])
     result = figure["result"]

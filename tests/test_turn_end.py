@@ -162,6 +162,7 @@ def _of(events: list[dict], kind: str) -> list[dict]:
 
 
 @pytest.mark.slow
+@pytest.mark.realtime  # its clock is checked: it runs with no other worker's test beside it
 def test_a_question_paused_mid_clause_is_answered_once_whole_after_the_user_finishes(
     small_avatar, stt, judge
 ) -> None:
@@ -188,6 +189,7 @@ def test_a_question_paused_mid_clause_is_answered_once_whole_after_the_user_fini
 
 
 @pytest.mark.slow
+@pytest.mark.realtime  # its clock is checked: it runs with no other worker's test beside it
 def test_a_complete_question_is_answered_after_a_short_pause(small_avatar, stt, judge) -> None:
     from lipstream.talk.tts import create_tts
 
@@ -207,6 +209,7 @@ def test_a_complete_question_is_answered_after_a_short_pause(small_avatar, stt, 
 
 
 @pytest.mark.slow
+@pytest.mark.realtime  # its clock is checked: it runs with no other worker's test beside it
 def test_a_wrong_finished_call_is_repaired_the_continuation_joins_the_question(
     small_avatar, stt, judge
 ) -> None:

@@ -28,8 +28,11 @@ def repo_root() -> Path:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Keep torch and BLAS to the machine's cores (2 here) so parallel stages do not thrash."""
-    os.environ.setdefault("OMP_NUM_THREADS", "2")
+    """Keep torch and BLAS to the machine's cores (2 here), shared by the xdist workers, so parallel stages
+    do not thrash (one torch test with two threads beside another worker ran 3-7x slower than alone)."""
+    workers = getattr(config.option, "numprocesses", None)
+    workers = workers if isinstance(workers, int) and workers > 0 else 1
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 2) // workers)))
 
 
 @pytest.fixture(scope="session")

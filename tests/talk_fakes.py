@@ -210,6 +210,26 @@ class ScriptedLLM:
             yield word if i == 0 else " " + word
 
 
+class YieldingLLM(ScriptedLLM):
+    """A ScriptedLLM that can be paused (as the embedded model's process is): records the calls in `log`."""
+
+    def __init__(self, log: list[str], **kwargs) -> None:  # noqa: ANN003
+        super().__init__(**kwargs)
+        self.log = log
+        self.paused = False
+
+    def pause(self, seconds: float) -> None:
+        """Records the pause."""
+        self.paused = True
+        self.log.append("pause")
+
+    def resume(self) -> None:
+        """Records the resume (only when paused, as the real one acts only then)."""
+        if self.paused:
+            self.paused = False
+            self.log.append("resume")
+
+
 class ToneVoice:
     """A voice that speaks each sentence as 10 ms of tone a character (no model)."""
 

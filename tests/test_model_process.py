@@ -159,3 +159,59 @@ def test_a_model_that_cannot_start_makes_every_turn_say_unavailable_at_once(tmp_
         assert time.monotonic() - started < 1.0  # no waiting on a model that will not come
     finally:
         asyncio.run(model.aclose())
+
+
+def _becomes_stopped(pid: int, stopped: bool = True, wait_seconds: float = 1.0) -> bool:
+    """Whether `pid` is (or within `wait_seconds` becomes) stopped, state T, or running when not `stopped`:
+    a signal just sent takes a moment to take effect."""
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+        if (state == "T") == stopped:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+
+
+@pytest.mark.slow
+def test_the_model_yields_its_core_for_a_moment_and_loses_nothing() -> None:
+    """Issue 35: while an answer's first phrase is synthesised the model process is stopped; a reply asked
+    for meanwhile starts when it resumes (by `resume` or by the pause's own timer), whole."""
+    import asyncio
+
+    from lipstream.talk.llm import ChatMessage, YieldsCores
+    from lipstream.talk.llm_embedded import EmbeddedChatModel
+
+    async def scenario(model: EmbeddedChatModel) -> None:
+        pid = model.status().pid
+        assert isinstance(model, YieldsCores) and pid is not None
+        messages = [ChatMessage("user", "Say hello.")]
+        model.pause(5.0)
+        assert _becomes_stopped(pid)
+        started = time.perf_counter()
+        reply = asyncio.create_task(_first_token(model, messages))
+        await asyncio.sleep(0.4)
+        assert not reply.done() and _becomes_stopped(pid)  # nothing is written while it is stopped
+        model.resume()
+        assert _becomes_stopped(pid, stopped=False)
+        token, at = await asyncio.wait_for(reply, 20)
+        assert token and at - started >= 0.4
+        model.pause(0.3)  # not resumed by hand: its timer lets it go on
+        await asyncio.sleep(0.6)
+        assert _becomes_stopped(pid, stopped=False)
+        text = "".join([delta async for delta in model.stream(messages, 8)])
+        assert text.strip()
+
+    model = EmbeddedChatModel()
+    try:
+        model.warm_up()
+        asyncio.run(scenario(model))
+    finally:
+        asyncio.run(model.aclose())
+
+
+async def _first_token(model, messages) -> tuple[str, float]:  # noqa: ANN001
+    async for delta in model.stream(messages, 8):
+        return delta, time.perf_counter()
+    return "", time.perf_counter()

@@ -50,8 +50,8 @@ def test_quick_start_matches_split_sentences() -> None:
     assert _stream(text, 4, quick_start=False) == split_sentences(text, quick_start=False)
     # The first clause leaves as soon as the sentence has enough words, before the sentence ends.
     stream = SentenceStream()
-    assert stream.push("Good evening everyone, and welcome to the") == []  # 7 words: maybe a short sentence
-    assert stream.push(" late") == ["Good evening everyone,"]
+    assert stream.push("Good evening everyone,") == []  # 3 words: maybe a short sentence
+    assert stream.push(" and") == ["Good evening everyone,"]
     # Only the reply's first sentence is cut.
     stream = SentenceStream()
     assert _stream("Yes. Good evening everyone, and welcome to the late news from town.") == [
@@ -129,17 +129,20 @@ def test_a_first_sentence_without_commas_is_cut_before_a_phrase() -> None:
     [
         ("The fastest way to get to the airport is by train.", "The fastest way to get to the airport"),
         ("I'm afraid I don't have any ideas for a long journey.", "I'm afraid I don't have any ideas"),
+        ("The largest planet in our solar system is Jupiter.", "The largest planet"),
         ("Yes it is.", "Yes it is."),  # short: never cut
-        ("It is what it is in the end of the day.", "It is what it is"),
+        ("It is what it is in the end of the day.", "It is what it is"),  # not before a pronoun's verb
+        ("Boil the egg until it is completely set.", "Boil the egg until it is completely set."),
     ],
 )
-def test_the_first_phrase_ends_before_a_verb_or_preposition_after_five_words(text: str, first: str) -> None:
+def test_the_first_phrase_ends_before_a_verb_or_preposition_after_three_words(text: str, first: str) -> None:
     pieces = _word_by_word(text)
     assert pieces[0] == first and " ".join(pieces) == text
 
 
-def test_a_long_first_clause_is_cut_after_eight_words() -> None:
+def test_a_long_first_clause_is_cut_after_six_words_not_after_a_leaning_word() -> None:
     text = "Many large old oak trees grow slowly and quietly near rivers and lakes. Then rain."
     pieces = _word_by_word(text)
-    assert pieces[0] == "Many large old oak trees grow slowly and"
+    assert pieces[0] == "Many large old oak trees grow"
+    assert _word_by_word("Yes the big old dog and the cat run.")[0] == "Yes the big old dog and the cat run."
     assert " ".join(pieces) == text

@@ -19,6 +19,7 @@ from talk_fakes import (
     ScriptedLLM,
     ScriptedSTT,
     ToneVoice,
+    YieldingLLM,
     cough,
     silence,
     spoken,
@@ -248,6 +249,28 @@ def test_turn_metrics_carry_every_stage_in_order() -> None:
     assert STAGES[0] == "transcript" and STAGES[-1] == "first_frame" and len(STAGES) == 6
     assert ms["transcript"] is not None and ms["first_phrase"] is not None
     assert ms["llm_first_token"] <= ms["first_phrase"] <= ms["first_audio"]
+
+
+def test_the_model_yields_its_core_while_the_first_phrase_is_synthesised() -> None:
+    log: list[str] = []
+
+    class LoggingVoice(ToneVoice):
+        def synthesize(self, text: str):  # noqa: ANN202
+            log.append(f"voice: {text}")
+            return super().synthesize(text)
+
+    async def main() -> Run:
+        run = make(llm=YieldingLLM(log, answer="The library opens at nine every day of the week. Bye."))
+        run.conversation.answers.speaker = Speaker(voices=lambda _name: LoggingVoice())
+        await say(run, question("what time does the library open"))
+        await finish(run)
+        return run
+
+    run = asyncio.run(main())
+    # paused once, for the first phrase only; going on before the next one is synthesised
+    assert log[:3] == ["pause", "voice: The library opens", "resume"], log
+    assert log.count("pause") == 1 and not run.llm.paused
+    assert run.session.said and run.session.said[0][0].startswith("The library opens")
 
 
 class FakeGrounding:

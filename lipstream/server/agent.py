@@ -84,6 +84,11 @@ class AgentServices:
     # final transcript never waits behind a partial one; at the frame work's own priority, not nicer: the
     # transcript is on the answer's critical path, and a busy server starved it (issue 35)
     recogniser: Executor = field(default_factory=lambda: background_pool(2, "lipstream-stt", niceness=0))
+    # answers are synthesised at the frame work's priority too, not on the sessions' nicer speech pool: the
+    # first phrase's audio is on the answer's critical path (issue 35: Piper took ~350 ms for it, starved)
+    answer_voice: Executor = field(
+        default_factory=lambda: background_pool(2, "lipstream-answer-voice", niceness=0)
+    )
     knowledge: Any = None  # the KnowledgeBase over config.knowledge (None: answers from the model alone)
 
     @property
@@ -119,6 +124,7 @@ class AgentServices:
             model=self.vad_model,
         )
         echo = _echo_canceller(self.config)
+        speaker = (speaker or Speaker()).on(self.answer_voice)
         return Conversation(
             session, self.stt, self.llm, emit, cfg, vad=vad, echo=echo, partial_stt=self.partial_stt,
             speaker=speaker, recogniser=self.recogniser, detector=self.detector, **self._grounding(),
@@ -158,6 +164,7 @@ class AgentServices:
     async def aclose(self) -> None:
         """Close the language model's connections (and stop the embedded model's process)."""
         self.recogniser.shutdown(wait=False, cancel_futures=True)
+        self.answer_voice.shutdown(wait=False, cancel_futures=True)
         for model in (self.llm, self.turn_model):
             close = getattr(model, "aclose", None)
             if close is not None:

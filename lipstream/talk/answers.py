@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from lipstream.errors import LipstreamError
 from lipstream.talk.conversation_types import ConversationConfig, Emit, TurnTimes
 from lipstream.talk.grounding_port import GroundedPrompt, Grounding
-from lipstream.talk.llm import ChatMessage, LanguageModel, LLMError, ReadsAhead, as_spoken
+from lipstream.talk.llm import ChatMessage, LanguageModel, LLMError, ReadsAhead, YieldsCores, as_spoken
 from lipstream.talk.sentences import SentenceStream, speakable
 from lipstream.talk.session_port import SessionPort
 from lipstream.talk.speaker import Speaker
@@ -24,6 +24,8 @@ from lipstream.talk.speaker import Speaker
 log = logging.getLogger(__name__)
 
 _END = object()  # end of a model's reply in a PreparedAnswer's queue
+# the longest the model waits while the first phrase is synthesised (a long phrase takes ~0.5 s on 2 cores)
+FIRST_PHRASE_PAUSE_SECONDS = 1.0
 
 
 @dataclass
@@ -144,6 +146,7 @@ class AnswerMaker:
         def audio_ready(_speech: object) -> None:
             if times.first_audio is None:
                 times.first_audio = time.perf_counter()
+                self._model_resumes()
 
         prepared.speaking = True
         try:
@@ -159,6 +162,18 @@ class AnswerMaker:
         except LipstreamError as exc:  # TTS refused a sentence: the turn ends, the session goes on
             log.warning("turn %d: reply failed: %s", turn, exc)
             await self.emit({"type": "error", "code": "llm", "message": str(exc), "fatal": False})
+        finally:
+            self._model_resumes()
+
+    def _model_yields(self) -> None:
+        """The first phrase is being synthesised: a local model stops writing the rest meanwhile, so the
+        voice has its core (the phrase's audio lasts longer than the model needs to catch up)."""
+        if isinstance(self.llm, YieldsCores):
+            self.llm.pause(FIRST_PHRASE_PAUSE_SECONDS)
+
+    def _model_resumes(self) -> None:
+        if isinstance(self.llm, YieldsCores):
+            self.llm.resume()
 
     async def _recorded(
         self, sentences: AsyncIterator[str], prepared: PreparedAnswer, times: TurnTimes, said: list[str]
@@ -168,6 +183,7 @@ class AnswerMaker:
         async for sentence in sentences:
             if times.first_phrase is None:
                 times.first_phrase = time.perf_counter()
+                self._model_yields()
             if prepared.error is None or sentence != self.config.apology:
                 said.append(sentence)
             yield sentence

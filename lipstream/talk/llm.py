@@ -58,3 +58,15 @@ class ReadsAhead(Protocol):
 
     async def prefill(self, messages: list[ChatMessage]) -> None:
         """Read `messages` (the last one the start of the user's message) into the cache; no reply."""
+
+
+@runtime_checkable
+class YieldsCores(Protocol):
+    """A model running on this machine that can stop for a moment so something more urgent gets its core."""
+
+    def pause(self, seconds: float) -> None:
+        """Stop computing for at most `seconds` (or until `resume`); its replies wait, nothing is lost."""
+
+    def resume(self) -> None:
+        """Go on (a no-op when not paused)."""
+

@@ -9,6 +9,9 @@ client path."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -63,8 +66,36 @@ class EmbeddedChatModel:
                 str(threads), "--context-tokens", str(context_tokens), "--name", self.name]  # fmt: skip
         label = f"language model {self.model_path.name}"
         self.process = SupervisedProcess(ChildCommand(argv, label), restart)
+        self._paused_pid: int | None = None  # the child stopped by `pause`
+        self._resume_timer: asyncio.TimerHandle | None = None
         self._started = time.perf_counter()
         self.process.start()
+
+    def pause(self, seconds: float) -> None:
+        """Stop the model's process (SIGSTOP) for at most `seconds`, until `resume`: while an answer's first
+        phrase is synthesised its core goes to the voice (issue 35: on 2 cores Piper took 2-3x its idle
+        time beside the model writing on). Every conversation's model waits meanwhile. No-op without
+        SIGSTOP (Windows) or a running process."""
+        stop = getattr(signal, "SIGSTOP", None)
+        pid = self.process.status().pid
+        if stop is None or pid is None or self._paused_pid is not None:
+            return
+        try:
+            os.kill(pid, stop)
+        except OSError:  # it just ended: the supervisor restarts it
+            return
+        self._paused_pid = pid
+        self._resume_timer = asyncio.get_running_loop().call_later(seconds, self.resume)
+
+    def resume(self) -> None:
+        """Let a paused model process go on."""
+        pid, self._paused_pid = self._paused_pid, None
+        if self._resume_timer is not None:
+            self._resume_timer.cancel()
+            self._resume_timer = None
+        if pid is not None:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGCONT)
 
     @property
     def load_seconds(self) -> float:
@@ -159,4 +190,5 @@ class EmbeddedChatModel:
 
     async def aclose(self) -> None:
         """Stop the model process."""
+        self.resume()  # a stopped process would not hear SIGTERM until the end of its grace
         await asyncio.to_thread(self.process.stop)

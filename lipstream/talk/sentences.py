@@ -118,30 +118,51 @@ class SentenceStream:
 # Words that open a new phrase: a speaker may pause before them ("and" and "or" often join two words,
 # so they are not among them). A small model's first sentence often has no comma ("The fastest way to get
 # to the airport is by taking a flight ..."): waiting for its full stop cost 300-700 ms of the first audio
-# (benchmarks/conversation_bench.py). After a subject of five words or more, the verb "is/are/was/were"
-# and the common prepositions also open a phrase one may pause before ("The fastest way to the airport |
-# is by train"); only the reply's first sentence is ever cut there.
+# (benchmarks/conversation_bench.py). After three words or more, the verb "is/are/was/were" and the common
+# prepositions also open a phrase one may pause before ("The largest planet | in our solar system is
+# Jupiter"): each word the first phrase waits for costs ~25 ms of the model and ~15 ms of the voice on 2
+# cores (issue 35: the first word at once); only the reply's first sentence is ever cut there.
 PHRASE_STARTERS = frozenset(
     "but with which because while when where who so although though since unless than "
     "is are was were for from during in on at".split()
 )
-PHRASE_MIN_WORDS = 5
+PHRASE_MIN_WORDS = 3
 # a first sentence with no comma and no phrase-opening word is still cut after this many words: its audio
 # starts while the model writes the rest (issue 35: the first word at once)
-FIRST_MAX_WORDS = 8
+FIRST_MAX_WORDS = 6
+# ... but never right after a word that leans on the next one ("to | the airport", "is | completely set"),
+# nor before "is/are/was/were" following a pronoun ("It is what it | is"): the cut moves on a word
+LEANING_WORDS = frozenset(
+    "a an the to of my your our their his her its this that these those and or but nor is are was were be "
+    "been am has have had do does did will would can could should may might must not no very so as by with "
+    "in on at for from into than i you we they he she it there any some all each every many much more "
+    "most few".split()
+)
+# a phrase-opening word is not cut from an article, a possessive or a conjunction before it
+_BOUND = frozenset("a an the to of my your our their his her its and or nor but".split())
+PRONOUNS = frozenset("i you we they he she it that this there what who which one".split())
+_VERBS = frozenset("is are was were".split())
 
 
 def _phrase_cut(buf: str) -> int | None:
     """Where to cut a reply's first sentence before a phrase-opening word (after at least
     PHRASE_MIN_WORDS words) or after FIRST_MAX_WORDS words, once the next word has fully arrived; None
     when there is no such place yet."""
-    words = list(re.finditer(r"\S+", buf))
-    for index, word in enumerate(words[:-1]):  # the last word may still be growing
-        if index >= PHRASE_MIN_WORDS and word.group().lower() in PHRASE_STARTERS:
-            return word.start()
-        if index == FIRST_MAX_WORDS:
-            return word.start()
+    words = [(m.start(), _bare(m.group())) for m in re.finditer(r"\S+", buf)]
+    for index in range(1, len(words) - 1):  # the last word may still be growing
+        start, word = words[index]
+        before = words[index - 1][1]
+        if index >= PHRASE_MIN_WORDS and word in PHRASE_STARTERS and before not in _BOUND:
+            if not (word in _VERBS and before in PRONOUNS):
+                return start
+        if index >= FIRST_MAX_WORDS and before not in LEANING_WORDS:
+            return start
     return None
+
+
+def _bare(word: str) -> str:
+    """A word lower-cased, without the punctuation around it."""
+    return word.strip("\"'()[]{}.,;:!?\u201c\u201d\u2018\u2019").lower()
 
 
 def _in_fence(buf: str, pos: int) -> bool:

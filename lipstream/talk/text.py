@@ -68,7 +68,7 @@ def _cap_length(sentence: str) -> list[str]:
 
 
 _CLAUSE_END = re.compile(r"(?<=[,;:\u2013\u2014])\s+")
-QUICK_START_MIN_WORDS = 8  # shorter first sentences are quick to synthesise whole
+QUICK_START_MIN_WORDS = 4  # shorter first sentences are quick to synthesise whole
 
 
 def split_first_clause(sentence: str) -> list[str]:

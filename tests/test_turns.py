@@ -128,6 +128,10 @@ def test_words_are_committed_while_the_user_speaks_and_only_the_tail_is_decoded_
     assert max(seconds for _, seconds, _ in decodes) < 0.6 * spoken_seconds
     assert any(prompt for _, _, prompt in decodes)
     assert decodes[-1][1] < 2.0  # the final decode: the last moments only
+    # the model read the question as it was heard, so its judgement and first token read only the last words
+    read = [messages[-1].content for messages in run.llm.prefilled]
+    assert read and all(question.startswith(text.lower()) for text in read) and len(set(read)) == len(read)
+    assert run.llm.calls[-1][-1].content.lower().startswith(read[-1].lower())
 
 
 def test_a_recogniser_without_word_timings_decodes_the_whole_turn() -> None:

@@ -74,7 +74,7 @@ class AnswerMaker:
         self.config = config
         self.emit = emit
         self.grounding = grounding
-        self._read_notes = ""  # the notes the model last read ahead
+        self._read_last = ""  # the user message the model last read ahead
         self._read_task: asyncio.Task | None = None
 
     def messages(self, prepared: PreparedAnswer, history: list[ChatMessage], text: str) -> list[ChatMessage]:
@@ -84,25 +84,29 @@ class AnswerMaker:
         messages, prepared.grounded = answer_prompt(self.config.system_prompt, history, text, self.grounding)
         return messages
 
-    def notes_prefix(self, history: list[ChatMessage], partial_text: str) -> list[ChatMessage] | None:
-        """The answer's prompt up to the question for what the user has said so far (its notes in the
-        user's message): what the model can read ahead while they speak. None: no notes to read."""
+    def read_ahead_prefix(self, history: list[ChatMessage], partial_text: str) -> list[ChatMessage] | None:
+        """The answer's prompt as far as the user's words heard so far go: what the model can read while
+        they speak. With a knowledge source, up to the question's notes (None: no notes worth reading);
+        without one, the question so far (its final words will extend it)."""
         messages, grounded = answer_prompt(self.config.system_prompt, history, partial_text, self.grounding)
+        if self.grounding is None:
+            return messages
         if grounded is None or not grounded.notes or not grounded.passages:  # nothing worth reading ahead
             return None
         return [*messages[:-1], ChatMessage("user", grounded.notes)]
 
     def read_ahead(self, history: list[ChatMessage], partial_text: str) -> None:
-        """Have the model read the notes for the question heard so far while the user still speaks (once
-        per set of notes): at the end only the question's own words are left to read before the first
-        token. A no-op without a knowledge source or for a model that cannot read ahead."""
+        """Have the model read the answer's prompt for what the user has said so far while they still speak
+        (once per partial text or set of notes, one read at a time): at the end only the last words are left
+        to read before the turn is judged and the first token written (issue 35: a question's ~15 tokens
+        cost the judgement ~40-70 ms on one thread). A no-op for a model that cannot read ahead."""
         if not isinstance(self.llm, ReadsAhead):
             return
-        prefix = self.notes_prefix(history, partial_text)
-        if prefix is None or prefix[-1].content == self._read_notes:
+        prefix = self.read_ahead_prefix(history, partial_text)
+        if prefix is None or prefix[-1].content == self._read_last:
             return
         if self._read_task is None or self._read_task.done():
-            self._read_notes = prefix[-1].content
+            self._read_last = prefix[-1].content
             self._read_task = asyncio.create_task(_prefill(self.llm, prefix))
 
     def close(self) -> None:

@@ -389,7 +389,7 @@ class Conversation:
             await self.emit({"type": "transcript", "turn": turn, "kind": "partial", "text": text})
             if self.grounding is not None:
                 self.grounding.prefetch(text)  # retrieval on the partial: the turn pays nothing for it
-                self.answers.read_ahead(list(self.history), text)
+            self.answers.read_ahead(list(self.history), text)
 
     # ---- answering --------------------------------------------------------------------------------------
 

@@ -67,6 +67,7 @@ class StandInEngine:
     patch_size = PATCH
     batch_size = 3  # Python splits engine passes in batches, the page does not: compared flattened
     accelerate_by_default = True
+    cache_key = ""
 
     def __init__(self) -> None:
         """No calls yet."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -33,7 +33,8 @@ class Engine(Protocol):
       space (the frame's box resized to patch_size²), pure and batched; frame_ids are source frame
       indices of the bundle (the base frame each patch will be pasted on).
 
-    Four optional hooks (`for_session`, `withdraw`, `onset`, `release`) have defaults here: an engine that
+    Five optional hooks (`stack_inputs`, `for_session`, `withdraw`, `onset`, `release`) and `cache_key` have
+    defaults here: an engine that
     subclasses Engine inherits them and overrides only the ones it needs (VisemeEngine eases utterance
     edges; BatchedEngine binds a session's view, which withdraws its queued passes on an interrupt).
     """
@@ -45,6 +46,7 @@ class Engine(Protocol):
     batch_size: int
     lookahead_frames: int  # features of frame k need audio up to frame k + lookahead_frames
     accelerate_by_default: bool  # keyframes/codebook/infill on unless the user says otherwise
+    cache_key: str = ""  # what its per-avatar caches depend on besides its name (a variant; "": none)
 
     def prepare(self, bundle: AvatarBundle) -> None:
         """Build (or check) this engine's caches for an avatar; idempotent."""
@@ -59,6 +61,11 @@ class Engine(Protocol):
         """Mouth patches for the given features, one per frame id."""
 
     # ---- optional hooks, with the defaults of an engine that needs none
+
+    @staticmethod
+    def stack_inputs(parts: list[Any]) -> Any:
+        """One pass's inputs from several sessions' (a batcher's); default: numpy concatenation."""
+        return np.concatenate(parts)
 
     def for_session(self, deadline: Callable[[], float]) -> Engine:
         """The engine one session renders with, its renders due at `deadline()` (perf_counter s); default:

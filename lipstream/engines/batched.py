@@ -37,7 +37,7 @@ class BatchedEngine:
         for size in self.config.batch_sizes:  # compiled graphs and warm kernels for every shape, now
             engine.pass_runner(size)
         self.warmup_seconds = time.perf_counter() - started
-        stack = getattr(engine, "stack_inputs", np.concatenate)
+        stack = engine.stack_inputs
         # the pass runners pad a short pass themselves (fixed shapes): nothing to pad here
         self.batcher = EngineBatcher(
             engine.pass_runner, self.config, stack=stack, pad=lambda x, _size: x, observer=observer,

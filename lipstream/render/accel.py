@@ -62,7 +62,7 @@ def resolve_accel(config: AccelConfig | None, engine: Engine) -> AccelConfig:
     config = config or AccelConfig()
     if config.enabled is not None:
         return config
-    return config.model_copy(update={"enabled": bool(getattr(engine, "accelerate_by_default", True))})
+    return config.model_copy(update={"enabled": bool(engine.accelerate_by_default)})
 
 
 @dataclass
@@ -129,7 +129,7 @@ def hash_vectors(features: np.ndarray) -> np.ndarray:
 
 def codebook_path(bundle: AvatarBundle, engine: Engine) -> Path:
     """Where an avatar keeps the codebook of one engine (and engine variant)."""
-    variant = getattr(engine, "cache_key", "") or ""
+    variant = engine.cache_key
     name = f"codebook-{variant}.npz" if variant else "codebook.npz"
     return bundle.engine_dir(engine.name) / name
 

@@ -41,7 +41,7 @@ def warm_up(engine: Any, avatars_dir: Path | None) -> WarmupReport:
     if bundles:
         pcm = _warm_tone()
         features = engine.features(Speech(pcm))
-        count = min(len(features), int(getattr(engine, "batch_size", 8) or 8))
+        count = min(len(features), engine.batch_size)
         # frames the idle loop shows: the only ones anything is drawn on
         frame_ids = bundles[0].base_frame_indices(0, count)
         engine.render(bundles[0], features[:count], frame_ids)

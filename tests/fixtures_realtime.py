@@ -1,11 +1,11 @@
 """Tests that hold a real-time budget run alone; the heaviest modules are scheduled first.
 
 Under pytest-xdist (`make test` runs two workers), a test marked `realtime` (a turn decided within its
-silence, an interrupt within 300 ms, a replica replaced in time) takes an exclusive lock for its whole run
-(setup, call, teardown), and every other test a shared one: while it runs, the other workers finish the test
-they are in and wait, so its clock is measured on an otherwise quiet machine, as in one process. A turnstile
-lock keeps a waiting `realtime` test from being starved by the others' back-to-back shared locks. In one
-process (no xdist) nothing is locked.
+silence, an interrupt within 300 ms) takes an exclusive lock for its whole run (setup, call, teardown), kept
+across consecutive ones, and every other test a shared one: while it runs, the other worker finishes the test
+it is in and waits, so its clock is measured on an otherwise quiet machine, as in one process. A turnstile
+lock keeps a waiting `realtime` test from being starved by the others' back-to-back shared locks. Modules with
+such tests run last, when the other worker has least left to do. In one process (no xdist) nothing is locked.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+_LOCK = pytest.StashKey["_RealtimeLock"]()
 
 # The modules that take longest (docs/testing.md's table), longest first: xdist's `--dist loadfile` hands out
 # files in collection order, so starting these first keeps one long module from being the run's tail.
@@ -37,9 +39,15 @@ HEAVY_FIRST = (
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The heaviest modules first, each module's tests in their own order (a stable sort)."""
+    """The heaviest modules first and the modules with `realtime` tests last (while those run alone the
+    other worker has little or nothing left to wait with); each module's tests in their own order."""
     rank = {name: index for index, name in enumerate(HEAVY_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(HEAVY_FIRST)))
+    last = {item.path.name for item in items if _is_realtime(item)}
+
+    def order(item: pytest.Item) -> int:
+        return len(HEAVY_FIRST) + 1 if item.path.name in last else rank.get(item.path.name, len(HEAVY_FIRST))
+
+    items.sort(key=order)  # stable: a module's tests keep their order
 
 
 def _lock_dir(config: pytest.Config) -> Path | None:
@@ -67,12 +75,43 @@ def _held(path: Path, exclusive: bool) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+class _RealtimeLock:
+    """This worker's hold on the run's lock: shared for one test at a time, exclusive kept across
+    consecutive `realtime` tests (released in between, it would wait for a whole test of the other worker)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._exclusive: contextlib.ExitStack | None = None
+
+    @contextlib.contextmanager
+    def around(self, realtime: bool, next_realtime: bool) -> Iterator[None]:
+        """Hold the lock as a test of this kind needs while the block runs."""
+        if not realtime:
+            with _held(self.path, exclusive=False):
+                yield
+            return
+        if self._exclusive is None:
+            self._exclusive = contextlib.ExitStack()
+            self._exclusive.enter_context(_held(self.path, exclusive=True))
+        try:
+            yield
+        finally:
+            if not next_realtime:
+                self._exclusive.close()
+                self._exclusive = None
+
+
+def _is_realtime(item: pytest.Item | None) -> bool:
+    return item is not None and item.get_closest_marker("realtime") is not None
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    """Run a `realtime` test with no other worker's test running beside it."""
+    """Run a `realtime` test with no other worker's test beside it."""
     folder = _lock_dir(item.config)
     if folder is None:
         yield
         return
-    with _held(folder / "realtime.lock", exclusive=item.get_closest_marker("realtime") is not None):
+    lock = item.config.stash.setdefault(_LOCK, _RealtimeLock(folder / "realtime.lock"))
+    with lock.around(_is_realtime(item), _is_realtime(nextitem)):
         yield

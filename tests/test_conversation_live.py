@@ -190,7 +190,6 @@ def test_a_spoken_question_is_heard_transcribed_and_answered(agent_server: Serve
     assert finished and not finished[-1]["interrupted"]
 
 
-@pytest.mark.realtime  # its clock is checked: it runs with no other worker's test beside it
 def test_barge_in_cuts_the_answer_but_a_cough_does_not(agent_server: ServerProcess, voices) -> None:
     piper, espeak = voices
     question = piper.synthesize("Tell me about the weather.").pcm

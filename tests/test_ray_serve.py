@@ -118,7 +118,6 @@ def test_sessions_spread_over_both_replicas_and_frames_flow(ray_server: ServerPr
     assert sum(s.value for s in opened) >= 4
 
 
-@pytest.mark.realtime  # its clock is checked: it runs with no other worker's test beside it
 def test_a_killed_replica_ends_its_session_and_new_sessions_still_work(ray_server: ServerProcess) -> None:
     pids = replica_pids(ray_server.http)
     assert len(pids) == 2, pids

@@ -26,8 +26,9 @@ class SentenceStream:
 
     Boundaries: . ! ? ; : followed by whitespace (not after "Dr.", "e.g.", "U.S."; "3.5" has no space), and
     line breaks (LLM lists put one item per line). A fenced code block is kept whole, so `speakable` can
-    drop it. With `quick_start`, the reply's first sentence may be cut at its first clause comma by the same
-    rule as `text.split_sentences(quick_start=True)`, as soon as enough of it has arrived.
+    drop it. With `quick_start`, the reply's first sentence may be cut at its first clause comma (from
+    FIRST_CLAUSE_MIN_WORDS words; `text.split_sentences(quick_start=True)` cuts from QUICK_START_MIN_WORDS)
+    or before its first phrase, as soon as enough of it has arrived.
     Sentences come back stripped and raw (markdown included): run `speakable` on each before TTS.
     """
 
@@ -55,7 +56,7 @@ class SentenceStream:
         self._buffer = ""
         if rest.strip():
             if self.quick_start and self._emitted == 0:
-                for part in split_first_clause(rest.strip()):
+                for part in split_first_clause(rest.strip(), FIRST_CLAUSE_MIN_WORDS):
                     self._emit(part, out)
             else:
                 self._emit(rest, out)
@@ -100,7 +101,7 @@ class SentenceStream:
         return None
 
     def _quick_start_cut(self, buf: str) -> int | None:
-        parts = split_first_clause(buf.strip())
+        parts = split_first_clause(buf.strip(), FIRST_CLAUSE_MIN_WORDS)
         if len(parts) < 2:
             return _phrase_cut(buf)
         head = parts[0]
@@ -127,6 +128,9 @@ PHRASE_STARTERS = frozenset(
     "is are was were for from during in on at".split()
 )
 PHRASE_MIN_WORDS = 3
+# a reply's first sentence leaves at its first clause's comma from this many words (a text given whole to
+# `split_sentences`, and every later sentence, only from QUICK_START_MIN_WORDS: each is one synthesis)
+FIRST_CLAUSE_MIN_WORDS = 4
 # a first sentence with no comma and no phrase-opening word is still cut after this many words: its audio
 # starts while the model writes the rest (issue 35: the first word at once)
 FIRST_MAX_WORDS = 6

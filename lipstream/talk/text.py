@@ -68,12 +68,13 @@ def _cap_length(sentence: str) -> list[str]:
 
 
 _CLAUSE_END = re.compile(r"(?<=[,;:\u2013\u2014])\s+")
-QUICK_START_MIN_WORDS = 4  # shorter first sentences are quick to synthesise whole
+QUICK_START_MIN_WORDS = 8  # shorter first sentences are quick to synthesise whole
 
 
-def split_first_clause(sentence: str) -> list[str]:
-    """A long sentence cut after its first clause (two pieces), else the sentence alone."""
-    if len(sentence.split()) < QUICK_START_MIN_WORDS:
+def split_first_clause(sentence: str, min_words: int = QUICK_START_MIN_WORDS) -> list[str]:
+    """A sentence of at least `min_words` words cut after its first clause (two pieces), else the sentence
+    alone."""
+    if len(sentence.split()) < min_words:
         return [sentence]
     pieces = _CLAUSE_END.split(sentence, maxsplit=1)
     if len(pieces) < 2 or len(pieces[0].split()) < 2 or not has_speakable_content(pieces[1]):

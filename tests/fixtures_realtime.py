@@ -5,7 +5,7 @@ silence, an interrupt within 300 ms) takes an exclusive lock for its whole run (
 across consecutive ones, and every other test a shared one: while it runs, the other worker finishes the test
 it is in and waits, so its clock is measured on an otherwise quiet machine, as in one process. A turnstile
 lock keeps a waiting `realtime` test from being starved by the others' back-to-back shared locks. Modules with
-such tests run last, when the other worker has least left to do. In one process (no xdist) nothing is locked.
+such tests run amid short ones, so a waiting one waits little. In one process (no xdist) nothing is locked.
 """
 
 from __future__ import annotations
@@ -39,15 +39,17 @@ HEAVY_FIRST = (
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The heaviest modules first and the modules with `realtime` tests last (while those run alone the
-    other worker has little or nothing left to wait with); each module's tests in their own order."""
-    rank = {name: index for index, name in enumerate(HEAVY_FIRST)}
-    last = {item.path.name for item in items if _is_realtime(item)}
-
-    def order(item: pytest.Item) -> int:
-        return len(HEAVY_FIRST) + 1 if item.path.name in last else rank.get(item.path.name, len(HEAVY_FIRST))
-
-    items.sort(key=order)  # stable: a module's tests keep their order
+    """The heaviest modules first; the modules with `realtime` tests amid the short ones that follow (the
+    other worker is then in tests of a second or two, so a `realtime` test waits little for its lock, and
+    no long module is the run's tail); each module's tests in their own order."""
+    modules = list(dict.fromkeys(item.path.name for item in items))  # collection order
+    timed = list(dict.fromkeys(item.path.name for item in items if _is_realtime(item)))
+    heavy = [name for name in HEAVY_FIRST if name in modules and name not in timed]
+    rest = [name for name in modules if name not in heavy and name not in timed]
+    middle = len(rest) // 2
+    order = [*heavy, *rest[:middle], *timed, *rest[middle:]]
+    rank = {name: index for index, name in enumerate(order)}
+    items.sort(key=lambda item: rank[item.path.name])  # stable: a module's tests keep their order
 
 
 def _lock_dir(config: pytest.Config) -> Path | None:

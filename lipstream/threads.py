@@ -1,5 +1,6 @@
-"""Worker threads: pools at a lower OS priority (background speech work yields the CPU to frame work), and
-iterating on a thread of its own a few items ahead of the consumer (decoding while the caller tracks)."""
+"""Worker threads: the cores a process may use, pools at a lower OS priority (background speech work yields
+the CPU to frame work), and iterating on a thread of its own a few items ahead of the consumer (decoding
+while the caller tracks)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 T = TypeVar("T")
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity)."""
+    return len(os.sched_getaffinity(0))
 
 
 def lower_thread_priority(niceness: int) -> None:

@@ -35,13 +35,17 @@ def python_child(code: str) -> ChildCommand:
     return ChildCommand([sys.executable, "-c", code], "test child")
 
 
+def process_state(pid: int) -> str:
+    """`pid`'s state letter from /proc (R running, S sleeping, T stopped, Z zombie); OSError when gone."""
+    return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+
+
 def alive(pid: int) -> bool:
     """Whether `pid` runs (a zombie counts as gone)."""
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+        return process_state(pid) != "Z"
     except OSError:
         return False
-    return state != "Z"
 
 
 def test_describe_exit_names_the_signal_or_the_last_error_line() -> None:
@@ -166,8 +170,7 @@ def _becomes_stopped(pid: int, stopped: bool = True, wait_seconds: float = 1.0) 
     a signal just sent takes a moment to take effect."""
     deadline = time.monotonic() + wait_seconds
     while True:
-        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-        if (state == "T") == stopped:
+        if (process_state(pid) == "T") == stopped:
             return True
         if time.monotonic() > deadline:
             return False

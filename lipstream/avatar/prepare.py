@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 from collections.abc import Iterator
@@ -32,7 +31,7 @@ from lipstream.errors import AvatarError, MediaError
 from lipstream.heap import HeapTrimmer
 from lipstream.media.gop_splice import GopAssembler
 from lipstream.media.gop_video import Mp4FrameWriter, VideoEncoding, coded_i420, even_size
-from lipstream.threads import read_ahead
+from lipstream.threads import read_ahead, usable_cores
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -214,7 +213,7 @@ def _write_loop(
     bar = frame_progress("encoding the idle loop", stop - first + len(loop), progress)
     gop = encoding.gop
     shared = {} if info.is_still else shared_gops(loop, blinks.closure, info.frame_count, gop)
-    workers = min(len(os.sched_getaffinity(0)), LOOP_ENCODERS)  # the cores this process may run on
+    workers = min(usable_cores(), LOOP_ENCODERS)
     writer = GopAssembler(folder / LOOP_VIDEO, folder / FOOTAGE, encoding, FPS, workers=workers)
     position = 0  # the loop's first position not yet handed to the writer (a GOP boundary)
 

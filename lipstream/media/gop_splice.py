@@ -9,6 +9,7 @@ session per GOP, one thread each, where one session with frame threads kept the 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from fractions import Fraction
 from pathlib import Path
@@ -25,39 +26,41 @@ Gop = list[av.Packet]
 
 class GopSource:
     """The GOPs of an Mp4FrameWriter file by index, demuxed (nothing decoded) in one forward pass: only the
-    GOP asked for is kept, so copying a long clip's late stretch does not hold the whole file."""
+    GOP being read is held, so copying a long clip's late stretch does not hold the whole file."""
 
     def __init__(self, path: Path, gop: int) -> None:
         self.path = Path(path)
         self.gop = gop
         self._container = av.open(str(self.path))
-        self._packets = self._container.demux(self._container.streams.video[0])
-        self._index = -1  # the GOP `_next` starts
-        self._next: Gop = []
+        self._gops = self._demuxed()
+        self._next = 0  # the index of the GOP `_gops` yields next
+
+    def _demuxed(self) -> Iterator[Gop]:
+        """The file's GOPs in order, each a key frame and the packets up to the next one."""
+        gop: Gop = []
+        for packet in self._container.demux(self._container.streams.video[0]):
+            if packet.size == 0:  # the demuxer's end-of-stream marker
+                continue
+            if packet.is_keyframe and gop:
+                yield gop
+                gop = []
+            if not gop and not packet.is_keyframe:
+                raise MediaError(f"{self.path.name} does not start with a key frame")
+            gop.append(packet)
+        if gop:
+            yield gop
 
     def read(self, index: int) -> Gop:
         """GOP `index`'s packets (indices ascending from call to call)."""
-        if index <= self._index - 1:
+        if index < self._next:
             raise ValueError(f"GOP {index} of {self.path.name} was passed already")
-        while True:
-            packet = next(self._packets, None)
-            if packet is not None and packet.size == 0:  # the demuxer's end-of-stream marker
-                continue
-            if packet is None or packet.is_keyframe:
-                if self._index == index:
-                    done, self._next = self._next, [packet] if packet is not None else []
-                    self._index += 1
-                    if len(done) > self.gop:
-                        raise MediaError(f"{self.path.name} has GOPs longer than {self.gop} frames")
-                    return done
-                if packet is None:
-                    raise MediaError(f"{self.path.name} has no GOP {index}")
-                self._index += 1
-                self._next = [packet]
-            elif self._index < 0:
-                raise MediaError(f"{self.path.name} does not start with a key frame")
-            elif self._index == index:
-                self._next.append(packet)
+        for gop in self._gops:
+            self._next += 1
+            if self._next - 1 == index:
+                if len(gop) > self.gop:
+                    raise MediaError(f"{self.path.name} has GOPs longer than {self.gop} frames")
+                return gop
+        raise MediaError(f"{self.path.name} has no GOP {index}")
 
     def close(self) -> None:
         """Close the file."""

@@ -280,7 +280,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
 def _worker_count(args: argparse.Namespace) -> int:
     """How many server processes: --workers, else the usable cores; one where N would cost N models."""
-    from lipstream.server.workers import usable_cores
+    from lipstream.threads import usable_cores
 
     if args.workers is not None and args.workers < 1:
         raise LipstreamError("--workers must be at least 1")

@@ -36,11 +36,6 @@ QUICK_DEATH_S = 10.0  # a worker that dies sooner than this after its start is r
 MAX_BACKOFF_S = 30.0
 
 
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity), the default worker count."""
-    return len(os.sched_getaffinity(0))
-
-
 def listen_socket(host: str, port: int) -> socket.socket:
     """A bound, listening socket the workers inherit (port 0: a free one)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET

@@ -79,4 +79,4 @@ class FrameMaker:
         if self.blinks is not None:
             lids = self.blinks.step(tick, self._voiced.pop(tick, False), tick % len(self.avatar.idle_loop))
             starts = self.blinks.started == tick
-        return self.sink.make(base_id, patch, generation, lids), lids, starts
+        return self.sink.make(tick, base_id, patch, generation, lids), lids, starts

@@ -44,6 +44,7 @@ from lipstream.render.clock import PlaybackClock
 from lipstream.render.compositor import Compositor
 from lipstream.render.frame_maker import FrameMaker
 from lipstream.render.frames import AvatarFrame
+from lipstream.render.idle_gops import SharedIdleGops
 from lipstream.render.patch_stream import patch_rect
 from lipstream.render.session_types import SessionConfig, SessionEvent, SessionStats
 from lipstream.render.sinks import FrameSink, MouthPatchH264, RawFrames, WholeFrameH264
@@ -75,11 +76,13 @@ class RenderSession:
         silence: SilenceDetector | None = None,
         pools: WorkerPools | None = None,
         base_frames: SharedBaseFrames | None = None,
+        idle_gops: SharedIdleGops | None = None,
         observer: RenderObserver | None = None,
         sink: FrameSink | None = None,
     ) -> None:
-        """`pools`, `base_frames`: what a server shares between its sessions; `observer`: its metrics;
-        `sink`: what frames become (by default per `config`: H.264 whole frames or mouth patches, or RGB)."""
+        """`pools`, `base_frames`, `idle_gops`: what a server shares between its sessions; `observer`: its
+        metrics; `sink`: what frames become (by default per `config`: H.264 whole frames or mouth patches,
+        or RGB)."""
         self.avatar = avatar
         self._observer = observer
         self._pools = pools or WorkerPools()
@@ -113,7 +116,7 @@ class RenderSession:
         self.patch_rect = patch_rect(avatar) if patch_mode else None
         shared = base_frames.get(avatar, (self.width, self.height)) if base_frames is not None else None
         self._compositor = Compositor(avatar, engine.patch_size, (self.width, self.height), base=shared)
-        self._sink = sink or self._default_sink()
+        self._sink = sink or self._default_sink(idle_gops)
         self._sink.bind(self._compositor, self._timer)
         self._scheduled_generation = 0
         accel = resolve_accel(self.config.accel, engine)
@@ -125,12 +128,12 @@ class RenderSession:
         blinks = PhraseEndBlinks.for_manifest(avatar.manifest, loop_length, phrase_blinks)
         self._maker = FrameMaker(avatar, engine, self._scheduler, self._sink, self._easing, blinks)
 
-    def _default_sink(self) -> FrameSink:
+    def _default_sink(self, idle_gops: SharedIdleGops | None) -> FrameSink:
         if not self.config.encode:
             return RawFrames()  # no encoded consumer: nothing is encoded
         if self.patch_rect is not None:
             return MouthPatchH264(self.patch_rect, self.config.patch_bitrate)
-        return WholeFrameH264(self.config.bitrate)
+        return WholeFrameH264(self.config.bitrate, idle_gops)
 
     # ----- lifecycle -----------------------------------------------------------------------------------
 

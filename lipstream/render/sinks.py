@@ -18,6 +18,7 @@ from lipstream.audio.timeline import FPS
 from lipstream.avatar.bundle import CROP_SIZE
 from lipstream.render.compositor import Compositor
 from lipstream.render.frames import AvatarFrame
+from lipstream.render.idle_gops import IdleReplay, SharedIdleGops
 from lipstream.render.timing import StageTimer
 
 
@@ -35,9 +36,12 @@ class FrameSink(Protocol):
     def warm_up(self, idle_loop: np.ndarray) -> None:
         """Build what depends only on the avatar (worker thread, before the first frame)."""
 
-    def make(self, base_id: int, patch: np.ndarray | None, generation: int, lids: float = 0.0) -> Any:
-        """Worker thread: the consumer's form of one frame (`generation` changes after an interrupt; `lids`:
-        how far a blink decided while speaking lowers the lids, drawn by sinks that composite)."""
+    def make(
+        self, tick: int, base_id: int, patch: np.ndarray | None, generation: int, lids: float = 0.0
+    ) -> Any:
+        """Worker thread: the consumer's form of the frame at display `tick` (`generation` changes after an
+        interrupt; `lids`: how far a blink decided while speaking lowers the lids, drawn by sinks that
+        composite)."""
 
     def fill(self, item: AvatarFrame, made: Any) -> None:
         """Put what `make` returned on the frame handed to the consumer."""
@@ -79,7 +83,9 @@ class RawFrames(_Bound):
         """The blend geometry of the frames the stream starts on."""
         warm_geometry(self.compositor, idle_loop)
 
-    def make(self, base_id: int, patch: np.ndarray | None, generation: int, lids: float = 0.0) -> np.ndarray:
+    def make(
+        self, tick: int, base_id: int, patch: np.ndarray | None, generation: int, lids: float = 0.0
+    ) -> np.ndarray:
         """The composited picture."""
         with self.timer.stage("compositor"):
             return self.compositor.compose(base_id, patch, lids=lids)
@@ -112,7 +118,9 @@ class I420Frames(RawFrames):
             base.i420(int(index))
         warm_geometry(self.compositor, idle_loop)
 
-    def make(self, base_id: int, patch: np.ndarray | None, generation: int, lids: float = 0.0) -> np.ndarray:
+    def make(
+        self, tick: int, base_id: int, patch: np.ndarray | None, generation: int, lids: float = 0.0
+    ) -> np.ndarray:
         """The composited picture, I420."""
         with self.timer.stage("compositor"):
             return self.compositor.compose_i420(base_id, patch, lids=lids)
@@ -171,16 +179,23 @@ class _H264Sink(_Bound):
 
 
 class WholeFrameH264(_H264Sink):
-    """Whole frames composited in I420 at the stream size and encoded (recorders, `lipstream client`)."""
+    """Whole frames composited in I420 at the stream size and encoded (the server's full stream, recorders,
+    `lipstream client`). Idle frames are encoded once per loop position and then replayed (idle_gops.py)."""
 
-    def __init__(self, bitrate: int) -> None:
-        """Encode whole pictures at up to `bitrate` bits/s."""
+    def __init__(self, bitrate: int, idle_gops: SharedIdleGops | None = None) -> None:
+        """Encode whole pictures at up to `bitrate` bits/s; `idle_gops`: the encoded idle loops a server's
+        sessions share (by default this stream's own)."""
         super().__init__(bitrate, threads=None)
+        self._shared_idle = idle_gops or SharedIdleGops(max_loops=1)
+        self.replay: IdleReplay | None = None
+        self._replaying = False  # the last frame came from the cache: the next live one is an IDR
 
     def bind(self, compositor: Compositor, timer: StageTimer) -> None:
-        """Keep the compositor; the stream has its size."""
+        """Keep the compositor; the stream has its size, and its avatar's encoded idle loop at that size."""
         super().bind(compositor, timer)
         self.size = (compositor.width, compositor.height)
+        bundle = compositor.base.bundle
+        self.replay = IdleReplay(self._shared_idle.get(bundle, self.size, self.bitrate))
 
     def warm_up(self, idle_loop: np.ndarray) -> None:
         """The avatar's I420 pictures at this size, and the blend geometry of the first frames."""
@@ -188,12 +203,29 @@ class WholeFrameH264(_H264Sink):
         self.compositor.base.i420(int(idle_loop[0]))  # the first frame the loop shows
         warm_geometry(self.compositor, idle_loop)
 
-    def make(self, base_id: int, patch: np.ndarray | None, generation: int, lids: float = 0.0) -> Any:
-        """The frame's access unit."""
+    def make(
+        self, tick: int, base_id: int, patch: np.ndarray | None, generation: int, lids: float = 0.0
+    ) -> Any:
+        """The frame's access unit: replayed for an idle frame whose GOP is cached, else encoded."""
+        assert self.replay is not None, "bind() comes first"
+        position = tick % self.replay.gops.loop_length
+        idle = patch is None and lids == 0.0
+        if idle and not self._force_idr:
+            unit = self.replay.next(position, generation)
+            if unit is not None:
+                self._replaying = True
+                self._encoded_generation = generation
+                return unit
+        self.replay.stop()
+        start_gop = idle and self.replay.wants_idr(position)
+        force = self._must_be_idr(generation, extra=self._replaying or start_gop)
+        self._replaying = False
         with self.timer.stage("compositor"):
             image = self.compositor.compose_i420(base_id, patch, lids=lids)
         with self.timer.stage("encode"):
-            return self.encoder.encode(image, force_idr=self._must_be_idr(generation))
+            unit = self.encoder.encode(image, force_idr=force)
+        self.replay.encoded(position, generation, unit, idle)
+        return unit
 
 
 class MouthPatchH264(_H264Sink):
@@ -212,7 +244,9 @@ class MouthPatchH264(_H264Sink):
     def warm_up(self, idle_loop: np.ndarray) -> None:
         """Nothing is composited on the server: no base pictures, no blend geometry."""
 
-    def make(self, base_id: int, patch: np.ndarray | None, generation: int, lids: float = 0.0) -> Any:
+    def make(
+        self, tick: int, base_id: int, patch: np.ndarray | None, generation: int, lids: float = 0.0
+    ) -> Any:
         """The patch's access unit, or None while the mouth rests (the client draws `lids` itself)."""
         if patch is None:
             self._resting = True

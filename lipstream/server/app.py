@@ -17,6 +17,7 @@ from lipstream.avatar.bundle import AvatarBundle, SharedBundles, list_avatars, l
 from lipstream.errors import LipstreamError
 from lipstream.heap import HeapTrimmer
 from lipstream.render.base_frames import SharedBaseFrames
+from lipstream.render.idle_gops import SharedIdleGops
 from lipstream.render.workers import WorkerPools
 from lipstream.server.auth import extract_token, token_ok
 from lipstream.server.config import ServerConfig
@@ -38,13 +39,15 @@ SHARED_EDGE_MODULES = frozenset({"compositor.js", "files.js", "lids.js"})
 @dataclass
 class LiveSessionFactory:
     """Makes the server's sessions (H.264 for the wire) and holds what they share: voices, the speaker
-    that turns `speak` text into speech, worker pools, scaled base frames and the metrics observer."""
+    that turns `speak` text into speech, worker pools, scaled base frames, encoded idle loops and the
+    metrics observer."""
 
     config: ServerConfig
     voices: SharedVoices
     pools: WorkerPools
     metrics: ServerMetrics | None = None
     base_frames: SharedBaseFrames = field(default_factory=SharedBaseFrames)
+    idle_gops: SharedIdleGops = field(default_factory=SharedIdleGops)
 
     def __post_init__(self) -> None:
         # sentences are synthesised on the low-priority speech pool, like the sessions' feature extraction
@@ -64,8 +67,9 @@ class LiveSessionFactory:
             patch_bitrate=self.config.patch_bitrate,
         )
         return RenderSession(
-            bundle, engine, cfg, pools=self.pools, base_frames=self.base_frames, observer=self.metrics
-        )
+            bundle, engine, cfg, pools=self.pools, base_frames=self.base_frames, idle_gops=self.idle_gops,
+            observer=self.metrics,
+        )  # fmt: skip
 
 
 def render_session_factory(

@@ -1,0 +1,153 @@
+"""The whole-frame stream replays its idle loop: the first pass through the loop is encoded (and recorded GOP
+by GOP), later idle stretches are sent from the cache without an encode, and the stream decodes as one with a
+real H.264 decoder, to the same pictures, across every switch between replay and live encoding."""
+
+from __future__ import annotations
+
+import av
+import numpy as np
+import pytest
+
+from lipstream.media.h264 import EncodedUnit, nal_types
+from lipstream.render.compositor import Compositor
+from lipstream.render.idle_gops import IdleGops, IdleReplay, SharedIdleGops
+from lipstream.render.sinks import WholeFrameH264
+from lipstream.render.timing import StageTimer
+
+NAL_SPS_PPS = {7, 8}  # an IDR that starts a GOP carries the parameter sets: a player can join there
+
+
+def unit(keyframe: bool, tag: int = 0) -> EncodedUnit:
+    """A stand-in access unit for the cache's bookkeeping (the decoding tests below use real ones)."""
+    return EncodedUnit(bytes([tag]), keyframe, 0)
+
+
+def test_the_cache_keeps_whole_gops_from_their_idr_only() -> None:
+    gops = IdleGops(loop_length=7, gop=3)
+    assert [p for p in range(7) if gops.starts_gop(p)] == [0, 3, 6]
+    assert [gops.length(p) for p in (0, 3, 6)] == [3, 3, 1]  # the loop's last GOP is shorter
+    with pytest.raises(ValueError, match="whole GOP"):
+        gops.put(0, (unit(True), unit(False)))  # short
+    with pytest.raises(ValueError, match="whole GOP"):
+        gops.put(0, (unit(False), unit(False), unit(False)))  # not from an IDR
+    with pytest.raises(ValueError, match="whole GOP"):
+        gops.put(1, (unit(True), unit(False), unit(False)))  # not at a GOP start
+    first = (unit(True, 1), unit(False, 2), unit(False, 3))
+    gops.put(0, first)
+    gops.put(0, (unit(True, 9), unit(False, 9), unit(False, 9)))
+    assert gops.get(0) == first and gops.cached_frames == 3  # the first recorded stays
+    assert IdleGops(loop_length=2, gop=50).gop == 2  # a loop shorter than a GOP is one GOP
+    with pytest.raises(ValueError):
+        IdleGops(loop_length=0)
+
+
+def test_a_replay_records_a_pass_and_replays_only_from_a_gop_start() -> None:
+    gops = IdleGops(loop_length=6, gop=3)
+    replay = IdleReplay(gops)
+    assert replay.next(0, 0) is None and replay.wants_idr(0)
+    for position in range(6):  # the first pass: encoded live, an IDR at each GOP start
+        replay.encoded(position, 0, unit(position % 3 == 0, position), idle=True)
+    assert gops.cached_frames == 6
+    assert replay.next(1, 0) is None  # mid-GOP: nothing to start from
+    assert [replay.next(p, 0).data[0] for p in (3, 4, 5, 0, 1)] == [3, 4, 5, 0, 1]
+    assert replay.next(2, 1) is None  # an interrupt (new generation) mid-GOP leaves the replay
+    assert replay.next(3, 1).data[0] == 3  # and the next GOP start takes it again
+    assert replay.replayed == 6
+
+    fresh = IdleGops(loop_length=6, gop=3)
+    broken = IdleReplay(fresh)
+    broken.encoded(0, 0, unit(True), idle=True)
+    broken.encoded(1, 0, unit(False), idle=False)  # speech mid-GOP: that GOP is not recorded
+    broken.encoded(2, 0, unit(False), idle=True)
+    assert fresh.cached_frames == 0 and fresh.get(0) is None
+
+
+def test_shared_loops_are_one_per_avatar_size_and_bitrate(small_avatar) -> None:
+    shared = SharedIdleGops(max_loops=2)
+    a = shared.get(small_avatar, (360, 640), 2_000_000)
+    assert shared.get(small_avatar, (360, 640), 2_000_000) is a
+    assert shared.get(small_avatar, (180, 320), 2_000_000) is not a
+    assert shared.get(small_avatar, (360, 640), 1_000_000) is not a  # a third: the oldest goes
+    assert shared.get(small_avatar, (360, 640), 2_000_000) is not a
+    assert a.loop_length == len(small_avatar.idle_loop)
+
+
+def decode(units: list[bytes]) -> list[np.ndarray]:
+    """Every access unit through FFmpeg's H.264 decoder, as one stream; the Y plane of each picture."""
+    codec = av.CodecContext.create("h264", "r")
+    pictures = []
+    for data in units:
+        for frame in codec.decode(av.Packet(data)):
+            pictures.append(frame.to_ndarray(format="gray"))
+    for frame in codec.decode(None):
+        pictures.append(frame.to_ndarray(format="gray"))
+    return pictures
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    """Peak signal-to-noise ratio of two 8-bit pictures, in dB."""
+    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
+    return 99.0 if mse == 0 else 10 * np.log10(255.0**2 / mse)
+
+
+def test_the_stream_replays_idle_gops_and_decodes_as_one(small_avatar) -> None:
+    """Two passes through the idle loop with speech in the middle of a GOP: the second idle pass costs no
+    encode after the first GOP start, every unit decodes, and each replayed picture is the first pass's."""
+    compositor = Compositor(small_avatar, 256, small_avatar.size)
+    sink = WholeFrameH264(1_000_000)
+    sink.bind(compositor, StageTimer())
+    sink.warm_up(small_avatar.idle_loop)
+    sink.open()
+    loop = len(small_avatar.idle_loop)
+    gop = sink.replay.gops.gop
+    assert loop > gop  # the test needs more than one GOP in the loop
+    patch = np.full((256, 256, 3), 90, dtype=np.uint8)  # a visibly different mouth: speech
+    speech = range(loop + gop // 2, loop + gop // 2 + 10)  # starts and ends mid-GOP
+    units: list[EncodedUnit] = []
+    encoded_at: dict[int, int] = {}
+    for tick in range(3 * loop):
+        before = sink.encoder.frames_encoded
+        mouth = patch if tick in speech else None
+        units.append(sink.make(tick, small_avatar.base_frame_index(tick), mouth, 0))
+        encoded_at[tick] = sink.encoder.frames_encoded - before
+
+    assert all(encoded_at[t] == 1 for t in range(loop))  # the first pass is encoded (and recorded)
+    assert sink.replay.gops.cached_frames == loop
+    assert units[speech[0]].keyframe and encoded_at[speech[0]] == 1  # live speech starts on an IDR
+    back = next(t for t in range(speech[-1] + 1, 3 * loop) if (t % loop) % gop == 0)
+    assert all(encoded_at[t] == 1 for t in range(speech[-1] + 1, back))  # live until the next GOP start
+    assert sum(encoded_at[t] for t in range(back, 3 * loop)) == 0  # then idle costs no encode
+    assert sink.replay.replayed == 3 * loop - back + (speech[0] - loop)
+    assert all(NAL_SPS_PPS <= set(nal_types(units[t].data)) for t in range(0, loop, gop))
+
+    pictures = decode([u.data for u in units])
+    assert len(pictures) == 3 * loop  # nothing lost or left undecodable at a switch
+    for tick in [*range(loop, speech[0]), *range(back, 3 * loop)]:  # replayed: exactly the first pass
+        assert np.array_equal(pictures[tick], pictures[tick % loop]), tick
+    for tick in speech:  # live speech shows the patch, decoded from its own IDR
+        assert psnr(pictures[tick], pictures[tick % loop]) < 40
+    for tick in range(speech[-1] + 1, back):  # live idle after speech: the same pictures, re-encoded
+        assert psnr(pictures[tick], pictures[tick % loop]) > 35, tick
+
+
+
+def test_a_keyframe_request_or_a_lowered_lid_leaves_the_replay(small_avatar) -> None:
+    compositor = Compositor(small_avatar, 256, small_avatar.size)
+    sink = WholeFrameH264(1_000_000)
+    sink.bind(compositor, StageTimer())
+    sink.open()
+    loop, gop = len(small_avatar.idle_loop), sink.replay.gops.gop
+    for tick in range(loop + 2):  # the first pass, and two replayed frames
+        sink.make(tick, small_avatar.base_frame_index(tick), None, 0)
+    assert sink.replay.replayed == 2
+    sink.request_keyframe()  # a client lost its decoder state
+    tick = loop + 2
+    made = sink.make(tick, small_avatar.base_frame_index(tick), None, 0)
+    assert made.keyframe and sink.replay.replayed == 2  # an IDR from the live encoder
+    tick += 1
+    shut = sink.make(tick, small_avatar.base_frame_index(tick), None, 0, lids=0.8)
+    assert sink.replay.replayed == 2 and not shut.keyframe  # a blink is drawn, so encoded live
+    while (tick % loop) % gop:
+        tick += 1
+        sink.make(tick, small_avatar.base_frame_index(tick), None, 0)
+    assert sink.replay.replayed == 3  # back on the cache at the next GOP start

@@ -116,6 +116,8 @@ SCENARIOS: tuple[Scenario, ...] = (
             "ms", "<= 150"),
           H("frames dropped in the page, full size, ~30 s", f"{FULL} > frames_dropped", "frames")),
       usage=f"{AVATARS} --avatar sample"),
+    S("idle_stream", "idle_stream_bench",
+      "an idle full-size stream's CPU, live encode vs the replayed idle loop (records its figures)"),
     S("sessions", "sessions_bench", "live sessions holding 25 fps, full and half size (whole frames)",
       raw="sessions_bench.json", headlines=(
           H("sessions holding 25 fps, full size, whole frames", "sizes > full > max_sessions_holding_25fps",

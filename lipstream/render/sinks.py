@@ -182,11 +182,14 @@ class WholeFrameH264(_H264Sink):
     """Whole frames composited in I420 at the stream size and encoded (the server's full stream, recorders,
     `lipstream client`). Idle frames are encoded once per loop position and then replayed (idle_gops.py)."""
 
-    def __init__(self, bitrate: int, idle_gops: SharedIdleGops | None = None) -> None:
+    def __init__(
+        self, bitrate: int, idle_gops: SharedIdleGops | None = None, replay_idle: bool = True
+    ) -> None:
         """Encode whole pictures at up to `bitrate` bits/s; `idle_gops`: the encoded idle loops a server's
-        sessions share (by default this stream's own)."""
+        sessions share (by default this stream's own); `replay_idle` False encodes every frame."""
         super().__init__(bitrate, threads=None)
         self._shared_idle = idle_gops or SharedIdleGops(max_loops=1)
+        self.replay_idle = replay_idle
         self.replay: IdleReplay | None = None
         self._replaying = False  # the last frame came from the cache: the next live one is an IDR
 
@@ -209,7 +212,7 @@ class WholeFrameH264(_H264Sink):
         """The frame's access unit: replayed for an idle frame whose GOP is cached, else encoded."""
         assert self.replay is not None, "bind() comes first"
         position = tick % self.replay.gops.loop_length
-        idle = patch is None and lids == 0.0
+        idle = self.replay_idle and patch is None and lids == 0.0
         if idle and not self._force_idr:
             unit = self.replay.next(position, generation)
             if unit is not None:

@@ -4,11 +4,14 @@ real H.264 decoder, to the same pictures, across every switch between replay and
 
 from __future__ import annotations
 
+import time
+
 import av
 import numpy as np
 import pytest
 
 from lipstream.media.h264 import EncodedUnit, nal_types
+from lipstream.render import idle_loop_fill
 from lipstream.render.compositor import Compositor
 from lipstream.render.idle_gops import IdleGops, IdleReplay, SharedIdleGops
 from lipstream.render.sinks import WholeFrameH264
@@ -95,8 +98,7 @@ def test_the_stream_replays_idle_gops_and_decodes_as_one(small_avatar) -> None:
     encode after the first GOP start, every unit decodes, and each replayed picture is the first pass's."""
     compositor = Compositor(small_avatar, 256, small_avatar.size)
     sink = WholeFrameH264(1_000_000)
-    sink.bind(compositor, StageTimer())
-    sink.warm_up(small_avatar.idle_loop)
+    sink.bind(compositor, StageTimer())  # no warm_up: it would fill the loop ahead (tested below)
     sink.open()
     loop = len(small_avatar.idle_loop)
     gop = sink.replay.gops.gop
@@ -151,3 +153,51 @@ def test_a_keyframe_request_or_a_lowered_lid_leaves_the_replay(small_avatar) -> 
         tick += 1
         sink.make(tick, small_avatar.base_frame_index(tick), None, 0)
     assert sink.replay.replayed == 3  # back on the cache at the next GOP start
+
+
+def test_the_loop_filled_ahead_is_kept_on_disk_and_plays_in_a_live_stream(small_avatar, tmp_path) -> None:
+    """The background fill encodes the whole loop on one thread and writes it to the cache; a fresh loop
+    reads it back unit for unit; a live stream (another encoder, two threads) replays it from its first
+    frame, goes live for speech and back, and the whole stream decodes to the filled pictures."""
+    compositor = Compositor(small_avatar, 256, small_avatar.size)
+    loop, size = len(small_avatar.idle_loop), small_avatar.size
+
+    def picture(position: int) -> np.ndarray:
+        return compositor.compose_i420(small_avatar.base_frame_index(position), None)
+
+    path = idle_loop_fill.cache_file(tmp_path / "bundle", size, 1_000_000, IdleGops(loop).gop)
+    filled = IdleGops(loop)
+    idle_loop_fill.fill(filled, path, picture, size, 1_000_000)
+    deadline = time.monotonic() + 60
+    while not path.is_file() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert filled.cached_frames == loop and path.is_file()
+    idle_loop_fill.fill(filled, path, picture, size, 1_000_000)  # claimed once: nothing happens again
+
+    again = IdleGops(loop)
+    assert idle_loop_fill.load(again, path)
+    for start in range(0, loop, again.gop):
+        read, made = again.get(start), filled.get(start)
+        assert [(u.data, u.keyframe) for u in read] == [(u.data, u.keyframe) for u in made]
+    assert not idle_loop_fill.load(IdleGops(loop, gop=again.gop - 1), path)  # other settings: not used
+    path.write_bytes(b"damaged")
+    assert not idle_loop_fill.load(IdleGops(loop), path)
+
+    shared = SharedIdleGops()
+    sink = WholeFrameH264(1_000_000, shared)
+    sink.bind(compositor, StageTimer())
+    sink.open()
+    for start in range(0, loop, again.gop):
+        sink.replay.gops.put(start, again.get(start))
+    patch = np.full((256, 256, 3), 90, dtype=np.uint8)
+    speech = range(7, 17)
+    units = [
+        sink.make(t, small_avatar.base_frame_index(t), patch if t in speech else None, 0)
+        for t in range(loop + 5)
+    ]
+    assert sink.encoder.frames_encoded < loop  # idle frames came from the filled loop
+    pictures = decode([u.data for u in units])
+    assert len(pictures) == loop + 5
+    reference = decode([u.data for s in range(0, loop, again.gop) for u in again.get(s)])
+    for tick in [*range(0, speech[0]), *range(loop, loop + 5)]:
+        assert np.array_equal(pictures[tick], reference[tick % loop]), tick

@@ -41,6 +41,13 @@ class IdleGops:
         self.gop = max(1, min(gop, loop_length))
         self._gops: dict[int, Gop] = {}
         self._lock = threading.Lock()
+        self._fill_claimed = False
+
+    def claim_fill(self) -> bool:
+        """True for the first caller only: that one makes the loop whole (idle_loop_fill.py)."""
+        with self._lock:
+            claimed, self._fill_claimed = self._fill_claimed, True
+            return not claimed
 
     def starts_gop(self, position: int) -> bool:
         """Whether a GOP starts at this loop position."""
@@ -106,8 +113,11 @@ class IdleReplay:
         self._record_start = 0
         self._record_generation = 0
 
-    def next(self, position: int, generation: int) -> EncodedUnit | None:
-        """The cached access unit of the idle frame at loop `position`, or None: it is encoded live."""
+    def next(self, position: int, generation: int, key: bool = False) -> EncodedUnit | None:
+        """The cached access unit of the idle frame at loop `position`, or None: it is encoded live. `key`:
+        the picture must decode on its own, so only a GOP's first unit will do."""
+        if key:
+            self._playing = None
         if self._playing is not None:
             offset = position - self._play_start
             if generation == self._play_generation and offset == self._played and offset < len(self._playing):

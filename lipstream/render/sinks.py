@@ -19,6 +19,8 @@ from lipstream.avatar.bundle import CROP_SIZE
 from lipstream.render.compositor import Compositor
 from lipstream.render.frames import AvatarFrame
 from lipstream.render.idle_gops import IdleReplay, SharedIdleGops
+from lipstream.render.idle_loop_fill import cache_file
+from lipstream.render.idle_loop_fill import fill as fill_idle_loop
 from lipstream.render.timing import StageTimer
 
 
@@ -201,10 +203,19 @@ class WholeFrameH264(_H264Sink):
         self.replay = IdleReplay(self._shared_idle.get(bundle, self.size, self.bitrate))
 
     def warm_up(self, idle_loop: np.ndarray) -> None:
-        """The avatar's I420 pictures at this size, and the blend geometry of the first frames."""
+        """The avatar's I420 pictures at this size, the blend geometry of the first frames, and the encoded
+        idle loop (read from the avatar's cache, or encoded there in the background)."""
         self.compositor.base.decode_ahead()
         self.compositor.base.i420(int(idle_loop[0]))  # the first frame the loop shows
         warm_geometry(self.compositor, idle_loop)
+        if self.replay_idle and self.replay is not None:
+            gops, compositor = self.replay.gops, self.compositor
+
+            def picture(position: int) -> np.ndarray:
+                return compositor.compose_i420(int(idle_loop[position]), None)
+
+            path = cache_file(compositor.base.bundle.path, self.size, self.bitrate, gops.gop)
+            fill_idle_loop(gops, path, picture, self.size, self.bitrate)
 
     def make(
         self, tick: int, base_id: int, patch: np.ndarray | None, generation: int, lids: float = 0.0
@@ -213,10 +224,13 @@ class WholeFrameH264(_H264Sink):
         assert self.replay is not None, "bind() comes first"
         position = tick % self.replay.gops.loop_length
         idle = self.replay_idle and patch is None and lids == 0.0
-        if idle and not self._force_idr:
-            unit = self.replay.next(position, generation)
+        if idle:
+            # an IDR asked for (stream start, keyframe request, interrupt) is a cached GOP's first unit
+            key = self._force_idr or generation != self._encoded_generation
+            unit = self.replay.next(position, generation, key=key)
             if unit is not None:
                 self._replaying = True
+                self._force_idr = False
                 self._encoded_generation = generation
                 return unit
         self.replay.stop()

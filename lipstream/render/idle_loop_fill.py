@@ -1,0 +1,106 @@
+"""The encoded idle loop made ahead and kept on disk, so no stream spends its first pass through the loop
+encoding it (idle_gops.py replays what is cached).
+
+When a stream of an avatar at a size starts and its idle loop is neither in memory nor in the avatar's
+cache/ folder, one background thread at the lowest priority encodes the whole loop (the live stream's encoder
+and settings, an IDR at each GOP start) and writes it to cache/ for later sessions and later server starts.
+It takes only CPU nothing else wants; the streams record the GOPs they encode meanwhile, as before. A
+read-only bundle keeps the loop in memory only."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import av
+import numpy as np
+
+from lipstream.audio.timeline import FPS
+from lipstream.files import atomic_file
+from lipstream.media.h264 import EncodedUnit, H264StreamEncoder
+from lipstream.render.idle_gops import IdleGops
+from lipstream.threads import lower_thread_priority
+
+log = logging.getLogger(__name__)
+
+FILL_NICENESS = 19  # the fill runs on CPU time nothing else wants
+# what makes cached units fit the live stream: a new PyAV / FFmpeg (x264 inside) writes a new file
+ENCODER_TAG = f"av{av.__version__}-lavc{'.'.join(map(str, av.library_versions.get('libavcodec', ())))}"
+
+Pictures = Callable[[int], np.ndarray]  # loop position -> the idle I420 picture shown there
+
+
+def cache_file(bundle_path: Path, size: tuple[int, int], bitrate: int, gop: int) -> Path:
+    """Where the avatar's encoded idle loop at this size and bitrate is kept."""
+    return Path(bundle_path) / "cache" / f"idle_gops_{size[0]}x{size[1]}_{bitrate}_{gop}.npz"
+
+
+def save(gops: IdleGops, path: Path) -> bool:
+    """Write a whole encoded loop (False, and nothing written, if it is not whole or cannot be written)."""
+    units = [unit for start in range(0, gops.loop_length, gops.gop) for unit in gops.get(start) or ()]
+    if len(units) != gops.loop_length:
+        return False
+    offsets = np.cumsum([0, *(len(u.data) for u in units)], dtype=np.int64)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_file(path) as out:
+            np.savez(
+                out, data=np.frombuffer(b"".join(u.data for u in units), np.uint8), offsets=offsets,
+                keyframes=np.array([u.keyframe for u in units]), gop=gops.gop, encoder=ENCODER_TAG,
+            )  # fmt: skip
+    except OSError as exc:
+        log.info("idle loop not cached in %s (%s); it stays in memory", path.parent, exc)
+        return False
+    return True
+
+
+def load(gops: IdleGops, path: Path) -> bool:
+    """Read a cached loop into `gops` (False when there is none, or it was made for other settings)."""
+    try:
+        with np.load(path) as saved:
+            if str(saved["encoder"]) != ENCODER_TAG or int(saved["gop"]) != gops.gop:
+                return False
+            data, offsets, keyframes = saved["data"].tobytes(), saved["offsets"], saved["keyframes"]
+    except (OSError, ValueError, KeyError):  # none, or damaged: encoded again
+        return False
+    if len(keyframes) != gops.loop_length or len(offsets) != len(keyframes) + 1:
+        return False
+    bounds = zip(offsets[:-1], offsets[1:], keyframes, strict=True)
+    units = [EncodedUnit(data[a:b], bool(key), 0) for a, b, key in bounds]
+    for start in range(0, gops.loop_length, gops.gop):
+        gops.put(start, tuple(units[start : start + gops.length(start)]))
+    return True
+
+
+def encode_loop(gops: IdleGops, pictures: Pictures, size: tuple[int, int], bitrate: int) -> None:
+    """Encode every GOP of the loop not cached yet, as the live stream would (one thread)."""
+    encoder = H264StreamEncoder(*size, fps=FPS, bitrate=bitrate, threads=1)
+    for start in range(0, gops.loop_length, gops.gop):
+        if gops.get(start) is not None:
+            continue
+        units = tuple(
+            encoder.encode(pictures(position), force_idr=position == start)
+            for position in range(start, start + gops.length(start))
+        )
+        gops.put(start, units)
+
+
+def fill(gops: IdleGops, path: Path, pictures: Pictures, size: tuple[int, int], bitrate: int) -> None:
+    """Make `gops` whole: read it from `path`, or encode it on a background thread and write it there
+    (once per loop: later calls return at once)."""
+    if not gops.claim_fill():
+        return
+    if load(gops, path):
+        return
+
+    def run() -> None:
+        lower_thread_priority(FILL_NICENESS)
+        try:
+            encode_loop(gops, pictures, size, bitrate)
+            save(gops, path)
+        except Exception:  # noqa: BLE001 - the streams go on recording the loop themselves
+            log.exception("encoding the idle loop ahead failed")
+
+    threading.Thread(target=run, name=f"idle loop {size[0]}x{size[1]}", daemon=True).start()

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import time
 
-import av
 import numpy as np
 import pytest
+from test_media_h264 import decode_units
 
+from lipstream.edge.onnx_gate import psnr_db
 from lipstream.media.h264 import EncodedUnit, nal_types
 from lipstream.render import idle_loop_fill
 from lipstream.render.compositor import Compositor
@@ -75,24 +76,6 @@ def test_shared_loops_are_one_per_avatar_size_and_bitrate(small_avatar) -> None:
     assert a.loop_length == len(small_avatar.idle_loop)
 
 
-def decode(units: list[bytes]) -> list[np.ndarray]:
-    """Every access unit through FFmpeg's H.264 decoder, as one stream; the Y plane of each picture."""
-    codec = av.CodecContext.create("h264", "r")
-    pictures = []
-    for data in units:
-        for frame in codec.decode(av.Packet(data)):
-            pictures.append(frame.to_ndarray(format="gray"))
-    for frame in codec.decode(None):
-        pictures.append(frame.to_ndarray(format="gray"))
-    return pictures
-
-
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    """Peak signal-to-noise ratio of two 8-bit pictures, in dB."""
-    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
-    return 99.0 if mse == 0 else 10 * np.log10(255.0**2 / mse)
-
-
 def test_the_stream_replays_idle_gops_and_decodes_as_one(small_avatar) -> None:
     """Two passes through the idle loop with speech in the middle of a GOP: the second idle pass costs no
     encode after the first GOP start, every unit decodes, and each replayed picture is the first pass's."""
@@ -122,14 +105,14 @@ def test_the_stream_replays_idle_gops_and_decodes_as_one(small_avatar) -> None:
     assert sink.replay.replayed == 3 * loop - back + (speech[0] - loop)
     assert all(NAL_SPS_PPS <= set(nal_types(units[t].data)) for t in range(0, loop, gop))
 
-    pictures = decode([u.data for u in units])
+    pictures = decode_units([u.data for u in units], "gray")
     assert len(pictures) == 3 * loop  # nothing lost or left undecodable at a switch
     for tick in [*range(loop, speech[0]), *range(back, 3 * loop)]:  # replayed: exactly the first pass
         assert np.array_equal(pictures[tick], pictures[tick % loop]), tick
     for tick in speech:  # live speech shows the patch, decoded from its own IDR
-        assert psnr(pictures[tick], pictures[tick % loop]) < 40
+        assert psnr_db(pictures[tick], pictures[tick % loop]) < 40
     for tick in range(speech[-1] + 1, back):  # live idle after speech: the same pictures, re-encoded
-        assert psnr(pictures[tick], pictures[tick % loop]) > 35, tick
+        assert psnr_db(pictures[tick], pictures[tick % loop]) > 35, tick
 
 
 
@@ -196,8 +179,8 @@ def test_the_loop_filled_ahead_is_kept_on_disk_and_plays_in_a_live_stream(small_
         for t in range(loop + 5)
     ]
     assert sink.encoder.frames_encoded < loop  # idle frames came from the filled loop
-    pictures = decode([u.data for u in units])
+    pictures = decode_units([u.data for u in units], "gray")
     assert len(pictures) == loop + 5
-    reference = decode([u.data for s in range(0, loop, again.gop) for u in again.get(s)])
+    reference = decode_units([u.data for s in range(0, loop, again.gop) for u in again.get(s)], "gray")
     for tick in [*range(0, speech[0]), *range(loop, loop + 5)]:
         assert np.array_equal(pictures[tick], reference[tick % loop]), tick

@@ -21,14 +21,15 @@ def _frames(n: int, width: int = W, height: int = H) -> list[np.ndarray]:
     return [np.roll(face, 2 * i, axis=0) for i in range(n)]
 
 
-def _decode(units: list[bytes]) -> list[np.ndarray]:
+def decode_units(units: list[bytes], fmt: str = "rgb24") -> list[np.ndarray]:
+    """Every access unit through FFmpeg's H.264 decoder, as one stream; each picture in `fmt`."""
     decoder = av.CodecContext.create("h264", "r")
     images = []
     for data in units:
         for frame in decoder.decode(av.Packet(data)):
-            images.append(frame.to_ndarray(format="rgb24"))
+            images.append(frame.to_ndarray(format=fmt))
     for frame in decoder.decode(None):
-        images.append(frame.to_ndarray(format="rgb24"))
+        images.append(frame.to_ndarray(format=fmt))
     return images
 
 
@@ -50,11 +51,11 @@ def test_one_unit_per_frame_with_idr_on_request() -> None:
             assert {5, 7, 8} <= set(types)  # IDR carries SPS/PPS: a player can join there
         else:
             assert 5 not in types and 7 not in types and 1 in types
-    decoded = _decode([u.data for u in units])
+    decoded = decode_units([u.data for u in units])
     assert len(decoded) == 30
     assert min(_psnr(d, f) for d, f in zip(decoded, frames, strict=True)) > 30
     # A player joining at the second IDR decodes everything from there on.
-    assert len(_decode([u.data for u in units[11:]])) == 19
+    assert len(decode_units([u.data for u in units[11:]])) == 19
 
 
 def test_codec_string_matches_sps() -> None:
@@ -77,7 +78,7 @@ def test_level_grows_with_size() -> None:
 def test_output_scaling_half_size() -> None:
     frames = _frames(6, 384, 256)
     encoder = H264StreamEncoder(384, 256, output_size=(192, 128))
-    decoded = _decode([encoder.encode(f).data for f in frames])
+    decoded = decode_units([encoder.encode(f).data for f in frames])
     assert len(decoded) == 6 and decoded[0].shape == (128, 192, 3)
     expected = cv2.resize(frames[-1], (192, 128), interpolation=cv2.INTER_AREA)
     assert _psnr(decoded[-1], expected) > 28

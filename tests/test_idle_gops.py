@@ -150,12 +150,18 @@ def test_the_loop_filled_ahead_is_kept_on_disk_and_plays_in_a_live_stream(small_
 
     path = idle_loop_fill.cache_file(tmp_path / "bundle", size, 1_000_000, IdleGops(loop).gop)
     filled = IdleGops(loop)
-    idle_loop_fill.fill(filled, path, picture, size, 1_000_000)
+    own = idle_loop_fill.own_pictures(small_avatar, size)  # the fill decodes its own frames...
+    for position in (0, loop // 2, loop - 1):  # ...to the pictures the live stream composites
+        assert np.array_equal(own(position), picture(position))
+    half = Compositor(small_avatar, 256, (180, 320))  # a scaled stream too
+    own_half = idle_loop_fill.own_pictures(small_avatar, (180, 320))
+    assert np.array_equal(own_half(3), half.compose_i420(small_avatar.base_frame_index(3), None))
+    idle_loop_fill.fill(filled, path, lambda: own, size, 1_000_000)
     deadline = time.monotonic() + 60
     while not path.is_file() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert filled.cached_frames == loop and path.is_file()
-    idle_loop_fill.fill(filled, path, picture, size, 1_000_000)  # claimed once: nothing happens again
+    idle_loop_fill.fill(filled, path, lambda: picture, size, 1_000_000)  # claimed once: nothing happens again
 
     again = IdleGops(loop)
     assert idle_loop_fill.load(again, path)

@@ -18,14 +18,18 @@ import av
 import numpy as np
 
 from lipstream.audio.timeline import FPS
+from lipstream.avatar.bundle import AvatarBundle
 from lipstream.files import atomic_file
 from lipstream.media.h264 import EncodedUnit, H264StreamEncoder
+from lipstream.render.base_frames import BaseFrameStore
+from lipstream.render.compositor import Compositor
 from lipstream.render.idle_gops import IdleGops
 from lipstream.threads import lower_thread_priority
 
 log = logging.getLogger(__name__)
 
 FILL_NICENESS = 19  # the fill runs on CPU time nothing else wants
+FILL_FRAME_CACHE_MB = 64  # the fill's own decoded frames: a few GOPs (it reads the loop in order)
 # what makes cached units fit the live stream: a new PyAV / FFmpeg (x264 inside) writes a new file
 ENCODER_TAG = f"av{av.__version__}-lavc{'.'.join(map(str, av.library_versions.get('libavcodec', ())))}"
 
@@ -87,9 +91,18 @@ def encode_loop(gops: IdleGops, pictures: Pictures, size: tuple[int, int], bitra
         gops.put(start, units)
 
 
-def fill(gops: IdleGops, path: Path, pictures: Pictures, size: tuple[int, int], bitrate: int) -> None:
-    """Make `gops` whole: read it from `path`, or encode it on a background thread and write it there
-    (once per loop: later calls return at once)."""
+def own_pictures(bundle: AvatarBundle, size: tuple[int, int]) -> Pictures:
+    """The idle pictures at `size` from frames this caller decodes itself: a fill at nice 19 must never be
+    decoding a GOP of the server's shared store that a render thread then waits for."""
+    compositor = Compositor(bundle, output_size=size, base=BaseFrameStore(bundle, size, FILL_FRAME_CACHE_MB))
+    return lambda position: compositor.compose_i420(bundle.base_frame_index(position), None)
+
+
+def fill(
+    gops: IdleGops, path: Path, pictures: Callable[[], Pictures], size: tuple[int, int], bitrate: int
+) -> None:
+    """Make `gops` whole: read it from `path`, or encode it on a background thread (with the pictures
+    `pictures()` gives, there) and write it to `path`. Once per loop: later calls return at once."""
     if not gops.claim_fill():
         return
     if load(gops, path):
@@ -98,7 +111,7 @@ def fill(gops: IdleGops, path: Path, pictures: Pictures, size: tuple[int, int], 
     def run() -> None:
         lower_thread_priority(FILL_NICENESS)
         try:
-            encode_loop(gops, pictures, size, bitrate)
+            encode_loop(gops, pictures(), size, bitrate)
             save(gops, path)
         except Exception:  # noqa: BLE001 - the streams go on recording the loop themselves
             log.exception("encoding the idle loop ahead failed")

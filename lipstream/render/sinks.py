@@ -19,7 +19,7 @@ from lipstream.avatar.bundle import CROP_SIZE
 from lipstream.render.compositor import Compositor
 from lipstream.render.frames import AvatarFrame
 from lipstream.render.idle_gops import IdleReplay, SharedIdleGops
-from lipstream.render.idle_loop_fill import cache_file
+from lipstream.render.idle_loop_fill import cache_file, own_pictures
 from lipstream.render.idle_loop_fill import fill as fill_idle_loop
 from lipstream.render.timing import StageTimer
 
@@ -209,13 +209,9 @@ class WholeFrameH264(_H264Sink):
         self.compositor.base.i420(int(idle_loop[0]))  # the first frame the loop shows
         warm_geometry(self.compositor, idle_loop)
         if self.replay_idle and self.replay is not None:
-            gops, compositor = self.replay.gops, self.compositor
-
-            def picture(position: int) -> np.ndarray:
-                return compositor.compose_i420(int(idle_loop[position]), None)
-
-            path = cache_file(compositor.base.bundle.path, self.size, self.bitrate, gops.gop)
-            fill_idle_loop(gops, path, picture, self.size, self.bitrate)
+            bundle, size, gops = self.compositor.base.bundle, self.size, self.replay.gops
+            path = cache_file(bundle.path, size, self.bitrate, gops.gop)
+            fill_idle_loop(gops, path, lambda: own_pictures(bundle, size), size, self.bitrate)
 
     def make(
         self, tick: int, base_id: int, patch: np.ndarray | None, generation: int, lids: float = 0.0

@@ -169,6 +169,11 @@ def test_the_loop_filled_ahead_is_kept_on_disk_and_plays_in_a_live_stream(small_
         read, made = again.get(start), filled.get(start)
         assert [(u.data, u.keyframe) for u in read] == [(u.data, u.keyframe) for u in made]
     assert not idle_loop_fill.load(IdleGops(loop, gop=again.gop - 1), path)  # other settings: not used
+    with np.load(path) as saved:  # a GOP that does not start on an IDR
+        arrays = {k: saved[k] for k in saved.files}
+    arrays["keyframes"] = np.zeros_like(arrays["keyframes"])
+    np.savez(path, **arrays)
+    assert not idle_loop_fill.load(IdleGops(loop), path)
     path.write_bytes(b"damaged")
     assert not idle_loop_fill.load(IdleGops(loop), path)
 

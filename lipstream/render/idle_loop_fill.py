@@ -30,8 +30,11 @@ log = logging.getLogger(__name__)
 
 FILL_NICENESS = 19  # the fill runs on CPU time nothing else wants
 FILL_FRAME_CACHE_MB = 64  # the fill's own decoded frames: a few GOPs (it reads the loop in order)
-# what makes cached units fit the live stream: a new PyAV / FFmpeg (x264 inside) writes a new file
-ENCODER_TAG = f"av{av.__version__}-lavc{'.'.join(map(str, av.library_versions.get('libavcodec', ())))}"
+# what makes cached units fit the live stream: a new PyAV / FFmpeg (x264 inside) writes a new file, and so
+# does a change of H264StreamEncoder's settings (bump SETTINGS_VERSION with it)
+SETTINGS_VERSION = 1
+LAVC_VERSION = ".".join(map(str, av.library_versions.get("libavcodec", ())))
+ENCODER_TAG = f"v{SETTINGS_VERSION}-av{av.__version__}-lavc{LAVC_VERSION}"
 
 Pictures = Callable[[int], np.ndarray]  # loop position -> the idle I420 picture shown there
 
@@ -73,7 +76,10 @@ def load(gops: IdleGops, path: Path) -> bool:
         return False
     bounds = zip(offsets[:-1], offsets[1:], keyframes, strict=True)
     units = [EncodedUnit(data[a:b], bool(key), 0) for a, b, key in bounds]
-    for start in range(0, gops.loop_length, gops.gop):
+    starts = range(0, gops.loop_length, gops.gop)
+    if not all(units[start].keyframe for start in starts):  # damaged: encoded again
+        return False
+    for start in starts:
         gops.put(start, tuple(units[start : start + gops.length(start)]))
     return True
 

@@ -34,9 +34,9 @@ class Engine(Protocol):
       indices of the bundle (the base frame each patch will be pasted on).
 
     Five optional hooks (`stack_inputs`, `for_session`, `withdraw`, `onset`, `release`) and `cache_key` have
-    defaults here: an engine that
-    subclasses Engine inherits them and overrides only the ones it needs (VisemeEngine eases utterance
-    edges; BatchedEngine binds a session's view, which withdraws its queued passes on an interrupt).
+    defaults here: an engine that subclasses Engine inherits them and overrides only the ones it needs
+    (VisemeEngine eases utterance edges; BatchedEngine binds a session's view, which withdraws its queued
+    passes on an interrupt).
     """
 
     name: str

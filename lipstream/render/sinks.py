@@ -160,9 +160,12 @@ class _H264Sink(_Bound):
         """The next picture is an IDR."""
         self._force_idr = True
 
-    def _must_be_idr(self, generation: int, extra: bool = False) -> bool:
+    def _idr_due(self, generation: int) -> bool:
         # frames made before an interrupt are never sent, so the first one after it must decode on its own
-        force = self._force_idr or extra or generation != self._encoded_generation
+        return self._force_idr or generation != self._encoded_generation
+
+    def _must_be_idr(self, generation: int, extra: bool = False) -> bool:
+        force = self._idr_due(generation) or extra
         self._encoded_generation = generation
         self._force_idr = False
         return force
@@ -222,8 +225,7 @@ class WholeFrameH264(_H264Sink):
         idle = self.replay_idle and patch is None and lids == 0.0
         if idle:
             # an IDR asked for (stream start, keyframe request, interrupt) is a cached GOP's first unit
-            key = self._force_idr or generation != self._encoded_generation
-            unit = self.replay.next(position, generation, key=key)
+            unit = self.replay.next(position, generation, key=self._idr_due(generation))
             if unit is not None:
                 self._replaying = True
                 self._force_idr = False

@@ -69,4 +69,3 @@ class YieldsCores(Protocol):
 
     def resume(self) -> None:
         """Go on (a no-op when not paused)."""
-

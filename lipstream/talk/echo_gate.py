@@ -2,7 +2,9 @@
 
 Until the echo canceller has locked on to the avatar's echo, the VAD may hear the avatar itself. A start
 made then is held; it is released when the speech goes on after the lock (or is clearly louder than the
-echo the filter expects: the user talking over the avatar), and dropped when it ends first.
+echo the filter expects: the user talking over the avatar), and dropped when it ends first. A released start
+is placed where the user's voice was first told apart from the echo, not where the held start began: that
+was the echo, and a start placed there would look like the user going on with the question just answered.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ class EchoGate:
         self.end_silence_ms = end_silence_ms
         self._held_start: VadEvent | None = None  # a speech start waiting for the canceller to lock on
         self._held_double_talk = 0  # samples of the user louder than the echo since the held start
+        self._double_talk_from: int | None = None  # where those samples began
+        self._voice_from: int | None = None  # where the VAD's current run of voiced chunks began
         self._echo_locked = False
         self._lock_resyncs = 0  # the canceller's resync count the lock was made under
 
@@ -67,6 +71,7 @@ class EchoGate:
         canceller has not locked on yet); release it once the echo is under control and the speech goes
         on, drop it when that speech ends first (it was the avatar hearing itself)."""
         likely = self._echo_unlocked()
+        chunk_start = max(0, self.vad.position - samples)
         out: list[VadEvent] = []
         for event in events:
             if self._held_start is not None:
@@ -78,18 +83,35 @@ class EchoGate:
                 log.info("speech start at %d held: echo not locked yet (%s)", event.sample, self.echo.stats)
                 self._held_start = event
                 self._held_double_talk = 0
+                self._double_talk_from = None
                 continue
             out.append(event)
+        if not self.vad.speaking:
+            self._voice_from = None
+        elif self._voice_from is None:
+            self._voice_from = chunk_start
         if self._held_start is not None and self.echo.stats.louder_than_echo and self.vad.speaking:
+            if self._double_talk_from is None:
+                self._double_talk_from = chunk_start
             self._held_double_talk += samples
         # released only while a voice is heard now: `in_speech` also holds through the pause that may end
         # a speech made by the echo alone
-        if self._held_start is not None and self.vad.speaking and (not likely or self._user_over_echo()):
-            held_at = self._held_start.sample
-            log.info("held speech start at %d released: the user's voice (%s)", held_at, self.echo.stats)
-            out.append(self._held_start)
-            self._held_start = None
+        if self._held_start is not None and self.vad.speaking:
+            over_echo = self._user_over_echo()
+            if not likely or over_echo:
+                out.append(self._release(self._double_talk_from if over_echo else self._voice_from))
         return out
+
+    def _release(self, voice_from: int | None) -> VadEvent:
+        """Worker: the held start, placed where the user's voice began (`voice_from`, when known)."""
+        held = self._held_start
+        assert held is not None and self.echo is not None
+        self._held_start = None
+        self._double_talk_from = None
+        at = max(held.sample, voice_from if voice_from is not None else held.sample)
+        stats = self.echo.stats
+        log.info("held speech start at %d released at %d: the user's voice (%s)", held.sample, at, stats)
+        return VadEvent("speech_start", at)
 
     def _user_over_echo(self) -> bool:
         """Worker: before the lock, the filter has learnt the room and has heard, for the length of a

@@ -73,15 +73,17 @@ def test_echo_alone_starts_nothing(answer: np.ndarray) -> None:
     assert not starts, starts
 
 
-@pytest.mark.parametrize("into_answer", [1.3, 2.0])
+@pytest.mark.parametrize("into_answer", [1.3, 2.0, 2.5])
 def test_a_user_over_the_echo_starts_where_their_voice_began(
     answer: np.ndarray, words: np.ndarray, into_answer: float
 ) -> None:
     """Cut in 1.3 s or 2 s into the answer as heard: the canceller has adapted but not locked (the lock
-    waits the VAD's end silence), so the echo's held start is released by the user's voice over the echo.
-    (Words in the first ~1.2 s, before the filter has adapted, are held: the documented limit.)"""
+    waits the VAD's end silence), so the echo's held start is released by the user's voice over the echo,
+    placed where that voice began. At 2.5 s the echo's start has been dropped and the held start is the
+    user's own: it stays where it was. (Words in the first ~1.2 s, before the filter has adapted, are held:
+    the documented limit.)"""
     user_at = DELAY + int(into_answer * SR)
     starts = [e.sample for e in _listen(answer, words, user_at) if e.kind == "speech_start"]
     assert len(starts) == 1, starts
-    # the VAD puts a start up to a window early; the echo's own start is 1.3-2 s earlier
+    # the VAD puts a start up to a window early; the echo's own start is 1.3-2.5 s earlier
     assert user_at - int(0.1 * SR) <= starts[0] <= user_at + int(0.3 * SR), (starts[0] / SR, user_at / SR)

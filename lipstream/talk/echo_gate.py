@@ -3,8 +3,9 @@
 Until the echo canceller has locked on to the avatar's echo, the VAD may hear the avatar itself. A start
 made then is held; it is released when the speech goes on after the lock (or is clearly louder than the
 echo the filter expects: the user talking over the avatar), and dropped when it ends first. A released start
-is placed where the user's voice was first told apart from the echo, not where the held start began: that
-was the echo, and a start placed there would look like the user going on with the question just answered.
+is placed where the voice heard at its release began: after a silence that followed the held start (the echo
+cancelled once the filter learnt it), not at the held start, which was the echo; a start placed there would
+look like the user going on with the question just answered.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ log = logging.getLogger(__name__)
 # the canceller finds a real echo's delay within 0.3-0.5 s of the avatar speaking (benchmarks/echo_bench.py);
 # nothing found after this long (with room for a loaded machine) means the microphone does not hear it
 NO_ECHO_AFTER_MS = 3000.0
+# a silence this long ends a run of voice: a released start is placed at the run heard at its release
+RUN_BREAK_MS = 150.0
 
 
 class EchoGate:
@@ -36,8 +39,9 @@ class EchoGate:
         self.end_silence_ms = end_silence_ms
         self._held_start: VadEvent | None = None  # a speech start waiting for the canceller to lock on
         self._held_double_talk = 0  # samples of the user louder than the echo since the held start
-        self._double_talk_from: int | None = None  # where those samples began
-        self._voice_from: int | None = None  # where the VAD's current run of voiced chunks began
+        self._voice_from: int | None = None  # while a start is held: where the voice heard now began
+        self._quiet = 0  # samples of silence since the VAD last heard a voice
+        self._samples = 0  # microphone samples gated so far
         self._echo_locked = False
         self._lock_resyncs = 0  # the canceller's resync count the lock was made under
 
@@ -71,7 +75,8 @@ class EchoGate:
         canceller has not locked on yet); release it once the echo is under control and the speech goes
         on, drop it when that speech ends first (it was the avatar hearing itself)."""
         likely = self._echo_unlocked()
-        chunk_start = max(0, self.vad.position - samples)
+        chunk_start = self._samples  # the stream sample this chunk starts at
+        self._samples += samples
         out: list[VadEvent] = []
         for event in events:
             if self._held_start is not None:
@@ -83,32 +88,40 @@ class EchoGate:
                 log.info("speech start at %d held: echo not locked yet (%s)", event.sample, self.echo.stats)
                 self._held_start = event
                 self._held_double_talk = 0
-                self._double_talk_from = None
+                self._voice_from, self._quiet = event.sample, 0
                 continue
             out.append(event)
-        if not self.vad.speaking:
-            self._voice_from = None
-        elif self._voice_from is None:
-            self._voice_from = chunk_start
-        if self._held_start is not None and self.echo.stats.louder_than_echo and self.vad.speaking:
-            if self._double_talk_from is None:
-                self._double_talk_from = chunk_start
+        if self._held_start is None:
+            return out
+        self._track_voice(chunk_start, samples)
+        if self.echo.stats.louder_than_echo and self.vad.speaking:
             self._held_double_talk += samples
         # released only while a voice is heard now: `in_speech` also holds through the pause that may end
         # a speech made by the echo alone
-        if self._held_start is not None and self.vad.speaking:
-            over_echo = self._user_over_echo()
-            if not likely or over_echo:
-                out.append(self._release(self._double_talk_from if over_echo else self._voice_from))
+        if self.vad.speaking and (not likely or self._user_over_echo()):
+            out.append(self._release())
         return out
 
-    def _release(self, voice_from: int | None) -> VadEvent:
-        """Worker: the held start, placed where the user's voice began (`voice_from`, when known)."""
+    def _track_voice(self, chunk_start: int, samples: int) -> None:
+        """Worker: where the voice heard now began, a run of voiced chunks broken only by RUN_BREAK_MS of
+        silence (the gaps between one speaker's words are shorter; the canceller taking the echo away
+        leaves a longer one before a user who speaks up later)."""
+        if self.vad.speaking:
+            self._quiet = 0
+            if self._voice_from is None:
+                self._voice_from = chunk_start
+            return
+        self._quiet += samples
+        if self._quiet >= RUN_BREAK_MS * SAMPLE_RATE / 1000:
+            self._voice_from = None
+
+    def _release(self) -> VadEvent:
+        """Worker: the held start, placed where the voice heard now began (later than the held start when
+        a silence came between: the held start was the echo, cancelled since)."""
         held = self._held_start
         assert held is not None and self.echo is not None
         self._held_start = None
-        self._double_talk_from = None
-        at = max(held.sample, voice_from if voice_from is not None else held.sample)
+        at = max(held.sample, self._voice_from if self._voice_from is not None else held.sample)
         stats = self.echo.stats
         log.info("held speech start at %d released at %d: the user's voice (%s)", held.sample, at, stats)
         return VadEvent("speech_start", at)

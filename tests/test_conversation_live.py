@@ -106,14 +106,17 @@ class Caller:
                 await self.ws.send(json.dumps({"type": "position", "pts": self.playing_pts(now)}))
                 last = now
 
-    async def talk(self, audio: np.ndarray | None = None, then: float = 0.0, mic=None) -> float:
-        """Stream `audio` (or `mic(i)` chunks) as a live microphone while receiving; returns the start."""
+    async def talk(self, audio: np.ndarray | None = None, then: float = 0.0, mic=None, until=None) -> float:
+        """Stream `audio` (or `mic(i)` chunks) as a live microphone while receiving, up to its end or until
+        `until()` is true; returns the start."""
         start = time.monotonic()
         # stopped by an event, not by cancel(): on Python 3.11 wait_for can swallow a cancellation
         stop = asyncio.Event()
         receiver = asyncio.create_task(self.receive(start + 3600, stop))
         total = len(audio) if audio is not None else 0
         for i in range(0, total, CHUNK):
+            if until is not None and until():
+                break
             chunk = audio[i : i + CHUNK] if mic is None else mic(i, audio[i : i + CHUNK])
             pcm = np.clip(chunk * 32767, -32768, 32767).astype("<i2")
             await self.ws.send(MediaMessage(Kind.PCM, pcm.tobytes(), aux=16000).encode())
@@ -270,7 +273,11 @@ def test_the_avatar_hearing_itself_does_not_barge_in(agent_server: ServerProcess
                         out[at : at + len(words)] += words[: len(chunk) - at]
                 return out
 
-            await caller.talk(audio, mic=echo)
+            def answered() -> bool:
+                """Alone, the answer played to its end: the rest of the track is silence, nothing to hear."""
+                return not user_words and any(not m["interrupted"] for m in caller.of("playback_finished"))
+
+            await caller.talk(audio, mic=echo, until=answered)
             await caller.ws.close()
             return caller
 

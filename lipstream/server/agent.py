@@ -3,6 +3,7 @@ once at start (before the server says it is ready) and shared by every conversat
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -165,6 +166,10 @@ class AgentServices:
         """Close the language model's connections (and stop the embedded model's process)."""
         self.recogniser.shutdown(wait=False, cancel_futures=True)
         self.answer_voice.shutdown(wait=False, cancel_futures=True)
+        for recogniser in {id(r): r for r in (self.stt, self.partial_stt) if r is not None}.values():
+            close = getattr(recogniser, "close", None)
+            if close is not None:
+                await asyncio.to_thread(close)
         for model in (self.llm, self.turn_model):
             close = getattr(model, "aclose", None)
             if close is not None:
@@ -205,8 +210,6 @@ def _turn_detector(turn: TurnEndConfig, llm: Any) -> tuple[TurnDetector | None, 
 
 
 def _warm_judge(detector: TextTurnDetector, system_prompt: str) -> None:
-    import asyncio
-
     messages = [ChatMessage("system", system_prompt), ChatMessage("user", "Hello")]
     try:
         asyncio.run(detector.score(np.zeros(0, np.float32), messages))
@@ -221,14 +224,13 @@ def _recognisers(config: AgentConfig) -> tuple[SpeechToText, SpeechToText]:
 
         remote = OpenAITranscriber(config.stt_url, config.stt_url_model, api_key=os.environ.get(STT_KEY_ENV))
         return remote, remote
-    from lipstream.talk.stt import WhisperSTT
+    from lipstream.talk.stt_embedded import EmbeddedWhisper
 
-    # two threads for the final, its own model; partials on a one-thread model beside it
-    full = config.stt_window == "full"
-    return (
-        WhisperSTT(config.stt_model, cpu_threads=2, workers=1, full_window=full),
-        WhisperSTT(config.stt_model, cpu_threads=1, workers=1, full_window=full),
-    )
+    # Whisper in a process of its own: inside the server's it took 1.5-3x its time alone (the GIL; see
+    # docs/conversation.md). Two decodes at once (a final beside a partial), one thread each: on 2 cores one
+    # thread decodes as fast as two. Started now; `load_agent` waits for it after starting the model too.
+    whisper = EmbeddedWhisper(config.stt_model, threads=1, workers=2, window=config.stt_window)
+    return whisper, whisper
 
 
 def load_agent(config: AgentConfig) -> AgentServices:
@@ -243,7 +245,7 @@ def load_agent(config: AgentConfig) -> AgentServices:
         knowledge = KnowledgeBase(config.knowledge)
         stats = knowledge.stats()
         log.info("knowledge: %d documents, %d chunks (%s)", stats.documents, stats.chunks, stats.index)
-    # the final transcript is on the answer's critical path: its own model, so it never waits for a partial
+    # the final transcript is on the answer's critical path: two decodes at once, never behind a partial
     stt, partial_stt = _recognisers(config)
     if config.llm_url:
         from lipstream.talk.llm_openai import OpenAIChatModel
@@ -260,6 +262,10 @@ def load_agent(config: AgentConfig) -> AgentServices:
             llm.warm_up()
         except LipstreamError as exc:  # the server still serves; each turn says the model is unavailable
             log.error("%s; conversations will answer that the language model is unavailable", exc)
+    for recogniser in {id(r): r for r in (stt, partial_stt)}.values():  # loaded beside the model
+        warm_up = getattr(recogniser, "warm_up", None)
+        if warm_up is not None:
+            warm_up()
     detector, turn_model = _turn_detector(config.turn, llm)
     if isinstance(detector, TextTurnDetector):  # the system prompt's KV cache, so a first judgement is quick
         _warm_judge(detector, config.persona.system_prompt() if config.persona else config.system_prompt)

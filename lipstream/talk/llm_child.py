@@ -12,13 +12,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import ctypes
 import faulthandler
-import hmac
 import json
 import os
-import signal
-import socket
 import sys
 import threading
 import time
@@ -33,10 +29,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, Field, ValidationError
 
+from lipstream.talk.child_serving import authorized as child_authorized
+from lipstream.talk.child_serving import child_key, die_with_parent, serve_ready
 from lipstream.talk.llm import ChatMessage
 from lipstream.talk.model_process import KEY_ENV  # the per-start key: in the environment, never on argv
-
-PR_SET_PDEATHSIG = 1
 
 
 class _Message(BaseModel):
@@ -51,23 +47,6 @@ class ChatRequest(BaseModel):
     max_tokens: int = Field(120, ge=1, le=4096)
     stream: bool = True
     temperature: float | None = Field(None, ge=0, le=2)
-
-
-def die_with_parent(parent_pid: int) -> None:
-    """End this process when `parent_pid` ends, however it ends (SIGKILL included)."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent_pid:  # the parent was already gone before prctl took effect
-        os._exit(0)
-
-    def watch() -> None:  # where prctl does not exist; harmless where it does
-        while os.getppid() == parent_pid:
-            time.sleep(0.5)
-        os._exit(0)
-
-    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
 
 
 def _chunk(completion_id: str, model: str, delta: dict[str, str], finish: str | None) -> str:
@@ -85,8 +64,7 @@ def create_child_app(chat: Any, key: str, model_name: str) -> FastAPI:
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llm")
 
     def authorized(request: Request) -> bool:
-        given = request.headers.get("authorization", "")
-        return hmac.compare_digest(given.encode(), f"Bearer {key}".encode())
+        return child_authorized(request.headers.get("authorization", ""), key)
 
     def error(status: int, message: str) -> JSONResponse:
         return JSONResponse({"error": {"message": message}}, status_code=status)
@@ -196,8 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     die_with_parent(args.parent_pid)
     faulthandler.enable()  # a native crash leaves its Python stack on stderr, which the supervisor keeps
-    key = os.environ.get(KEY_ENV, "")
-    if len(key) < 16:
+    key = child_key()
+    if key is None:
         print(f"error: set {KEY_ENV} (16 characters at least)", file=sys.stderr)
         return 2
     from lipstream.errors import LipstreamError
@@ -209,17 +187,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LipstreamError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    import uvicorn
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    ready = {"ready": True, "port": sock.getsockname()[1], "pid": os.getpid(),
-             "load_seconds": round(chat.load_seconds, 3), "warm_seconds": round(warm_seconds, 3)}  # fmt: skip
-    print(json.dumps(ready), flush=True)
-    app = create_child_app(chat, key, args.name)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
-    server.run(sockets=[sock])
+    ready = {"load_seconds": round(chat.load_seconds, 3), "warm_seconds": round(warm_seconds, 3)}
+    serve_ready(create_child_app(chat, key, args.name), ready)
     return 0
 
 

@@ -1,9 +1,10 @@
 """A recogniser behind an OpenAI-compatible transcription endpoint (`POST /v1/audio/transcriptions`).
 
 For a user's own, larger recogniser: faster-whisper-server / speaches, whisper.cpp's server, vLLM, or a hosted
-API. The audio goes as a 16 kHz mono WAV in a multipart form with `response_format=verbose_json` and word
-timestamps asked for; a server that returns words lets the conversation decode only each turn's tail
-(lipstream.talk.transcriber), one that returns only text still works (its transcript is used whole).
+API. The audio goes as a 16 kHz mono WAV in a multipart form: `response_format=json` for a whole turn's text,
+`verbose_json` with word timestamps for streaming recognition; a server that returns words lets the
+conversation decode only each turn's tail (lipstream.talk.transcriber), one that returns only text still works
+(its transcript is used whole).
 """
 
 from __future__ import annotations
@@ -60,19 +61,22 @@ class OpenAITranscriber:
         self._client = httpx.Client(timeout=httpx.Timeout(timeout), headers=headers)
 
     def transcribe(self, pcm: np.ndarray) -> Transcript:
-        """Transcribe 16 kHz float32 mono PCM (blocking)."""
-        return self.transcribe_words(pcm, "")
+        """Transcribe 16 kHz float32 mono PCM (blocking): the text only (word timings cost the server an
+        alignment pass)."""
+        return self._post(pcm, "", words=False)
 
     def transcribe_words(self, pcm: np.ndarray, prompt: str = "") -> Transcript:
         """Transcribe with word timings when the server gives them, primed with `prompt`."""
+        return self._post(pcm, prompt, words=True)
+
+    def _post(self, pcm: np.ndarray, prompt: str, words: bool) -> Transcript:
         seconds = len(pcm) / SAMPLE_RATE
         if len(pcm) < SAMPLE_RATE // 10:
             return Transcript("", seconds)
         started = time.perf_counter()
-        form = {
-            "model": self.model, "language": self.language, "response_format": "verbose_json",
-            "timestamp_granularities[]": "word", "temperature": "0",
-        }  # fmt: skip
+        form = {"model": self.model, "language": self.language, "temperature": "0", "response_format": "json"}
+        if words:
+            form.update({"response_format": "verbose_json", "timestamp_granularities[]": "word"})
         if prompt:
             form["prompt"] = prompt
         try:
@@ -88,8 +92,8 @@ class OpenAITranscriber:
             text = str(data.get("text", "")).strip()
         except (ValueError, AttributeError) as exc:
             raise ModelError(f"the recogniser at {self.url} sent no JSON transcript: {exc}") from exc
-        words = _words(data.get("words"))
-        return Transcript(text, seconds, time.perf_counter() - started, words=words)
+        timings = _words(data.get("words")) if words else ()
+        return Transcript(text, seconds, time.perf_counter() - started, words=timings)
 
     def close(self) -> None:
         """Close the connection pool."""

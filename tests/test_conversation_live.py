@@ -232,7 +232,8 @@ def test_barge_in_cuts_the_answer_but_a_cough_does_not(agent_server: ServerProce
 
 def test_the_avatar_hearing_itself_does_not_barge_in(agent_server: ServerProcess, voices) -> None:
     """The microphone carries the avatar's own voice (delayed 120 ms, attenuated): no barge-in; then the
-    same echo plus the user's words, 2 s into the answer as heard: one barge-in. (Brief words before the
+    same echo plus the user's words, 2 s into the answer as heard: one barge-in, and no speech start outside
+    the user's words. (Brief words before the
     canceller has locked on, in the first second of a session's first answer or just after a stall of a
     loaded server's playback, are held and may be lost: the documented limit, not what this checks; a user
     who cuts in goes on talking.)"""
@@ -243,9 +244,10 @@ def test_the_avatar_hearing_itself_does_not_barge_in(agent_server: ServerProcess
     interjection = espeak.synthesize(cut_in).pcm
     user_after = 2 * 16000  # the user's words start when the answer has been heard this long
 
-    def run_with(user_words: bool) -> Caller:
-        async def run() -> Caller:
+    def run_with(user_words: bool) -> tuple[Caller, list[int]]:
+        async def run() -> tuple[Caller, list[int]]:
             caller, _ = await open_agent(agent_server)
+            words_at: list[int] = []  # microphone samples that carry the user's words
             delay = int(0.12 * 16000)
             audio, _ = mic_track(("silence", 0.5), ("speech", question), ("silence", 11.0))
 
@@ -271,6 +273,7 @@ def test_the_avatar_hearing_itself_does_not_barge_in(agent_server: ServerProcess
                     if into + len(chunk) > 0 and len(words):
                         at = max(0, -into)
                         out[at : at + len(words)] += words[: len(chunk) - at]
+                        words_at.append(i + at)
                 return out
 
             def answered() -> bool:
@@ -279,18 +282,23 @@ def test_the_avatar_hearing_itself_does_not_barge_in(agent_server: ServerProcess
 
             await caller.talk(audio, mic=echo, until=answered)
             await caller.ws.close()
-            return caller
+            return caller, words_at
 
         return asyncio.run(run())
 
     since = len(agent_server.stderr)
-    alone = run_with(user_words=False)
+    alone, _ = run_with(user_words=False)
     assert len(alone.of("user_speech_started")) == 1, agent_server.log_lines("lipstream.talk", since)
     assert not [m for m in alone.of("playback_finished") if m["interrupted"]]
     assert alone.speech_frames, "the avatar never answered"
     since = len(agent_server.stderr)
-    talking = run_with(user_words=True)
-    assert len(talking.of("user_speech_started")) == 2, agent_server.log_lines("lipstream.talk", since)
+    talking, words_at = run_with(user_words=True)
+    log = agent_server.log_lines("lipstream.talk", since)
+    starts = talking.of("user_speech_started")
+    # the question, then one barge-in; the user may be heard to go on after a pause in their words (a start
+    # that joins their turn), but every start after the question lies in their words, none in the echo
+    assert len([s for s in starts if not s.get("joined")]) == 2, log
+    assert words_at and all(words_at[0] - 3200 <= s["mic_samples"] <= words_at[-1] for s in starts[1:]), log
     assert [m for m in talking.of("playback_finished") if m["interrupted"]]
 
 

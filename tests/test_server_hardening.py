@@ -99,6 +99,7 @@ class Witness:
         return max(b - a for a, b in zip(times, times[1:], strict=False))
 
 
+@pytest.mark.realtime  # its clock is checked: it runs with no other worker's test beside it
 def test_flood_of_speak_in_one_session_does_not_stall_another(server: ServerProcess) -> None:
     """Finding 2: 30 speak messages of 4000 characters froze another session for 8-12 s."""
 

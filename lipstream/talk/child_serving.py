@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import faulthandler
 import hmac
 import json
 import os
@@ -14,6 +15,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from lipstream.talk.model_process import KEY_ENV
@@ -38,10 +40,17 @@ def die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
 
 
-def child_key() -> str | None:
-    """The per-start key from the environment (never on argv), or None when it is missing or too short."""
+def start_child(parent_pid: int) -> str | None:
+    """A child's first steps: die with `parent_pid`, leave a native crash's Python stack on stderr (which
+    the supervisor keeps), read the per-start key from the environment (never argv). The key, or None
+    (said on stderr) when it is missing or too short."""
+    die_with_parent(parent_pid)
+    faulthandler.enable()
     key = os.environ.get(KEY_ENV, "")
-    return key if len(key) >= 16 else None
+    if len(key) < 16:
+        print(f"error: set {KEY_ENV} (16 characters at least)", file=sys.stderr)
+        return None
+    return key
 
 
 def authorized(header: str, key: str) -> bool:
@@ -60,3 +69,20 @@ def serve_ready(app: Any, ready: dict[str, Any]) -> None:
     print(json.dumps({"ready": True, "port": sock.getsockname()[1], "pid": os.getpid(), **ready}), flush=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
     server.run(sockets=[sock])
+
+
+def run_child(parent_pid: int, load: Callable[[str], tuple[Any, dict[str, Any]]]) -> int:
+    """A child's whole life: start (`start_child`), `load(key)` its model into an app and the ready line's
+    fields (a LipstreamError is said on stderr: exit code 2), then serve until killed."""
+    from lipstream.errors import LipstreamError
+
+    key = start_child(parent_pid)
+    if key is None:
+        return 2
+    try:
+        app, ready = load(key)
+    except LipstreamError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    serve_ready(app, ready)
+    return 0

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import faulthandler
 import json
 import os
 import sys
@@ -30,9 +29,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, Field, ValidationError
 
 from lipstream.talk.child_serving import authorized as child_authorized
-from lipstream.talk.child_serving import child_key, die_with_parent, serve_ready
+from lipstream.talk.child_serving import run_child
 from lipstream.talk.llm import ChatMessage
-from lipstream.talk.model_process import KEY_ENV  # the per-start key: in the environment, never on argv
 
 
 class _Message(BaseModel):
@@ -172,25 +170,16 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Load, warm, bind, announce readiness on stdout, serve until killed."""
     args = _parser().parse_args(argv)
-    die_with_parent(args.parent_pid)
-    faulthandler.enable()  # a native crash leaves its Python stack on stderr, which the supervisor keeps
-    key = child_key()
-    if key is None:
-        print(f"error: set {KEY_ENV} (16 characters at least)", file=sys.stderr)
-        return 2
-    from lipstream.errors import LipstreamError
-    from lipstream.talk.llm_llama import LlamaChat
 
-    try:
+    def load(key: str) -> tuple[FastAPI, dict[str, Any]]:
+        from lipstream.talk.llm_llama import LlamaChat
+
         chat = LlamaChat(args.model, threads=args.threads, context_tokens=args.context_tokens)
         warm_seconds = chat.warm_up()
-    except LipstreamError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    ready = {"load_seconds": round(chat.load_seconds, 3), "warm_seconds": round(warm_seconds, 3)}
-    serve_ready(create_child_app(chat, key, args.name), ready)
-    return 0
+        ready = {"load_seconds": round(chat.load_seconds, 3), "warm_seconds": round(warm_seconds, 3)}
+        return create_child_app(chat, key, args.name), ready
 
+    return run_child(args.parent_pid, load)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -14,7 +14,6 @@ with word timings when `timestamp_granularities[]` asks for words) and `GET /hea
 from __future__ import annotations
 
 import argparse
-import faulthandler
 import io
 import os
 import sys
@@ -28,8 +27,7 @@ from fastapi import FastAPI, File, Form, Request, UploadFile
 from fastapi.responses import JSONResponse
 
 from lipstream.audio.timeline import SAMPLE_RATE
-from lipstream.talk.child_serving import authorized, child_key, die_with_parent, serve_ready
-from lipstream.talk.model_process import KEY_ENV
+from lipstream.talk.child_serving import authorized, run_child
 
 MAX_WAV_BYTES = 16 * 1024 * 1024  # ~8 min of 16 kHz 16-bit audio: far over any turn (max_turn_seconds)
 
@@ -105,25 +103,16 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Load, warm, bind, announce readiness on stdout, serve until killed."""
     args = _parser().parse_args(argv)
-    die_with_parent(args.parent_pid)
-    faulthandler.enable()  # a native crash leaves its Python stack on stderr, which the supervisor keeps
-    key = child_key()
-    if key is None:
-        print(f"error: set {KEY_ENV} (16 characters at least)", file=sys.stderr)
-        return 2
-    from lipstream.errors import LipstreamError
-    from lipstream.talk.stt import WhisperSTT
 
-    try:
+    def load(key: str) -> tuple[FastAPI, dict[str, Any]]:
+        from lipstream.talk.stt import WhisperSTT
+
         stt = WhisperSTT(args.model, cpu_threads=args.threads, workers=args.workers,
                          full_window=args.window == "full")  # fmt: skip (it warms up as it loads)
-    except LipstreamError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    ready = {"load_seconds": round(stt.load_seconds, 3), "warm_seconds": round(stt.warm_up_seconds, 3)}
-    serve_ready(create_child_app(stt, key, args.name), ready)
-    return 0
+        ready = {"load_seconds": round(stt.load_seconds, 3), "warm_seconds": round(stt.warm_up_seconds, 3)}
+        return create_child_app(stt, key, args.name), ready
 
+    return run_child(args.parent_pid, load)
 
 if __name__ == "__main__":
     sys.exit(main())

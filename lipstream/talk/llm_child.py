@@ -181,5 +181,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     return run_child(args.parent_pid, load)
 
+
 if __name__ == "__main__":
     sys.exit(main())

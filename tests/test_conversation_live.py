@@ -233,10 +233,9 @@ def test_barge_in_cuts_the_answer_but_a_cough_does_not(agent_server: ServerProce
 def test_the_avatar_hearing_itself_does_not_barge_in(agent_server: ServerProcess, voices) -> None:
     """The microphone carries the avatar's own voice (delayed 120 ms, attenuated): no barge-in; then the
     same echo plus the user's words, 2 s into the answer as heard: one barge-in, and no speech start outside
-    the user's words. (Brief words before the
-    canceller has locked on, in the first second of a session's first answer or just after a stall of a
-    loaded server's playback, are held and may be lost: the documented limit, not what this checks; a user
-    who cuts in goes on talking.)"""
+    the user's words. (Brief words before the canceller has locked on, in the first second of a session's
+    first answer or just after a stall of a loaded server's playback, are held and may be lost: the
+    documented limit, not what this checks; a user who cuts in goes on talking.)"""
     piper, espeak = voices
     question = piper.synthesize("What is the weather like in the city today?").pcm
     # a user who cuts in keeps talking until the avatar yields: 4.4 s of words, not one short phrase

@@ -277,7 +277,7 @@ def test_the_avatar_hearing_itself_does_not_barge_in(agent_server: ServerProcess
                         words_at.append(i + at)
                 return out
 
-            def answered() -> bool:
+            def heard_enough() -> bool:
                 """Alone, the answer played to its end: the rest of the track is silence, nothing to hear.
                 With the user's words, 0.8 s after they end: before the answer to them plays (its echo after
                 a long double talk can still start a turn: docs/protocol.md, not what this checks)."""
@@ -285,7 +285,7 @@ def test_the_avatar_hearing_itself_does_not_barge_in(agent_server: ServerProcess
                     return words_over[0]
                 return any(not m["interrupted"] for m in caller.of("playback_finished"))
 
-            await caller.talk(audio, mic=echo, until=answered)
+            await caller.talk(audio, mic=echo, until=heard_enough)
             await caller.ws.close()
             return caller, words_at
 

@@ -92,7 +92,6 @@ class AgentServices:
         default_factory=lambda: background_pool(2, "lipstream-answer-voice", niceness=0)
     )
     knowledge: Any = None  # the KnowledgeBase over config.knowledge (None: answers from the model alone)
-    recogniser_process: EmbeddedWhisper | None = None  # the embedded Whisper's child (None: an endpoint)
 
     @property
     def greeting(self) -> str | None:
@@ -168,8 +167,8 @@ class AgentServices:
         """Close the language model's connections (and stop the embedded model's process)."""
         self.recogniser.shutdown(wait=False, cancel_futures=True)
         self.answer_voice.shutdown(wait=False, cancel_futures=True)
-        if self.recogniser_process is not None:
-            await asyncio.to_thread(self.recogniser_process.close)
+        if isinstance(self.stt, EmbeddedWhisper):  # the final and partial recognisers are that one child
+            await asyncio.to_thread(self.stt.close)
         for model in (self.llm, self.turn_model):
             close = getattr(model, "aclose", None)
             if close is not None:
@@ -217,19 +216,19 @@ def _warm_judge(detector: TextTurnDetector, system_prompt: str) -> None:
         log.error("the text turn detector could not warm up: %s", exc)
 
 
-def _recognisers(config: AgentConfig) -> tuple[SpeechToText, SpeechToText, EmbeddedWhisper | None]:
-    """The final-transcript and partial recognisers (an endpoint: one client serves both; or Whisper), and
-    the embedded recogniser's process to wait for and stop (None for an endpoint)."""
+def _recognisers(config: AgentConfig) -> tuple[SpeechToText, SpeechToText]:
+    """The final-transcript and partial recognisers: an endpoint (one client serves both), or Whisper's
+    child process (it serves both too)."""
     if config.stt_url:
         from lipstream.talk.stt_openai import OpenAITranscriber
 
         remote = OpenAITranscriber(config.stt_url, config.stt_url_model, api_key=os.environ.get(STT_KEY_ENV))
-        return remote, remote, None
+        return remote, remote
     # Whisper in a process of its own: inside the server's it took 1.5-3x its time alone (the GIL; see
     # docs/conversation.md). Two decodes at once (a final beside a partial), one thread each: on 2 cores one
     # thread decodes as fast as two. Started now; `load_agent` waits for it after starting the model too.
     whisper = EmbeddedWhisper(config.stt_model, threads=1, workers=2, window=config.stt_window)
-    return whisper, whisper, whisper
+    return whisper, whisper
 
 
 def load_agent(config: AgentConfig) -> AgentServices:
@@ -245,7 +244,7 @@ def load_agent(config: AgentConfig) -> AgentServices:
         stats = knowledge.stats()
         log.info("knowledge: %d documents, %d chunks (%s)", stats.documents, stats.chunks, stats.index)
     # the final transcript is on the answer's critical path: two decodes at once, never behind a partial
-    stt, partial_stt, recogniser_process = _recognisers(config)
+    stt, partial_stt = _recognisers(config)
     if config.llm_url:
         from lipstream.talk.llm_openai import OpenAIChatModel
 
@@ -261,14 +260,14 @@ def load_agent(config: AgentConfig) -> AgentServices:
             llm.warm_up()
         except LipstreamError as exc:  # the server still serves; each turn says the model is unavailable
             log.error("%s; conversations will answer that the language model is unavailable", exc)
-    if recogniser_process is not None:  # loaded beside the model
-        recogniser_process.warm_up()
+    if isinstance(stt, EmbeddedWhisper):  # its child loaded beside the model's
+        stt.warm_up()
     detector, turn_model = _turn_detector(config.turn, llm)
     if isinstance(detector, TextTurnDetector):  # the system prompt's KV cache, so a first judgement is quick
         _warm_judge(detector, config.persona.system_prompt() if config.persona else config.system_prompt)
     services = AgentServices(
         config=config, stt=stt, llm=llm, vad_model=SileroModel(), partial_stt=partial_stt, detector=detector,
-        turn_model=turn_model, knowledge=knowledge, recogniser_process=recogniser_process,
+        turn_model=turn_model, knowledge=knowledge,
     )
     log.info("agent ready in %.1f s (%s)", time.perf_counter() - started, getattr(llm, "name", "llm"))
     return services

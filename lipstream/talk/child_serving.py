@@ -53,8 +53,9 @@ def start_child(parent_pid: int) -> str | None:
     return key
 
 
-def authorized(header: str, key: str) -> bool:
-    """An `Authorization` header carries the key (compared in constant time)."""
+def authorized(request: Any, key: str) -> bool:
+    """The request's `Authorization` header carries the key (compared in constant time)."""
+    header = request.headers.get("authorization", "")
     return hmac.compare_digest(header.encode(), f"Bearer {key}".encode())
 
 

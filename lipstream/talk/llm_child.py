@@ -28,8 +28,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, Field, ValidationError
 
-from lipstream.talk.child_serving import authorized as child_authorized
-from lipstream.talk.child_serving import run_child
+from lipstream.talk.child_serving import authorized, run_child
 from lipstream.talk.llm import ChatMessage
 
 
@@ -60,9 +59,6 @@ def create_child_app(chat: Any, key: str, model_name: str) -> FastAPI:
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
     # one generation at a time (llama.cpp contexts are not thread-safe): requests queue on LlamaChat's lock
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llm")
-
-    def authorized(request: Request) -> bool:
-        return child_authorized(request.headers.get("authorization", ""), key)
 
     def error(status: int, message: str) -> JSONResponse:
         return JSONResponse({"error": {"message": message}}, status_code=status)
@@ -104,7 +100,7 @@ def create_child_app(chat: Any, key: str, model_name: str) -> FastAPI:
 
     async def chat_request(request: Request) -> ChatRequest | JSONResponse:
         """The request's body, or the error response to send (wrong key, malformed body)."""
-        if not authorized(request):
+        if not authorized(request, key):
             return error(401, "wrong or missing key")
         try:
             return ChatRequest.model_validate(await request.json())
@@ -126,7 +122,7 @@ def create_child_app(chat: Any, key: str, model_name: str) -> FastAPI:
 
     @app.get("/health")
     async def health(request: Request) -> Any:
-        if not authorized(request):
+        if not authorized(request, key):
             return error(401, "wrong or missing key")
         return {"status": "ok", "model": model_name, "pid": os.getpid()}
 

@@ -26,7 +26,6 @@ from lipstream.talk.llm_openai import OpenAIChatModel
 from lipstream.talk.model_process import (
     ChildCommand,
     Endpoint,
-    ProcessState,
     ProcessStatus,
     RestartPolicy,
     SupervisedProcess,
@@ -111,19 +110,15 @@ class EmbeddedChatModel:
         """Wait until the child is loaded and warm; seconds since start. ModelError if it cannot start."""
         endpoint = self.process.wait_ready(self.process.policy.ready_timeout_seconds * 2)
         if endpoint is None:
-            status = self.process.status()
-            tail = " | ".join(line for line in self.process.stderr_tail()[-3:] if line)
-            why = status.last_exit or status.state.value
             raise ModelError(
-                f"the embedded language model ({self.model_path.name}) could not start: {why}"
-                f"{f' ({tail})' if tail else ''}; run `lipstream doctor`"
+                f"the embedded language model ({self.model_path.name}) could not start: "
+                f"{self.process.failure()}; run `lipstream doctor`"
             )
         return time.perf_counter() - self._started
 
     async def _endpoint(self) -> Endpoint:
         endpoint = self.process.wait_ready(0)
-        over = (ProcessState.FAILED, ProcessState.STOPPED)
-        if endpoint is None and self.process.status().state not in over:  # (re)starting: wait for it
+        if endpoint is None and self.process.may_come_up():  # (re)starting: wait for it
             endpoint = await asyncio.to_thread(self.process.wait_ready, self.turn_wait_seconds)
         if endpoint is None:
             status = self.process.status()

@@ -162,6 +162,18 @@ class SupervisedProcess:
             pid = self._proc.pid if self._child_alive() else None
             return ProcessStatus(self.command.label, self._state, self._restarts, pid, self._last_exit)
 
+    def may_come_up(self) -> bool:
+        """A child is starting or restarting: the supervisor has neither given up nor been stopped."""
+        with self._cond:
+            return self._state not in (ProcessState.FAILED, ProcessState.STOPPED)
+
+    def failure(self) -> str:
+        """Why no child is ready: how the last one ended (or the state), with the children's last stderr
+        lines."""
+        status = self.status()
+        tail = " | ".join(line for line in self.stderr_tail()[-3:] if line)
+        return f"{status.last_exit or status.state.value}{f' ({tail})' if tail else ''}"
+
     def stderr_tail(self) -> list[str]:
         """The last lines the children wrote to stderr (a crash's traceback, a load error)."""
         with self._cond:

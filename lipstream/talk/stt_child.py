@@ -55,7 +55,7 @@ def create_child_app(stt: Any, key: str, model_name: str) -> FastAPI:
 
     @app.get("/health")
     def health(request: Request) -> Any:
-        if not authorized(request.headers.get("authorization", ""), key):
+        if not authorized(request, key):
             return error(401, "wrong or missing key")
         return {"status": "ok", "model": model_name, "pid": os.getpid()}
 
@@ -68,7 +68,7 @@ def create_child_app(stt: Any, key: str, model_name: str) -> FastAPI:
         response_format: Annotated[str, Form()] = "json",
         granularities: Annotated[str, Form(alias="timestamp_granularities[]")] = "",
     ) -> Any:
-        if not authorized(request.headers.get("authorization", ""), key):
+        if not authorized(request, key):
             return error(401, "wrong or missing key")
         data = file.file.read(MAX_WAV_BYTES + 1)
         if len(data) > MAX_WAV_BYTES:

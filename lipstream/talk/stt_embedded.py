@@ -17,7 +17,6 @@ from lipstream.errors import ModelError
 from lipstream.talk.model_process import (
     ChildCommand,
     Endpoint,
-    ProcessState,
     RestartPolicy,
     SupervisedProcess,
 )
@@ -48,7 +47,7 @@ class EmbeddedWhisper:
             argv += ["--model", str(self.model_path)]
         label = f"recogniser {self.model_path.name if self.model_path else 'whisper tiny.en'}"
         self.process = SupervisedProcess(ChildCommand(argv, label), restart)
-        self._clients: dict[int, OpenAITranscriber] = {}  # one per child generation
+        self._client_of: tuple[int, OpenAITranscriber] | None = None  # (child generation, its client)
         self._lock = threading.Lock()
         self._started = time.perf_counter()
         self.process.start()
@@ -56,7 +55,7 @@ class EmbeddedWhisper:
     def warm_up(self) -> float:
         """Wait until the child is loaded and warm; seconds since start. ModelError if it cannot start."""
         if self.process.wait_ready(self.process.policy.ready_timeout_seconds * 2) is None:
-            why = self._why()
+            why = self.process.failure()
             raise ModelError(f"the embedded recogniser could not start: {why}; run `lipstream doctor`")
         return time.perf_counter() - self._started
 
@@ -81,33 +80,29 @@ class EmbeddedWhisper:
 
     def _endpoint(self) -> Endpoint:
         endpoint = self.process.wait_ready(0)
-        over = (ProcessState.FAILED, ProcessState.STOPPED)
-        if endpoint is None and self.process.status().state not in over:  # (re)starting: wait for it
+        if endpoint is None and self.process.may_come_up():  # (re)starting: wait for it
             endpoint = self.process.wait_ready(self.turn_wait_seconds)
         if endpoint is None:
-            raise ModelError(f"the embedded recogniser is unavailable: {self._why()}")
+            raise ModelError(f"the embedded recogniser is unavailable: {self.process.failure()}")
         return endpoint
 
     def _client(self, endpoint: Endpoint) -> OpenAITranscriber:
+        """The client of the child behind `endpoint` (a new child: a new client, the old one closed)."""
         with self._lock:
-            client = self._clients.get(endpoint.generation)
-            if client is None:
-                for old in self._clients.values():
-                    old.close()
-                key, timeout = endpoint.key, self.timeout
-                client = OpenAITranscriber(endpoint.url, "whisper", api_key=key, timeout=timeout)
-                self._clients = {endpoint.generation: client}
+            if self._client_of is not None and self._client_of[0] == endpoint.generation:
+                return self._client_of[1]
+            self._close_client()
+            client = OpenAITranscriber(endpoint.url, "whisper", api_key=endpoint.key, timeout=self.timeout)
+            self._client_of = (endpoint.generation, client)
             return client
 
-    def _why(self) -> str:
-        status = self.process.status()
-        tail = " | ".join(line for line in self.process.stderr_tail()[-3:] if line)
-        return f"{status.last_exit or status.state.value}{f' ({tail})' if tail else ''}"
+    def _close_client(self) -> None:
+        if self._client_of is not None:
+            self._client_of[1].close()
+            self._client_of = None
 
     def close(self) -> None:
         """Stop the child."""
         self.process.stop()
         with self._lock:
-            for client in self._clients.values():
-                client.close()
-            self._clients = {}
+            self._close_client()

@@ -71,12 +71,16 @@ def ray_server(avatars_root: Path):
 
 
 def replica_pids(base: str, want: int = 2, timeout: float = 30.0) -> dict[str, int]:
-    """{replica id: pid}, from /healthz answered by whichever replica the proxy picks."""
+    """{replica id: pid} of the live replicas, as /healthz lists them (from the application's board, whichever
+    replica the proxy picks: on a loaded box it kept picking one for minutes)."""
     found: dict[str, int] = {}
     deadline = time.monotonic() + timeout
     while len(found) < want and time.monotonic() < deadline:
         health = get_json(base + "/healthz")
-        found[health["replica"]] = health["pid"]
+        assert health["replicas"][health["replica"]] == health["pid"]  # the answering one is listed
+        found = {k: int(v) for k, v in health["replicas"].items()}
+        if len(found) < want:
+            time.sleep(0.5)
     return found
 
 

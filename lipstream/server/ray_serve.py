@@ -141,10 +141,13 @@ def _board_class(ray: Any) -> Any:
 
         def __init__(self) -> None:
             self.reports: dict[str, tuple[float, str]] = {}
+            self.pids: dict[str, int] = {}
             self.failures: list[dict[str, Any]] = []
 
-        def report(self, replica: str, text: str) -> None:
+        def report(self, replica: str, text: str, pid: int | None = None) -> None:
             self.reports[replica] = (time.monotonic(), text)
+            if pid is not None:
+                self.pids[replica] = pid
 
         def forget(self, replica: str) -> None:
             self.reports.pop(replica, None)
@@ -152,7 +155,13 @@ def _board_class(ray: Any) -> Any:
         def texts(self) -> dict[str, str]:
             now = time.monotonic()
             self.reports = {k: v for k, v in self.reports.items() if now - v[0] < REPORT_TTL_SECONDS}
+            self.pids = {k: v for k, v in self.pids.items() if k in self.reports}
             return {k: v[1] for k, v in self.reports.items()}
+
+        def replicas(self) -> dict[str, int]:
+            """{replica id: pid} of the replicas that reported lately."""
+            self.texts()
+            return dict(self.pids)
 
         def warmup_failed(self, replica: str, message: str) -> None:
             self.failures = [*self.failures, {"replica": replica, "error": message, "at": time.time()}]
@@ -176,6 +185,7 @@ def _replica_class(serve: Any) -> Any:
             self.replica_id = serve.get_replica_context().replica_id.unique_id
             self.board = ray.get_actor(self.spec.board, namespace=NAMESPACE)
             self._failures: list[dict[str, Any]] = []  # other replicas' failed warm-ups, from the board
+            self._replicas: dict[str, int] = {}  # the live replicas' pids, from the board
             try:
                 self.lipstream_app, self.metrics = await asyncio.to_thread(self._build)
             except Exception as exc:
@@ -208,14 +218,17 @@ def _replica_class(serve: Any) -> Any:
             return {
                 "replica": self.replica_id, "pid": os.getpid(), "warmup_seconds": warmup_seconds,
                 "warmup_failures": self._failures,
+                "replicas": self._replicas or {self.replica_id: os.getpid()},
             }  # fmt: skip
 
         async def _report_metrics(self) -> None:
             """Send this replica's metrics to the board, and read back the failed warm-ups."""
             while True:
                 try:
-                    await self.board.report.remote(self.replica_id, self.metrics.render().decode())
+                    text = self.metrics.render().decode()
+                    await self.board.report.remote(self.replica_id, text, os.getpid())
                     self._failures = await self.board.warmup_failures.remote()
+                    self._replicas = await self.board.replicas.remote()
                 except Exception:  # noqa: BLE001 - the board restarting must not stop the replica
                     log.warning("replica %s: cannot reach the metrics board", self.replica_id)
                 await asyncio.sleep(REPORT_INTERVAL_SECONDS)
@@ -225,7 +238,7 @@ def _replica_class(serve: Any) -> Any:
 
             own = self.metrics.render().decode()
             try:
-                await self.board.report.remote(self.replica_id, own)
+                await self.board.report.remote(self.replica_id, own, os.getpid())
                 texts = await self.board.texts.remote()
             except Exception:  # noqa: BLE001 - without the board, this replica still answers for itself
                 log.warning("replica %s: metrics board unreachable; /metrics of this one", self.replica_id)

@@ -1,4 +1,4 @@
-// The player page behind Ray Serve: open a session, kill the replica that holds it (SIGKILL, found through
+// The player page behind Ray Serve: open a session, kill the replica that holds it (SIGKILL, its pid listed by
 // /healthz), and check the page reconnects by itself to a live replica, says so, and speaks again.
 // Usage: node reconnect.mjs '{"url": "http://127.0.0.1:PORT", "avatar": "small", "screenshot": "/tmp/x.png"}'
 import { launchChromium } from './chromium.mjs';
@@ -7,13 +7,13 @@ const opts = JSON.parse(process.argv[2] || '{}');
 const browser = await launchChromium();
 const problems = [];
 
-/** {replica id: pid} of both replicas, from /healthz (asked while they are idle: the proxy sends a request to
- * the less loaded replica, so a replica holding a session would not answer). */
+/** {replica id: pid} of both replicas, as /healthz lists them (the application's board's view, whichever
+ * replica the proxy picks to answer). */
 async function replicaPids() {
-  const pids = {};
-  for (let i = 0; i < 100 && Object.keys(pids).length < 2; i += 1) {
-    const health = await (await fetch(`${opts.url}/healthz`)).json();
-    pids[health.replica] = health.pid;
+  let pids = {};
+  for (let i = 0; i < 60 && Object.keys(pids).length < 2; i += 1) {
+    pids = (await (await fetch(`${opts.url}/healthz`)).json()).replicas;
+    if (Object.keys(pids).length < 2) await new Promise((r) => setTimeout(r, 500));
   }
   return pids;
 }

@@ -165,6 +165,32 @@ def test_a_model_that_cannot_start_makes_every_turn_say_unavailable_at_once(tmp_
         asyncio.run(model.aclose())
 
 
+def test_clients_of_the_model_child_share_one_tls_context(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each turn opens clients to the child (the judgement, the answer, each read-ahead): none may build a TLS
+    context of its own (httpx loads the CA bundle for each: 20-70 ms on the event loop, in the turn's
+    critical path)."""
+    import asyncio
+    import ssl
+
+    from lipstream.talk.llm_embedded import EmbeddedChatModel
+
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"not a model")
+    model = EmbeddedChatModel(broken, restart=RestartPolicy(max_failed_starts=1, first_backoff_seconds=0.01))
+    built: list[object] = []
+    real = ssl.create_default_context
+    monkeypatch.setattr(ssl, "create_default_context", lambda *a, **k: built.append(1) or real(*a, **k))
+    try:
+        clients = [model._client() for _ in range(3)]
+        assert built == []
+        for client in clients:
+            asyncio.run(client.aclose())
+    finally:
+        asyncio.run(model.aclose())
+
+
 def _becomes_stopped(pid: int, stopped: bool = True, wait_seconds: float = 1.0) -> bool:
     """Whether `pid` is (or within `wait_seconds` becomes) stopped, state T, or running when not `stopped`:
     a signal just sent takes a moment to take effect."""

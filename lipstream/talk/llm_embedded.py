@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import ssl
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -66,6 +67,9 @@ class EmbeddedChatModel:
         label = f"language model {self.model_path.name}"
         self.process = SupervisedProcess(ChildCommand(argv, label), restart)
         self._paused_pid: int | None = None  # the child stopped by `pause`
+        # one TLS context for every client of the child: httpx builds a new one per client otherwise (loading
+        # the CA bundle: 20-70 ms on the event loop, twice in each turn's critical path: issue 35)
+        self._tls = ssl.create_default_context()
         self._resume_timer: asyncio.TimerHandle | None = None
         self._started = time.perf_counter()
         self.process.start()
@@ -137,7 +141,7 @@ class EmbeddedChatModel:
             # a client per turn: a connection on 127.0.0.1 costs well under a millisecond, and the model then
             # works from any event loop (the agent's, a test's, a notebook's)
             client = OpenAIChatModel(endpoint.url, self.name, api_key=endpoint.key, timeout=self.timeout,
-                                     temperature=None)  # fmt: skip
+                                     temperature=None, client=self._client())  # fmt: skip
             started = False
             try:
                 async for delta in client.stream(messages, max_tokens):
@@ -163,13 +167,17 @@ class EmbeddedChatModel:
         headers = {"Authorization": f"Bearer {endpoint.key}"}
         body = {"messages": [m.to_dict() for m in messages], "stream": False}
         try:
-            async with httpx.AsyncClient(timeout=httpx.Timeout(self.timeout)) as client:
+            async with self._client() as client:
                 url = f"{endpoint.url}/v1/lipstream/end_of_turn"
                 reply = await client.post(url, json=body, headers=headers)
             reply.raise_for_status()
             return float(reply.json()["probability"])
         except (httpx.HTTPError, KeyError, TypeError, ValueError) as exc:
             raise LLMError(f"the end-of-turn score failed: {exc}") from None
+
+    def _client(self) -> httpx.AsyncClient:
+        """An HTTP client for the child (the shared TLS context: the child speaks plain HTTP anyway)."""
+        return httpx.AsyncClient(timeout=httpx.Timeout(self.timeout), verify=self._tls)
 
     async def _explain(self, endpoint: Endpoint, exc: LLMError) -> LLMError:
         """The error of a failed turn, in terms of the model process (died, hung, or what the child said)."""

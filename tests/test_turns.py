@@ -147,6 +147,43 @@ def test_a_recogniser_without_word_timings_decodes_the_whole_turn() -> None:
     assert all(kind == "plain" for kind, _, _ in run.stt.calls)
 
 
+@pytest.mark.parametrize("streaming", [True, False])
+def test_a_silence_starts_the_final_decode_before_the_pause_is_seen(streaming: bool) -> None:
+    """The final decode starts at the silence's first window, not when the pause is confirmed: the turn's
+    transcript is that decode (none runs at the pause); a silence the user speaks on after costs one decode
+    and the transcript still holds every word."""
+    # no partial decodes (one started in the silence before the VAD sees it would cover the end as well)
+    config = ConversationConfig(start_ms=100, partial_every_seconds=30, pause_ms=320)
+    first, rest = "what time does", "the library open"
+
+    async def main() -> tuple[Run, list[float]]:
+        run = make(config, stt=None if streaming else PlainSTT())
+        update = {"streaming_recognition": streaming}
+        run.conversation.config = run.conversation.config.model_copy(update=update)
+        vad = run.conversation.listener.vad
+        silences: list[float] = []  # how long the silence had lasted when each decode ran
+        inner = run.stt
+        for name in ("transcribe", "transcribe_words"):
+            original = getattr(inner, name)
+
+            def recording(*args, _original=original, **kwargs):
+                silences.append(vad.silence_ms)
+                return _original(*args, **kwargs)
+
+            setattr(inner, name, recording)
+        audio = np.concatenate([silence(0.3), spoken(first), silence(0.2), spoken(rest), silence(0.8)])
+        for i in range(0, len(audio), CHUNK):  # 5 ms a chunk: a decode runs before the pause is seen
+            await run.conversation.push_microphone(audio[i : i + CHUNK], 16000)
+            await asyncio.sleep(0.005)
+        await finish(run)
+        return run, silences
+
+    run, silences = asyncio.run(main())
+    assert [e["text"] for e in run.kinds("transcript") if e["kind"] == "final"] == [f"{first} {rest}"]
+    assert 0 < silences[-1] < 320, silences  # the last decode ran in the silence, before the pause
+    assert any(0 < s < 200 for s in silences[:-1]), silences  # one at the short silence mid-question
+
+
 def test_a_paused_question_is_answered_once_whole_after_it_ends() -> None:
     config = ConversationConfig(start_ms=100, partial_every_seconds=0.3, end_silence_ms=900)
 

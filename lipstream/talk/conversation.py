@@ -371,12 +371,20 @@ class Conversation:
         })  # fmt: skip
 
     def _maybe_partial(self) -> None:
-        """Decode the growing turn's undecided tail now and then, committing the words that are stable."""
+        """Decode the growing turn's undecided tail now and then, committing the words that are stable; when
+        a silence begins, the final decode at once (the pause that may end the turn is seen ~64 ms later)."""
         heard = self._heard
         if self._prepared is not None or heard is None:  # paused: the answer is being prepared
             return
-        if heard.due(self.listener.mic.end):
-            decode = heard.start_partial(self.listener.mic)
+        mic = self.listener.mic
+        silence = int(self.listener.silence_ms * SAMPLE_RATE / 1000)
+        if silence:
+            # once per silence, never twice at once on the final recogniser (a partial may run beside it)
+            if not heard.covers(mic.end - silence) and not heard.final_in_flight():
+                self._partial_task = asyncio.create_task(self._partial(self._turn, heard.start_final(mic)))
+            return
+        if heard.due(mic.end):
+            decode = heard.start_partial(mic)
             self._partial_task = asyncio.create_task(self._partial(self._turn, decode))
 
     async def _partial(self, turn: int, decode: asyncio.Task) -> None:

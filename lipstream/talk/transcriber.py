@@ -184,13 +184,15 @@ class LiveTranscription:
         self.executor = executor
         self.every_seconds = every_seconds
         self.upto = start  # the mic sample the last partial decode's audio ends at
-        self.decode: asyncio.Task | None = None  # the last partial decode (its result: the partial text)
+        self.decode: asyncio.Task | None = None  # the last decode started (its result: the text)
+        self.decode_is_final = False  # that decode runs on the final recogniser (`start_final`)
         self.seconds = 0.0  # how long the last partial decode took
 
     def restart(self, sample: int) -> None:
         """The turn goes on (joined) from `sample`: partial decodes start again from there."""
         self.upto = sample
         self.decode = None
+        self.decode_is_final = False
 
     def due(self, mic_end: int) -> bool:
         """Time for a partial decode: none in flight, and enough new audio (never more often than 1.5x
@@ -205,6 +207,24 @@ class LiveTranscription:
         self.upto = mic.end
         start = self.recog.audio_from()
         self.decode = asyncio.create_task(self._partial(mic.slice(start), start))
+        self.decode_is_final = False
+        return self.decode
+
+    def covers(self, sample: int) -> bool:
+        """A decode reading the audio up to `sample` (or further) has started."""
+        return self.decode is not None and self.upto >= sample
+
+    def final_in_flight(self) -> bool:
+        """A final decode started early (`start_final`) is still running."""
+        return self.decode_is_final and self.decode is not None and not self.decode.done()
+
+    def start_final(self, mic: MicBuffer) -> asyncio.Task:
+        """A silence began: decode the turn heard so far on the final recogniser now, before the pause is
+        confirmed (~64 ms later), rather than a partial decode on the partial one; the pause's transcript
+        reuses it (`final`), and a user who goes on costs one decode. The task's result is the text."""
+        self.upto = end = mic.end
+        self.decode = asyncio.create_task(self._decode_final(mic, end))
+        self.decode_is_final = True
         return self.decode
 
     async def _partial(self, audio: np.ndarray, start: int) -> str:
@@ -215,14 +235,19 @@ class LiveTranscription:
         return text
 
     async def final(self, mic: MicBuffer, end_sample: int) -> str:
-        """The turn's transcript up to `end_sample`: a partial decode started in the silence after the last
-        word already holds it all (awaited, not decoded twice); else the tail after the committed words is
+        """The turn's transcript up to `end_sample`: a decode started in the silence after the last word
+        already holds it all (awaited, not decoded twice); else the tail after the committed words is
         decoded now, on the final recogniser, beside any partial decode still running."""
-        if self.decode is not None and self.upto >= end_sample:
+        if self.covers(end_sample):
+            assert self.decode is not None
             try:
                 return await asyncio.shield(self.decode)
             except (asyncio.CancelledError, LipstreamError):
                 pass  # decode it again below
+        return await self._decode_final(mic, end_sample)
+
+    async def _decode_final(self, mic: MicBuffer, end_sample: int) -> str:
+        """Decode the turn up to `end_sample` on the final recogniser (the tail after the committed words)."""
         state = self.recog.snapshot()
         start = self.recog.audio_from(state)
         audio = mic.slice(start, end_sample)

@@ -182,6 +182,8 @@ def test_a_silence_starts_the_final_decode_before_the_pause_is_seen(streaming: b
     assert [e["text"] for e in run.kinds("transcript") if e["kind"] == "final"] == [f"{first} {rest}"]
     assert 0 < silences[-1] < 320, silences  # the last decode ran in the silence, before the pause
     assert any(0 < s < 200 for s in silences[:-1]), silences  # one at the short silence mid-question
+    # a final decode's text is not read ahead: the judgement and the answer read that prompt next
+    assert run.llm.prefilled == []
 
 
 def test_a_paused_question_is_answered_once_whole_after_it_ends() -> None:

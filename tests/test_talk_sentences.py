@@ -134,6 +134,8 @@ def test_a_first_sentence_without_commas_is_cut_before_a_phrase() -> None:
         ("It is what it is in the end of the day.", "It is what it is"),  # not before a pronoun's verb
         ("Boil the egg until it is completely set.", "Boil the egg until it is completely set."),
         ("The moon is 384,400 kilometres away from us.", "The moon is 384,400"),  # a number is said long
+        ("The moon is about 2,150 miles away from the Earth.", "The moon is about"),  # ... so opens a phrase
+        ("It takes about 20 minutes by train from here.", "It takes about 20 minutes"),  # two digits: no
     ],
 )
 def test_the_first_phrase_ends_before_a_verb_or_preposition_after_three_words(text: str, first: str) -> None:

@@ -128,6 +128,9 @@ PHRASE_STARTERS = frozenset(
     "is are was were for from during in on at".split()
 )
 PHRASE_MIN_WORDS = 3
+# a number said in this many words or more also opens a phrase after PHRASE_MIN_WORDS words: "The moon is
+# about | 2,150 miles away" (its eight spoken words in the first phrase kept Piper busy ~385 ms, issue 35)
+NUMBER_PHRASE_DIGITS = 3
 # a reply's first sentence leaves at its first clause's comma from this many words (a text given whole to
 # `split_sentences`, and every later sentence, only from QUICK_START_MIN_WORDS: each is one synthesis)
 FIRST_CLAUSE_MIN_WORDS = 4
@@ -149,7 +152,7 @@ _VERBS = frozenset("is are was were".split())
 
 
 def _phrase_cut(buf: str) -> int | None:
-    """Where to cut a reply's first sentence before a phrase-opening word (after at least
+    """Where to cut a reply's first sentence before a phrase-opening word or a long number (after at least
     PHRASE_MIN_WORDS words) or after FIRST_MAX_WORDS words, once the next word has fully arrived; None
     when there is no such place yet."""
     words = [(m.start(), _bare(m.group())) for m in re.finditer(r"\S+", buf)]
@@ -161,6 +164,9 @@ def _phrase_cut(buf: str) -> int | None:
         if spoken >= PHRASE_MIN_WORDS and word in PHRASE_STARTERS and before not in _BOUND:
             if not (word in _VERBS and before in PRONOUNS):
                 return start
+        long_number = _spoken_words(word) >= NUMBER_PHRASE_DIGITS
+        if spoken >= PHRASE_MIN_WORDS and long_number and before not in LEANING_WORDS:
+            return start
         if spoken >= FIRST_MAX_WORDS and before not in LEANING_WORDS:
             return start
     return None

@@ -51,6 +51,7 @@ export class TalkPanel {
     this.mic = null;
     this.turns = new Map(); // turn -> {user: li, avatar: li, row: tr}
     this.bargeIns = []; // {turn, onsetAt, ms}
+    this._lastCut = null; // {at, lastShown}: when an interrupted answer's cut reached the screen, its last frame
     this._captionTimer = null;
     $('talk-btn').addEventListener('click', () => this.toggle());
     $('stop').addEventListener('click', () => this.stopAnswer());
@@ -130,7 +131,11 @@ export class TalkPanel {
       if (this._greeting) { this._logLine('avatar', this._greeting); this._caption(this._greeting); this._greeting = null; }
     });
     p.addEventListener('playback_finished', (e) => {
-      if (e.detail.interrupted) { this._caption(''); this._markInterrupted(); } else this._caption(null, CAPTION_LINGER_MS);
+      if (e.detail.interrupted) {
+        this._lastCut = { at: performance.now(), lastShown: this.player.stats.lastSpeechShownAt };
+        this._caption('');
+        this._markInterrupted();
+      } else this._caption(null, CAPTION_LINGER_MS);
       this._state(this.mic && this.mic.active ? 'listening' : 'microphone off');
     });
     p.addEventListener('servererror', (e) => {
@@ -160,7 +165,10 @@ export class TalkPanel {
     // Barge-in latency, measured like the Stop button's: onset of the user's speech -> last speech frame on screen.
     // It only counts when the avatar was still showing speech after the user began.
     setTimeout(() => {
-      const last = this.player.stats.lastSpeechShownAt;
+      // the answer spoken over ends where its cut reached the screen: by the end of the window the answer to
+      // what the user said may be playing already, and its frames are not the old answer's
+      const cut = this._lastCut;
+      const last = cut && cut.at >= onsetAt ? cut.lastShown : this.player.stats.lastSpeechShownAt;
       if (last == null || last < onsetAt) return;
       const entry = { turn: d.turn, onsetAt, ms: last - onsetAt };
       this.bargeIns.push(entry);

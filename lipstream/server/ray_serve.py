@@ -140,28 +140,26 @@ def _board_class(ray: Any) -> Any:
         """The replicas' latest metrics texts and their failed warm-ups (one per application)."""
 
         def __init__(self) -> None:
-            self.reports: dict[str, tuple[float, str]] = {}
-            self.pids: dict[str, int] = {}
+            self.reports: dict[str, tuple[float, str, int]] = {}  # replica -> (when, metrics text, pid)
             self.failures: list[dict[str, Any]] = []
 
-        def report(self, replica: str, text: str, pid: int | None = None) -> None:
-            self.reports[replica] = (time.monotonic(), text)
-            if pid is not None:
-                self.pids[replica] = pid
+        def report(self, replica: str, text: str, pid: int) -> None:
+            self.reports[replica] = (time.monotonic(), text, pid)
 
         def forget(self, replica: str) -> None:
             self.reports.pop(replica, None)
 
-        def texts(self) -> dict[str, str]:
+        def _live(self) -> dict[str, tuple[float, str, int]]:
             now = time.monotonic()
             self.reports = {k: v for k, v in self.reports.items() if now - v[0] < REPORT_TTL_SECONDS}
-            self.pids = {k: v for k, v in self.pids.items() if k in self.reports}
-            return {k: v[1] for k, v in self.reports.items()}
+            return self.reports
+
+        def texts(self) -> dict[str, str]:
+            return {k: v[1] for k, v in self._live().items()}
 
         def replicas(self) -> dict[str, int]:
             """{replica id: pid} of the replicas that reported lately."""
-            self.texts()
-            return dict(self.pids)
+            return {k: v[2] for k, v in self._live().items()}
 
         def warmup_failed(self, replica: str, message: str) -> None:
             self.failures = [*self.failures, {"replica": replica, "error": message, "at": time.time()}]

@@ -122,7 +122,7 @@ class EmbeddedChatModel:
 
     async def _endpoint(self) -> Endpoint:
         endpoint = self.process.wait_ready(0)
-        if endpoint is None and self.process.may_come_up():  # (re)starting: wait for it
+        if endpoint is None:  # (re)starting: wait for it, off the event loop (none coming: back at once)
             endpoint = await asyncio.to_thread(self.process.wait_ready, self.turn_wait_seconds)
         if endpoint is None:
             status = self.process.status()

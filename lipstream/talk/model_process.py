@@ -142,7 +142,8 @@ class SupervisedProcess:
         self._thread.start()
 
     def wait_ready(self, timeout: float) -> Endpoint | None:
-        """The ready child's endpoint, waiting up to `timeout` s for one; None when there is none."""
+        """The ready child's endpoint, waiting up to `timeout` s for a (re)starting one; None when there is
+        none (at once when the supervisor has given up or been stopped)."""
         with self._cond:
             self._cond.wait_for(self._settled, timeout)
             return self._endpoint if self._state is ProcessState.UP and self._child_alive() else None
@@ -161,11 +162,6 @@ class SupervisedProcess:
         with self._cond:
             pid = self._proc.pid if self._child_alive() else None
             return ProcessStatus(self.command.label, self._state, self._restarts, pid, self._last_exit)
-
-    def may_come_up(self) -> bool:
-        """A child is starting or restarting: the supervisor has neither given up nor been stopped."""
-        with self._cond:
-            return self._state not in (ProcessState.FAILED, ProcessState.STOPPED)
 
     def failure(self) -> str:
         """Why no child is ready: how the last one ended (or the state), with the children's last stderr

@@ -79,9 +79,7 @@ class EmbeddedWhisper:
         raise AssertionError("unreachable")
 
     def _endpoint(self) -> Endpoint:
-        endpoint = self.process.wait_ready(0)
-        if endpoint is None and self.process.may_come_up():  # (re)starting: wait for it
-            endpoint = self.process.wait_ready(self.turn_wait_seconds)
+        endpoint = self.process.wait_ready(self.turn_wait_seconds)  # a (re)starting child is waited for
         if endpoint is None:
             raise ModelError(f"the embedded recogniser is unavailable: {self.process.failure()}")
         return endpoint

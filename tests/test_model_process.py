@@ -136,37 +136,45 @@ def test_the_model_child_dies_with_its_parent_even_on_sigkill() -> None:
             parent.kill()
 
 
-def test_a_model_that_cannot_start_makes_every_turn_say_unavailable_at_once(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def broken_model(tmp_path_factory: pytest.TempPathFactory):
+    """An embedded model over a file that is not a GGUF: its process fails at each start (one model, shared by
+    the tests that need a model that cannot come up)."""
+    import asyncio
+
+    from lipstream.talk.llm_embedded import EmbeddedChatModel
+
+    broken = tmp_path_factory.mktemp("broken") / "broken.gguf"
+    broken.write_bytes(b"this is not a model" * 100)
+    model = EmbeddedChatModel(broken, restart=RestartPolicy(max_failed_starts=2, first_backoff_seconds=0.01))
+    yield model
+    asyncio.run(model.aclose())
+
+
+def test_a_model_that_cannot_start_makes_every_turn_say_unavailable_at_once(broken_model) -> None:
     """A file that is not a GGUF: each start fails; after the policy's starts warm_up names the reason and
     each turn fails at once with "language model unavailable" (the conversation's apology path)."""
     import asyncio
 
     from lipstream.errors import ModelError
     from lipstream.talk.llm import ChatMessage, LLMError
-    from lipstream.talk.llm_embedded import EmbeddedChatModel
 
-    broken = tmp_path / "broken.gguf"
-    broken.write_bytes(b"this is not a model" * 100)
-    model = EmbeddedChatModel(broken, restart=RestartPolicy(max_failed_starts=2, first_backoff_seconds=0.01))
-    try:
-        with pytest.raises(ModelError, match="could not start: exit code 2"):
-            model.warm_up()
-        assert model.status().state is ProcessState.FAILED
+    with pytest.raises(ModelError, match="could not start: exit code 2"):
+        broken_model.warm_up()
+    assert broken_model.status().state is ProcessState.FAILED
 
-        async def ask() -> None:
-            async for _ in model.stream([ChatMessage("user", "Hello?")]):
-                pass
+    async def ask() -> None:
+        async for _ in broken_model.stream([ChatMessage("user", "Hello?")]):
+            pass
 
-        started = time.monotonic()
-        with pytest.raises(LLMError, match="language model unavailable"):
-            asyncio.run(ask())
-        assert time.monotonic() - started < 1.0  # no waiting on a model that will not come
-    finally:
-        asyncio.run(model.aclose())
+    started = time.monotonic()
+    with pytest.raises(LLMError, match="language model unavailable"):
+        asyncio.run(ask())
+    assert time.monotonic() - started < 1.0  # no waiting on a model that will not come
 
 
 def test_clients_of_the_model_child_share_one_tls_context(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    broken_model, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each turn opens clients to the child (the judgement, the answer, each read-ahead): none may build a TLS
     context of its own (httpx loads the CA bundle for each: 20-70 ms on the event loop, in the turn's
@@ -174,21 +182,13 @@ def test_clients_of_the_model_child_share_one_tls_context(
     import asyncio
     import ssl
 
-    from lipstream.talk.llm_embedded import EmbeddedChatModel
-
-    broken = tmp_path / "broken.gguf"
-    broken.write_bytes(b"not a model")
-    model = EmbeddedChatModel(broken, restart=RestartPolicy(max_failed_starts=1, first_backoff_seconds=0.01))
     built: list[object] = []
     real = ssl.create_default_context
     monkeypatch.setattr(ssl, "create_default_context", lambda *a, **k: built.append(1) or real(*a, **k))
-    try:
-        clients = [model._client() for _ in range(3)]
-        assert built == []
-        for client in clients:
-            asyncio.run(client.aclose())
-    finally:
-        asyncio.run(model.aclose())
+    clients = [broken_model._client() for _ in range(3)]
+    assert built == []
+    for client in clients:
+        asyncio.run(client.aclose())
 
 
 def _becomes_stopped(pid: int, stopped: bool = True, wait_seconds: float = 1.0) -> bool:

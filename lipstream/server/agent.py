@@ -51,7 +51,7 @@ class AgentConfig(BaseModel):
     stt_url: str | None = None
     stt_url_model: str = "whisper-1"
     streaming_stt: bool = False  # commit stable words while the user speaks, decode only the tail at the end
-    # Whisper's encoder on the audio's own window (≥ 10 s, lipstream.talk.whisper_window) or its fixed 30 s
+    # Whisper's encoder on the audio's own window (≥ 5 s, lipstream.talk.whisper_window) or its fixed 30 s
     stt_window: Literal["audio", "full"] = "audio"
     knowledge: Path | None = None  # documents answers come from (--knowledge): indexed at load
     persona: Persona | None = None  # who the avatar is (--persona): instructions, voice, greeting

@@ -96,7 +96,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     agent.add_argument(
         "--stt-window", choices=["audio", "full"], default="audio",
-        help="audio: Whisper's encoder reads the turn's own length (at least 10 s; ~2x faster on 2 cores); "
+        help="audio: Whisper's encoder reads the turn's own length (at least 5 s; ~2x faster on 2 cores); "
         "full: its fixed 30 s window, as Whisper was trained (docs/conversation.md)",
     )
     agent.add_argument("--system-prompt", default=None, help="the persona: TEXT or @FILE")

@@ -13,7 +13,7 @@ import numpy as np
 
 from lipstream.audio.timeline import SAMPLE_RATE
 from lipstream.errors import ModelError
-from lipstream.talk.whisper_window import max_new_tokens, windowed_whisper
+from lipstream.talk.whisper_window import loop_start, max_new_tokens, windowed_whisper, without_loop
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def bundled_whisper_path() -> Path:
 class WhisperSTT:
     """Whisper tiny.en on faster-whisper/CTranslate2, int8 on CPU: greedy, English, no timestamps.
 
-    Loads once (≈0.2 s) and warms up in the constructor. The encoder sees the audio's own window (≥ 10 s,
+    Loads once (≈0.2 s) and warms up in the constructor. The encoder sees the audio's own window (≥ 5 s,
     lipstream.talk.whisper_window), not Whisper's fixed 30 s, unless `full_window` or the decode is primed
     with a prompt: a question's transcript then takes ~0.5 s instead of ~1.3 s on 2 cores. Thread-safe: up
     to `workers` calls decode at once (more queue), and CTranslate2 releases the GIL while it works.
@@ -144,6 +144,12 @@ class WhisperSTT:
         no_speech = max((s.no_speech_prob for s in segments), default=1.0)
         logprob = float(np.mean([s.avg_logprob for s in segments])) if segments else 0.0
         timings = tuple((w.word, float(w.start), float(w.end)) for s in segments for w in (s.words or ()))
+        # the decoder sometimes loops back to its start ("Hello? Hello?"), on short windows above all
+        if timings and (start := loop_start([w for w, _, _ in timings])) is not None:
+            timings = timings[:start]
+            text = "".join(w for w, _, _ in timings).strip()
+        elif not timings:
+            text = without_loop(text)
         return Transcript(text, seconds, time.perf_counter() - started, no_speech, logprob, timings)
 
 

@@ -3,11 +3,12 @@
 faster-whisper pads every window's log-mel to 3,000 frames (30 s) with zeros before the encoder, whose cost
 is then the same for a 2 s question as for 30 s of speech: ~1.2 s of the ~1.4 s a turn's transcript took on
 a 2-core AMD EPYC. CTranslate2's Whisper encoder accepts fewer frames. Cut to the audio plus 1 s, and never
-under 10 s, the encoder takes ~0.2 s and the words stay the same or differ by punctuation on the questions we
-tried (benchmarks/stt_window_bench.py measures both side by side). Under ~10 s of context the decoder
-starts to repeat itself on short clips ("Hello? Hello? ..."), hence the floor; `max_new_tokens` bounds the
-damage if it ever does. A decode primed with the text before it (streaming recognition's tail) garbled a
-short tail on the audio's own window, so such decodes read the whole window (`whole_window()`).
+under 5 s, a question's decode takes ~75 ms instead of ~1.2 s (benchmarks/stt_window_bench.py measures the
+windows side by side). Under ~10 s of context the decoder sometimes loops back to the start of what it has
+written ("Hello? Hello?", "What time does the library open? What time does the"): `without_loop` cuts such
+a repeat, which leaves the short window's word error rate no worse than 10 s's, and `max_new_tokens` bounds
+the loop's cost. A decode primed with the text before it (streaming recognition's tail) garbled a short tail
+on the audio's own window, so such decodes read the whole window (`whole_window()`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 
 FULL_FRAMES = 3000  # what faster-whisper pads to: 30 s of 10 ms log-mel frames
 MARGIN_FRAMES = 100  # audio context after the last frame of audio
-MIN_FRAMES = 1000  # the shortest context (10 s): shorter ones made the decoder loop on short clips
+MIN_FRAMES = 500  # the shortest context (5 s): 4 s and less misheard more words (measured, see the module)
 
 
 def content_frames(features: np.ndarray) -> int:
@@ -39,6 +40,34 @@ def context_frames(content: int, full: int = FULL_FRAMES, minimum: int = MIN_FRA
 def max_new_tokens(seconds: float) -> int:
     """A bound on the tokens `seconds` of speech can need (fast speech is ~4 tokens/s)."""
     return min(220, int(8 * seconds) + 16)
+
+
+def _bare(word: str) -> str:
+    return "".join(ch for ch in word.lower() if ch.isalnum() or ch == "'")
+
+
+def loop_start(words: list[str]) -> int | None:
+    """Where a decode that loops back to its own start begins its repeat ("Hello? Hello?" -> 1, "What time
+    is it? What time" -> 4), or None. The repeat runs to the end; its last word may be cut short ("What time
+    is it? What ti"). One word repeated is a loop only after a one-word start ("Hello? Hello?", not "What is
+    what"); a phrase repeated later ("Hello? Hello? Are you there?") is none."""
+    bare = [_bare(word) for word in words]
+    for start in range(1, len(words)):
+        tail, head = bare[start:], bare[: len(words) - start]
+        if not all(head) or not tail[-1]:
+            continue
+        if len(tail) == 1 and start == 1 and tail == head:
+            return start
+        if len(tail) > 1 and tail[:-1] == head[:-1] and head[-1].startswith(tail[-1]):
+            return start
+    return None
+
+
+def without_loop(text: str) -> str:
+    """The text up to where the decoder looped back to its start (`loop_start`); other text unchanged."""
+    words = text.split()
+    start = loop_start(words)
+    return text if start is None else " ".join(words[:start])
 
 
 def windowed_whisper(model_path: str, **options: Any):  # noqa: ANN201 - a faster_whisper.WhisperModel

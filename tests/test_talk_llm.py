@@ -12,8 +12,13 @@ from pathlib import Path
 import pytest
 
 from lipstream.errors import LipstreamError
-from lipstream.talk.llm import ChatMessage, LanguageModel, LLMError
-from lipstream.talk.llm_openai import OpenAIChatModel, chat_completions_url
+from lipstream.talk.llm import ChatMessage, LanguageModel, LLMError, ReadsAhead
+from lipstream.talk.llm_openai import (
+    OpenAIChatModel,
+    ReadingAheadChatModel,
+    chat_completions_url,
+    is_loopback,
+)
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fake_llm_server import DEFAULT_TEXT, FakeLLMServer  # noqa: E402
@@ -53,6 +58,30 @@ def test_streams_deltas_and_reuses_one_connection() -> None:
             body = server.stats.bodies[0]
             assert body["stream"] is True and body["max_tokens"] == 64
             assert body["messages"][0] == {"role": "system", "content": QUESTION[0].content}
+
+    asyncio.run(main())
+
+
+def test_an_endpoint_on_this_machine_reads_the_question_ahead_for_one_token() -> None:
+    assert is_loopback("http://127.0.0.1:8080/v1") and is_loopback("http://localhost:11434")
+    assert is_loopback("http://[::1]:8000/v1") and is_loopback("http://127.3.0.1/v1")
+    assert not is_loopback("https://api.openai.com/v1") and not is_loopback("http://10.0.0.5:8000")
+    assert not isinstance(OpenAIChatModel("http://127.0.0.1:1", "m"), ReadsAhead)  # each read costs a request
+
+    async def main() -> None:
+        async with FakeLLMServer() as server:
+            model = ReadingAheadChatModel(server.url, "m", timeout=5)
+            assert isinstance(model, ReadsAhead)
+            heard = [QUESTION[0], ChatMessage("user", "What time does the")]
+            try:
+                await model.prefill(heard)
+                answer = await _collect(model, QUESTION)
+            finally:
+                await model.aclose()
+            read, asked = server.stats.bodies
+            assert read["max_tokens"] == 1 and read["messages"] == [m.to_dict() for m in heard]
+            assert server.stats.completed == 2 and server.stats.connections == 1
+            assert asked["max_tokens"] == 64 and "".join(answer) == DEFAULT_TEXT
 
     asyncio.run(main())
 

@@ -432,3 +432,38 @@ def test_a_failing_recogniser_costs_the_turn_with_an_error_event_and_the_next_tu
     finals = [e["text"] for e in run.kinds("transcript") if e["kind"] == "final"]
     assert finals == ["how far is moon from earth"]
     assert len(run.session.said) == 1
+
+
+class _EndpointLLM:
+    """Answers as an endpoint does that cannot read ahead (a remote server's)."""
+
+    name = "endpoint"
+
+    def __init__(self) -> None:
+        self.inner = ScriptedLLM()
+
+    def stream(self, messages: list, max_tokens: int = 120):  # noqa: ANN201 - the inner async generator
+        """The scripted answer."""
+        return self.inner.stream(messages, max_tokens)
+
+
+@pytest.mark.parametrize("judge_model", ["its own", "the answers'"])
+def test_the_judge_model_reads_the_question_ahead_once_whoever_writes_the_answer(judge_model: str) -> None:
+    turn = TurnEndConfig(detector="text", finished_ms=200, max_wait_ms=1600)
+    config = ConversationConfig(start_ms=100, partial_every_seconds=0.3, turn=turn)
+    words = "what time does the library open today please tell me"
+    llm = _EndpointLLM() if judge_model == "its own" else ScriptedLLM()
+    judge = FixedJudge(0.5)
+    judge.model = ScriptedLLM() if judge_model == "its own" else llm
+
+    async def main() -> Run:
+        run = make(config, detector=judge, llm=llm)
+        await say(run, np.concatenate([silence(0.3), spoken(words), silence(0.7)]))
+        await finish(run)
+        return run
+
+    run = asyncio.run(main())
+    read = [messages[-1].content for messages in judge.model.prefilled]
+    assert read and all(words.startswith(text.lower()) for text in read) and len(set(read)) == len(read)
+    assert judge.seen[-1].lower().startswith(read[-1].lower())
+    assert len(run.session.said) == 1

@@ -39,6 +39,9 @@ class AgentConfig(BaseModel):
     llm_url: str | None = None  # an OpenAI-compatible endpoint; None: the embedded SmolLM2
     llm_model: str = "default"
     llm_timeout_seconds: float = Field(20.0, gt=0)
+    # read each partial transcript into the endpoint's prompt cache while the user speaks (a request of one
+    # token each); auto: only an endpoint on this machine, whose reads cost nothing but its own CPU
+    llm_read_ahead: Literal["auto", "on", "off"] = "auto"
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     max_reply_tokens: int = Field(120, ge=8, le=1024)
     max_history_messages: int = Field(12, ge=0, le=200)
@@ -246,9 +249,12 @@ def load_agent(config: AgentConfig) -> AgentServices:
     # the final transcript is on the answer's critical path: two decodes at once, never behind a partial
     stt, partial_stt = _recognisers(config)
     if config.llm_url:
-        from lipstream.talk.llm_openai import OpenAIChatModel
+        from lipstream.talk.llm_openai import OpenAIChatModel, ReadingAheadChatModel, is_loopback
 
-        llm: Any = OpenAIChatModel(
+        reads_ahead = config.llm_read_ahead == "on" or (
+            config.llm_read_ahead == "auto" and is_loopback(config.llm_url)
+        )
+        llm: Any = (ReadingAheadChatModel if reads_ahead else OpenAIChatModel)(
             config.llm_url, config.llm_model, api_key=os.environ.get(LLM_KEY_ENV) or None,
             timeout=config.llm_timeout_seconds,
         )

@@ -79,6 +79,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     agent.add_argument("--llm-model", default="default", help="model name sent to --llm-url")
     agent.add_argument(
+        "--llm-read-ahead", choices=["auto", "on", "off"], default="auto",
+        help="send --llm-url the question as heard so far (one token each) while the user speaks, so its "
+        "prompt cache holds it at the pause; auto: only an endpoint on this machine",
+    )
+    agent.add_argument(
         "--stt-model", type=Path, default=None, metavar="DIR",
         help="speech recognition from a CTranslate2 Whisper folder of yours (faster-whisper's format, e.g. "
         "small.en) instead of the bundled tiny.en",
@@ -331,6 +336,7 @@ def _agent_config(args: argparse.Namespace):
     options = {
         "llm_url": args.llm_url,
         "llm_model": args.llm_model,
+        "llm_read_ahead": args.llm_read_ahead,
         "stt_model": args.stt_model.expanduser().resolve() if args.stt_model else None,
         "stt_url": args.stt_url,
         "stt_url_model": args.stt_url_model,

@@ -67,15 +67,23 @@ class AnswerMaker:
         config: ConversationConfig,
         emit: Emit,
         grounding: Grounding | None = None,
+        judge: object | None = None,
     ) -> None:
+        """`judge`: the turn detector; when it reads the prompt through a model of its own (the answers come
+        from an endpoint), that model reads ahead too."""
         self.llm = llm
         self.speaker = speaker
         self.session = session
         self.config = config
         self.emit = emit
         self.grounding = grounding
-        self._read_last = ""  # the user message the model last read ahead
-        self._read_task: asyncio.Task | None = None
+        self._read_last = ""  # the user message the models last read ahead
+        # the models that read the prompt at the pause: the answer's, and the judge's when it is another
+        models = [llm, getattr(judge, "model", None)]
+        self._readers: list[ReadsAhead] = [
+            m for i, m in enumerate(models) if isinstance(m, ReadsAhead) and m not in models[:i]
+        ]
+        self._read_tasks: list[asyncio.Task] = []
 
     def messages(self, prepared: PreparedAnswer, history: list[ChatMessage], text: str) -> list[ChatMessage]:
         """The model's input for the transcript `text`: the system prompt, the history, the question (with
@@ -99,20 +107,19 @@ class AnswerMaker:
         """Have the model read the answer's prompt for what the user has said so far while they still speak
         (once per partial text or set of notes, one read at a time): at the end only the last words are left
         to read before the turn is judged and the first token written (issue 35: a question's ~15 tokens
-        cost the judgement ~40-70 ms on one thread). A no-op for a model that cannot read ahead."""
-        if not isinstance(self.llm, ReadsAhead):
+        cost the judgement ~40-70 ms on one thread). A no-op for models that cannot read ahead."""
+        if not self._readers or any(not task.done() for task in self._read_tasks):
             return
         prefix = self.read_ahead_prefix(history, partial_text)
         if prefix is None or prefix[-1].content == self._read_last:
             return
-        if self._read_task is None or self._read_task.done():
-            self._read_last = prefix[-1].content
-            self._read_task = asyncio.create_task(_prefill(self.llm, prefix))
+        self._read_last = prefix[-1].content
+        self._read_tasks = [asyncio.create_task(_prefill(model, prefix)) for model in self._readers]
 
     def close(self) -> None:
         """Stop reading ahead."""
-        if self._read_task is not None and not self._read_task.done():
-            self._read_task.cancel()
+        for task in self._read_tasks:
+            task.cancel()
 
     def start(self, prepared: PreparedAnswer, messages: list[ChatMessage]) -> None:
         """Start the model writing the answer into the prepared queue."""
@@ -220,7 +227,7 @@ async def _prefill(llm: ReadsAhead, prefix: list[ChatMessage]) -> None:
     try:
         await llm.prefill(prefix)
     except LipstreamError as exc:  # only a head start is lost
-        log.debug("reading the notes ahead failed: %s", exc)
+        log.debug("reading the prompt ahead failed: %s", exc)
 
 
 def answer_prompt(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -26,6 +27,17 @@ def chat_completions_url(url: str) -> str:
     if base.endswith("/v1"):
         return base + "/chat/completions"
     return base + "/v1/chat/completions"
+
+
+def is_loopback(url: str) -> bool:
+    """The URL names this machine (localhost, 127.0.0.0/8, ::1): a server whose prompt cache costs nothing."""
+    host = httpx.URL(url).host
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class OpenAIChatModel:
@@ -93,6 +105,19 @@ class OpenAIChatModel:
             raise LLMError(f"LLM endpoint {self.url} failed: {type(exc).__name__}: {exc}") from exc
         # CancelledError and GeneratorExit pass through: leaving the `async with` closes the response, so
         # the connection is dropped and the server sees the client go away and stops generating.
+
+
+class ReadingAheadChatModel(OpenAIChatModel):
+    """An endpoint whose server keeps the last prompt's cache (llama.cpp's server, vLLM with prefix caching,
+    Ollama, lipstream's own model child): `prefill` sends the answer's prompt as heard so far for one token,
+    so the server reads the system prompt, the history and the question's first words while the user still
+    speaks, and the answer's request reads only the last words (issue 35). Each read costs a request and a
+    token: `serve --agent` reads ahead into endpoints on this machine only, unless told (--llm-read-ahead)."""
+
+    async def prefill(self, messages: list[ChatMessage]) -> None:
+        """Have the server read `messages` into its cache (its one-token reply is dropped)."""
+        async for _ in self.stream(messages, max_tokens=1):
+            pass
 
 
 async def _drain(lines: AsyncIterator[str]) -> None:

@@ -467,3 +467,34 @@ def test_the_judge_model_reads_the_question_ahead_once_whoever_writes_the_answer
     assert read and all(words.startswith(text.lower()) for text in read) and len(set(read)) == len(read)
     assert judge.seen[-1].lower().startswith(read[-1].lower())
     assert len(run.session.said) == 1
+
+
+@pytest.mark.parametrize("judge_model", ["its own", "the answers'"])
+def test_an_answer_starts_beside_a_judge_with_a_model_of_its_own_and_after_one_sharing_its_model(
+    judge_model: str,
+) -> None:
+    turn = TurnEndConfig(detector="text", finished_ms=200, max_wait_ms=1600)
+    config = ConversationConfig(start_ms=100, partial_every_seconds=0.3, turn=turn)
+    llm = ScriptedLLM()
+    answers_when_judged: list[int] = []
+
+    class SlowJudge(FixedJudge):
+        async def score(self, audio: np.ndarray, messages: list) -> float:
+            await asyncio.sleep(0.15)  # a judgement takes a while: does the answer wait for it?
+            answers_when_judged.append(len(llm.calls))
+            return await super().score(audio, messages)
+
+    judge = SlowJudge(0.5)
+    judge.model = ScriptedLLM() if judge_model == "its own" else llm
+
+    async def main() -> Run:
+        run = make(config, detector=judge, llm=llm)
+        await say(run, np.concatenate([silence(0.3), spoken("tell me a short joke"), silence(0.8)]))
+        await asyncio.sleep(0.3)  # the microphone runs faster than real time here: let the judgement come
+        await say(run, silence(0.3))
+        await finish(run)
+        return run
+
+    run = asyncio.run(main())
+    assert answers_when_judged and answers_when_judged[0] == (1 if judge_model == "its own" else 0)
+    assert len(run.session.said) == 1 and run.kinds("turn_decision")[0]["finished"] is True

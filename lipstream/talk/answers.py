@@ -55,6 +55,13 @@ class PreparedAnswer:
             if task is not None and not task.done():
                 task.cancel()
 
+    def take_over(self, resumed: PreparedAnswer) -> None:
+        """Continue the model output of `resumed` (an answer to the same words): its queue, feeder and
+        counts."""
+        self.deltas, self.feeder, self.grounded = resumed.deltas, resumed.feeder, resumed.grounded
+        self.first_token_at, self.tokens, self.error = resumed.first_token_at, resumed.tokens, resumed.error
+        resumed.feeder = None  # no longer its to cancel
+
 
 class AnswerMaker:
     """Writes (the model) and speaks (the speaker, through the session) the answers of one conversation."""
@@ -70,7 +77,7 @@ class AnswerMaker:
         judge: object | None = None,
     ) -> None:
         """`judge`: the turn detector; when it reads the prompt through a model of its own (the answers come
-        from an endpoint), that model reads ahead too."""
+        from an endpoint), that model reads ahead too, and the answer need not wait for its judgement."""
         self.llm = llm
         self.speaker = speaker
         self.session = session
@@ -84,6 +91,9 @@ class AnswerMaker:
             m for i, m in enumerate(models) if isinstance(m, ReadsAhead) and m not in models[:i]
         ]
         self._read_tasks: list[asyncio.Task] = []
+        # the judge reads through the answer's model: it judges first (the turn's end waits for it, and the
+        # answer then reads its prompt from the cache); any other judge works beside the answer (issue 35)
+        self.answer_first = judge is None or getattr(judge, "model", None) is not llm
 
     def messages(self, prepared: PreparedAnswer, history: list[ChatMessage], text: str) -> list[ChatMessage]:
         """The model's input for the transcript `text`: the system prompt, the history, the question (with

@@ -322,26 +322,20 @@ class Conversation:
             messages = self.answers.messages(prepared, history, text)
             taken_over = resumed is not None and same_words(resumed.text, text) and resumed.feeder is not None
             if resumed is not None and taken_over:
-                self._take_over(prepared, resumed)
+                prepared.take_over(resumed)
+                self._kept_after_resume = True
             elif resumed is not None:
                 self._drop(resumed)
+            if not taken_over and self.answers.answer_first:  # a judge of its own works beside the answer
+                self.answers.start(prepared, messages)
             if judge and last_audio is not None:
                 await self._judge(prepared, turn, last_audio, messages, early)
-            if not taken_over:
+            if not taken_over and not self.answers.answer_first:
                 self.answers.start(prepared, messages)
             return text
 
         prepared.task = asyncio.create_task(run())
         return prepared
-
-    def _take_over(self, prepared: PreparedAnswer, resumed: PreparedAnswer) -> None:
-        """`prepared` continues the model output of `resumed` (same words): its queue, feeder and counts."""
-        prepared.deltas, prepared.feeder, prepared.grounded = resumed.deltas, resumed.feeder, resumed.grounded
-        prepared.first_token_at, prepared.tokens, prepared.error = (
-            resumed.first_token_at, resumed.tokens, resumed.error,
-        )  # fmt: skip
-        resumed.feeder = None  # no longer its to cancel
-        self._kept_after_resume = True
 
     async def _judge(
         self, prepared: PreparedAnswer, turn: int, audio: np.ndarray, messages: list[ChatMessage],

@@ -13,6 +13,11 @@ MAX_TEXT_CHARS = 5000
 _SENTENCE_END = re.compile(r"(?<=[.!?;:])\s+|\n{2,}")
 
 
+def bare_word(word: str) -> str:
+    """A word for comparison: lower case, letters, digits and apostrophes only ("Library," -> "library")."""
+    return re.sub(r"[^a-z0-9']", "", word.lower())
+
+
 def has_speakable_content(text: str) -> bool:
     """True when the text holds at least one letter or digit (punctuation alone would be read out by name)."""
     return any(ch.isalnum() for ch in text)

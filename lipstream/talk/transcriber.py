@@ -11,7 +11,6 @@ timings (a user's endpoint) decodes the whole turn as before.
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
@@ -22,14 +21,10 @@ from lipstream.audio.timeline import SAMPLE_RATE
 from lipstream.errors import LipstreamError
 from lipstream.talk.mic_buffer import MicBuffer
 from lipstream.talk.stt import SpeechToText, Transcript, WordTimingSpeechToText
+from lipstream.talk.text import bare_word
 
 PROMPT_CHARS = 200  # the committed text handed to Whisper as its prompt: the last words are enough context
 OVERLAP_SECONDS = 0.2  # audio before the last committed word's end that a decode re-reads (word ends drift)
-
-
-def _norm(word: str) -> str:
-    """A word for comparison: lower case, letters and digits only ("Library," -> "library")."""
-    return re.sub(r"[^a-z0-9']", "", word.lower())
 
 
 @dataclass(frozen=True)
@@ -43,7 +38,7 @@ class TimedWord:
     @property
     def key(self) -> str:
         """The word for comparison."""
-        return _norm(self.text)
+        return bare_word(self.text)
 
 
 @dataclass

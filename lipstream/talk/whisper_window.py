@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from lipstream.talk.text import bare_word
+
 FULL_FRAMES = 3000  # what faster-whisper pads to: 30 s of 10 ms log-mel frames
 MARGIN_FRAMES = 100  # audio context after the last frame of audio
 MIN_FRAMES = 500  # the shortest context (5 s): 4 s and less misheard more words (measured, see the module)
@@ -42,16 +44,12 @@ def max_new_tokens(seconds: float) -> int:
     return min(220, int(8 * seconds) + 16)
 
 
-def _bare(word: str) -> str:
-    return "".join(ch for ch in word.lower() if ch.isalnum() or ch == "'")
-
-
 def loop_start(words: list[str]) -> int | None:
     """Where a decode that loops back to its own start begins its repeat ("Hello? Hello?" -> 1, "What time
     is it? What time" -> 4), or None. The repeat runs to the end; its last word may be cut short ("What time
     is it? What ti"). One word repeated is a loop only after a one-word start ("Hello? Hello?", not "What is
     what"); a phrase repeated later ("Hello? Hello? Are you there?") is none."""
-    bare = [_bare(word) for word in words]
+    bare = [bare_word(word) for word in words]
     for start in range(1, len(words)):
         tail, head = bare[start:], bare[: len(words) - start]
         if not all(head) or not tail[-1]:

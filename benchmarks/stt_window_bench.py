@@ -1,11 +1,13 @@
-"""Whisper on the audio's own window vs its fixed 30 s window, side by side in one run (issue 35).
+"""Whisper on the audio's own window (at several floors) vs its fixed 30 s window, side by side in one run
+(issue 35).
 
 Speaks a set of questions in Piper's voice and an espeak-ng voice no test uses (en-us+m3), places each with
-0, 0.2 and 0.5 s of silence before and 0, 0.1 and 0.3 s after (where a turn's cut may fall), and transcribes
-every clip with both encoders (lipstream.talk.whisper_window): time per transcript, the word error rate
-against the text spoken, and the clips whose words differ.
+0, 0.2 and 0.5 s of silence before and 0, 0.1 and 0.3 s after (where a turn's cut may fall), adds the
+conversation bench's held-out questions in its four held-out espeak-ng voices, and transcribes every clip
+with each encoder window (lipstream.talk.whisper_window; one thread, as `serve --agent` decodes): time per
+transcript, the word error rate against the text spoken, and the clips whose words differ.
 
-    .venv/bin/python -m benchmarks stt_window
+    .venv/bin/python -m benchmarks stt_window [--floors 10 5]
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from rich.progress import track
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run as a file: `benchmarks` is a package at the repository root
@@ -47,10 +50,25 @@ def spoken(texts: tuple[str, ...]) -> list[tuple[str, str, np.ndarray]]:
     ]
 
 
+def heldout() -> list[tuple[str, str, np.ndarray]]:
+    """The conversation bench's held-out questions in its held-out voices, 0.2 s of silence before and 0.1
+    after."""
+    from benchmarks.conversation_bench import HELDOUT_QUESTIONS, HELDOUT_VOICES, espeak_wav
+
+    pad = [np.zeros(int(s * 16000), np.float32) for s in (0.2, 0.1)]
+    return [
+        (voice, text, np.concatenate([pad[0], espeak_wav(text, voice, speed), pad[1]]))
+        for text in HELDOUT_QUESTIONS
+        for voice, speed in HELDOUT_VOICES
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Transcribe every placement with both windows; print and record time and WER."""
+    """Transcribe every clip with every window; print and record time and WER."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=2, help="Whisper's CPU threads (the final's: 2)")
+    parser.add_argument("--threads", type=int, default=1, help="Whisper's CPU threads (serve --agent's: 1)")
+    parser.add_argument("--floors", type=float, nargs="+", default=[10.0, 5.0],
+                        help="the audio window's floors to compare, seconds")  # fmt: skip
     args = parser.parse_args(argv)
     from lipstream.talk.stt import WhisperSTT, word_edits
 
@@ -60,36 +78,39 @@ def main(argv: list[str] | None = None) -> int:
             for after in AFTER_S:
                 pad = [np.zeros(int(s * 16000), np.float32) for s in (before, after)]
                 cases.append((voice, text, np.concatenate([pad[0], pcm, pad[1]])))
-    models = {
-        "full": WhisperSTT(cpu_threads=args.threads, workers=1, full_window=True),
-        "audio": WhisperSTT(cpu_threads=args.threads, workers=1),
-    }
-    seconds = {name: [] for name in models}
+    cases += heldout()
+    models = {"full": WhisperSTT(cpu_threads=args.threads, workers=1, full_window=True)}
+    for floor in args.floors:
+        models[f"{floor:g} s floor"] = WhisperSTT(
+            cpu_threads=args.threads, workers=1, window_floor_seconds=floor
+        )
+    seconds: dict[str, list[float]] = {name: [] for name in models}
     edits = {name: 0 for name in models}
     heard: dict[str, list[str]] = {name: [] for name in models}
     words = 0
-    for _voice, text, pcm in cases:
+    for _voice, text, pcm in track(cases, description="clips"):
         words += len(text.split())
-        for name, model in models.items():  # alternately, so drifting load falls on both
+        for name, model in models.items():  # alternately, so drifting load falls on all
             started = time.perf_counter()
             result = model.transcribe(pcm)
             seconds[name].append(time.perf_counter() - started)
             edits[name] += word_edits(text, result.text)[0]
             heard[name].append(result.text)
     for i, (voice, text, _) in enumerate(cases):
-        if heard["full"][i] != heard["audio"][i]:
-            print(f"  {voice:6s} {text!r}: full {heard['full'][i]!r} | audio {heard['audio'][i]!r}")
-    print(f"CPU {cpu_model()}; {len(cases)} clips, {words} words")
+        if len({heard[name][i] for name in models}) > 1:
+            print(f"  {voice:6s} {text!r}: " + " | ".join(f"{name}: {heard[name][i]!r}" for name in models))
+    print(f"CPU {cpu_model()}; {len(cases)} clips, {words} words; {args.threads} thread(s)")
     figures = []
     for name in models:
         p50 = float(np.median(seconds[name])) * 1000
         wer = edits[name] / words
-        print(f"{name:5s} window: transcript p50 {p50:.0f} ms, WER {wer:.3f}")
+        print(f"{name:12s} window: transcript p50 {p50:.0f} ms, WER {wer:.3f}")
         figures += [
             Figure(f"Whisper transcript of a question p50 ({name} window)", round(p50), "ms"),
             Figure(f"Whisper WER, {len(cases)} placed questions ({name} window)", round(wer, 4), "ratio"),
         ]
-    record("stt_window", figures, "python -m benchmarks stt_window")
+    floors = " ".join(f"{floor:g}" for floor in args.floors)
+    record("stt_window", figures, f"python -m benchmarks stt_window --floors {floors}")
     return 0
 
 

@@ -13,7 +13,13 @@ import numpy as np
 
 from lipstream.audio.timeline import SAMPLE_RATE
 from lipstream.errors import ModelError
-from lipstream.talk.whisper_window import loop_start, max_new_tokens, windowed_whisper, without_loop
+from lipstream.talk.whisper_window import (
+    MIN_FRAMES,
+    loop_start,
+    max_new_tokens,
+    windowed_whisper,
+    without_loop,
+)
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +71,11 @@ def bundled_whisper_path() -> Path:
 class WhisperSTT:
     """Whisper tiny.en on faster-whisper/CTranslate2, int8 on CPU: greedy, English, no timestamps.
 
-    Loads once (≈0.2 s) and warms up in the constructor. The encoder sees the audio's own window (≥ 5 s,
-    lipstream.talk.whisper_window), not Whisper's fixed 30 s, unless `full_window` or the decode is primed
-    with a prompt: a question's transcript then takes ~0.5 s instead of ~1.3 s on 2 cores. Thread-safe: up
-    to `workers` calls decode at once (more queue), and CTranslate2 releases the GIL while it works.
+    Loads once (≈0.2 s) and warms up in the constructor. The encoder sees the audio's own window (never
+    under `window_floor_seconds`, lipstream.talk.whisper_window), not Whisper's fixed 30 s, unless
+    `full_window` or the decode is primed with a prompt: a question's decode then takes ~75 ms instead of
+    ~1.2 s on 2 cores. Thread-safe: up to `workers` calls decode at once (more queue), and CTranslate2
+    releases the GIL while it works.
     """
 
     def __init__(
@@ -79,6 +86,7 @@ class WhisperSTT:
         compute_type: str = "int8",
         warm_up: bool = True,
         full_window: bool = False,
+        window_floor_seconds: float = MIN_FRAMES / 100,
     ) -> None:
         try:
             from faster_whisper import WhisperModel
@@ -89,12 +97,14 @@ class WhisperSTT:
         self.full_window = full_window
         started = time.perf_counter()
         try:
-            model_class = WhisperModel if full_window else windowed_whisper
-            self._model = model_class(
-                str(self.model_path), device="cpu", compute_type=compute_type, cpu_threads=cpu_threads,
-                # two decodes may run at once: a turn's final transcript must not queue behind a partial
-                num_workers=workers,
-            )
+            # two decodes may run at once (num_workers): a turn's final must not queue behind a partial
+            options = {"device": "cpu", "compute_type": compute_type, "cpu_threads": cpu_threads,
+                       "num_workers": workers}  # fmt: skip
+            if full_window:
+                self._model = WhisperModel(str(self.model_path), **options)
+            else:
+                floor = round(window_floor_seconds * 100)
+                self._model = windowed_whisper(str(self.model_path), min_frames=floor, **options)
         except (RuntimeError, ValueError, OSError) as exc:
             raise ModelError(f"could not load Whisper from {self.model_path}: {exc}") from exc
         self.load_seconds = time.perf_counter() - started

@@ -68,8 +68,9 @@ def without_loop(text: str) -> str:
     return text if start is None else " ".join(words[:start])
 
 
-def windowed_whisper(model_path: str, **options: Any):  # noqa: ANN201 - a faster_whisper.WhisperModel
-    """A faster-whisper WhisperModel whose encoder sees only the audio's own window (see the module)."""
+def windowed_whisper(model_path: str, min_frames: int = MIN_FRAMES, **options: Any):  # noqa: ANN201
+    """A faster-whisper WhisperModel whose encoder sees only the audio's own window, never under `min_frames`
+    (see the module)."""
     from faster_whisper import WhisperModel
 
     class WindowedWhisperModel(WhisperModel):
@@ -90,7 +91,7 @@ def windowed_whisper(model_path: str, **options: Any):  # noqa: ANN201 - a faste
             if getattr(self._whole, "on", False):
                 return super().encode(features)
             frames = features if features.ndim == 3 else features[None]
-            window = context_frames(content_frames(frames), frames.shape[-1])
+            window = context_frames(content_frames(frames), frames.shape[-1], min_frames)
             return super().encode(np.ascontiguousarray(frames[..., :window]))
 
     return WindowedWhisperModel(model_path, **options)

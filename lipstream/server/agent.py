@@ -25,6 +25,7 @@ from lipstream.talk.speaker import Speaker
 from lipstream.talk.stt import SpeechToText
 from lipstream.talk.stt_embedded import EmbeddedWhisper
 from lipstream.talk.turn_end import TextTurnDetector, TurnDetector, TurnEndConfig
+from lipstream.talk.voices import SharedVoices
 from lipstream.threads import background_pool
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,10 @@ class AgentServices:
     answer_voice: Executor = field(
         default_factory=lambda: background_pool(2, "lipstream-answer-voice", niceness=0)
     )
+    # ... by voices of their own that keep onnxruntime's memory arena: answers come in sentences of at most
+    # 240 characters, and in a busy server each synthesis without the arena took ~50k page faults, ~1.5x
+    # its CPU time alone (first phrase -> audio 207 -> 147 ms; docs/conversation.md)
+    answer_voices: SharedVoices = field(default_factory=lambda: SharedVoices(keep_arena=True))
     knowledge: Any = None  # the KnowledgeBase over config.knowledge (None: answers from the model alone)
 
     @property
@@ -109,8 +114,9 @@ class AgentServices:
     def conversation(
         self, session: SessionPort, emit: Emit, voice: str | None = None, speaker: Speaker | None = None
     ) -> Conversation:
-        """A conversation over `session`, with its own VAD state and echo canceller; its answers are spoken
-        by `speaker` (the server's voices) and transcribed on the services' recogniser threads."""
+        """A conversation over `session`, with its own VAD state and echo canceller; its answers are spoken by
+        the services' answer voices (in `voice`, the persona's, or `speaker`'s default) and transcribed on
+        the services' recogniser threads."""
         from lipstream.talk.vad import VoiceActivityDetector
 
         cfg = ConversationConfig(
@@ -129,11 +135,20 @@ class AgentServices:
             model=self.vad_model,
         )
         echo = _echo_canceller(self.config)
-        speaker = (speaker or Speaker()).on(self.answer_voice)
+        default_voice = speaker.default_voice if speaker is not None else "piper"
+        speaker = Speaker(self.answer_voices, executor=self.answer_voice, default_voice=default_voice)
+        # the voice loads (the first time: ~0.3 s) while the user says the first question
+        self.answer_voice.submit(self._load_voice, cfg.voice or default_voice)
         return Conversation(
             session, self.stt, self.llm, emit, cfg, vad=vad, echo=echo, partial_stt=self.partial_stt,
             speaker=speaker, recogniser=self.recogniser, detector=self.detector, **self._grounding(),
         )  # fmt: skip
+
+    def _load_voice(self, name: str) -> None:
+        try:
+            self.answer_voices(name)
+        except LipstreamError as exc:  # said again, to the user, when an answer is spoken in it
+            log.warning("the answer voice %r did not load: %s", name, exc)
 
     def _grounding(self) -> dict[str, Any]:
         """`grounding=` for a new conversation: its own KnowledgeGrounding over the shared index."""

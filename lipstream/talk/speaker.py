@@ -39,10 +39,6 @@ class Speaker:
         self.executor = executor
         self.default_voice = default_voice
 
-    def on(self, executor: Executor) -> Speaker:
-        """The same voices, synthesising on `executor` (e.g. threads at a higher priority)."""
-        return Speaker(self.voices, executor=executor, default_voice=self.default_voice)
-
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.executor, functools.partial(fn, *args))
 

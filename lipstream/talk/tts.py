@@ -35,16 +35,19 @@ class TTS(Protocol):
         """Speak sentence by sentence, yielding each Speech as soon as it is ready."""
 
 
-def create_tts(voice: str = "piper", fallback: bool = True, threads: int = 0) -> TTS:
+def create_tts(
+    voice: str = "piper", fallback: bool = True, threads: int = 0, keep_arena: bool = False
+) -> TTS:
     """Make a TTS: "piper" (bundled neural voice; falls back to espeak-ng if it cannot load) or "espeak".
 
-    `threads`: CPU threads one Piper synthesis may use (0: onnxruntime's default, all cores)."""
+    `threads`: CPU threads one Piper synthesis may use (0: onnxruntime's default, all cores); `keep_arena`:
+    Piper keeps onnxruntime's memory arena (PiperTTS)."""
     if voice == "espeak":
         return EspeakTTS()
     if voice != "piper":
         raise SpeechError(f"unknown voice {voice!r}; choose one of {', '.join(VOICES)}")
     try:
-        return PiperTTS(threads=threads)
+        return PiperTTS(threads=threads, keep_arena=keep_arena)
     except SpeechError as exc:
         if not fallback:
             raise

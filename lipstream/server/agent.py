@@ -97,7 +97,7 @@ class AgentServices:
     )
     # ... by voices of their own that keep onnxruntime's memory arena: answers come in sentences of at most
     # 240 characters, and in a busy server each synthesis without the arena took ~50k page faults, ~1.5x
-    # its CPU time alone (first phrase -> audio 207 -> 147 ms; docs/conversation.md)
+    # its CPU time alone (first phrase -> audio p50 194 -> 124 ms; docs/conversation.md)
     answer_voices: SharedVoices = field(default_factory=lambda: SharedVoices(keep_arena=True))
     knowledge: Any = None  # the KnowledgeBase over config.knowledge (None: answers from the model alone)
 

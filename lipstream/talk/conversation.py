@@ -95,7 +95,8 @@ class Conversation:
             pause_ms=self.config.pause_ms,
         )  # fmt: skip
         self.listener = MicListener(vad, echo, self.config.start_ms, self.config.end_silence_ms)
-        self.answers = AnswerMaker(llm, speaker or Speaker(), session, self.config, emit, grounding, detector)
+        speaker = speaker or Speaker()
+        self.answers = AnswerMaker(llm, speaker, session, self.config, emit, grounding, self.detector)
         self.history: deque[ChatMessage] = deque(maxlen=max(1, self.config.max_history_messages))
         self._turn = 0
         self._turn_start: int | None = None  # stream sample where the open turn's speech began

@@ -51,7 +51,7 @@ export class TalkPanel {
     this.mic = null;
     this.turns = new Map(); // turn -> {user: li, avatar: li, row: tr}
     this.bargeIns = []; // {turn, onsetAt, ms}
-    this._lastCut = null; // {at, lastShown}: when an interrupted answer's cut reached the screen, its last frame
+    this._cuts = []; // {at, lastShown}: when interrupted answers' cuts reached the screen, their last frames
     this._captionTimer = null;
     $('talk-btn').addEventListener('click', () => this.toggle());
     $('stop').addEventListener('click', () => this.stopAnswer());
@@ -132,7 +132,7 @@ export class TalkPanel {
     });
     p.addEventListener('playback_finished', (e) => {
       if (e.detail.interrupted) {
-        this._lastCut = { at: performance.now(), lastShown: this.player.stats.lastSpeechShownAt };
+        this._cuts = [...this._cuts.slice(-7), { at: performance.now(), lastShown: this.player.stats.lastSpeechShownAt }];
         this._caption('');
         this._markInterrupted();
       } else this._caption(null, CAPTION_LINGER_MS);
@@ -165,10 +165,11 @@ export class TalkPanel {
     // Barge-in latency, measured like the Stop button's: onset of the user's speech -> last speech frame on screen.
     // It only counts when the avatar was still showing speech after the user began.
     setTimeout(() => {
-      // the answer spoken over ends where its cut reached the screen: by the end of the window the answer to
-      // what the user said may be playing already, and its frames are not the old answer's
-      const cut = this._lastCut;
-      const last = cut && cut.at >= onsetAt ? cut.lastShown : this.player.stats.lastSpeechShownAt;
+      // the answer spoken over ends where its cut (the first after the onset) reached the screen: by the end of
+      // the window the answer to what the user said may be playing already, or even cut in turn when they went
+      // on after a pause, and its frames are not the old answer's
+      const cut = this._cuts.find((c) => c.at >= onsetAt);
+      const last = cut ? cut.lastShown : this.player.stats.lastSpeechShownAt;
       if (last == null || last < onsetAt) return;
       const entry = { turn: d.turn, onsetAt, ms: last - onsetAt };
       this.bargeIns.push(entry);

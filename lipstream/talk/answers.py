@@ -86,14 +86,13 @@ class AnswerMaker:
         self.grounding = grounding
         self._read_last = ""  # the user message the models last read ahead
         # the models that read the prompt at the pause: the answer's, and the judge's when it is another
-        models = [llm, getattr(judge, "model", None)]
-        self._readers: list[ReadsAhead] = [
-            m for i, m in enumerate(models) if isinstance(m, ReadsAhead) and m not in models[:i]
-        ]
+        judge_model = getattr(judge, "model", None)
+        models = [llm] if judge_model is llm else [llm, judge_model]
+        self._readers: list[ReadsAhead] = [m for m in models if isinstance(m, ReadsAhead)]
         self._read_tasks: list[asyncio.Task] = []
         # the judge reads through the answer's model: it judges first (the turn's end waits for it, and the
         # answer then reads its prompt from the cache); any other judge works beside the answer (issue 35)
-        self.answer_first = judge is None or getattr(judge, "model", None) is not llm
+        self.answer_first = judge is None or judge_model is not llm
 
     def messages(self, prepared: PreparedAnswer, history: list[ChatMessage], text: str) -> list[ChatMessage]:
         """The model's input for the transcript `text`: the system prompt, the history, the question (with

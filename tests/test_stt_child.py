@@ -68,6 +68,29 @@ def test_the_endpoint_wants_the_key_and_names_bad_audio(whisper: EmbeddedWhisper
     assert ok.status_code == 200 and "library" in ok.json()["text"].lower()
 
 
+def _cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) all of `pid`'s threads have used."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_the_child_burns_no_cpu_beside_its_decodes(whisper: EmbeddedWhisper, question) -> None:
+    """Its numpy has no spinning BLAS pool (one left ~100 ms of CPU per decode, taken from the frames)."""
+    endpoint = whisper.process.wait_ready(5)
+    assert endpoint is not None
+    environ = open(f"/proc/{endpoint.pid}/environ", "rb").read().split(b"\0")
+    assert b"OPENBLAS_NUM_THREADS=1" in environ
+    whisper.transcribe(question)
+    cpu, wall = _cpu_seconds(endpoint.pid), 0.0
+    for _ in range(8):
+        started = time.perf_counter()
+        whisper.transcribe(question)
+        wall += time.perf_counter() - started
+        time.sleep(0.2)  # a spinning pool would burn this gap
+    used = _cpu_seconds(endpoint.pid) - cpu
+    assert used < 1.5 * wall, (used, wall)  # measured: 1.0x without the pool's spin, 2.1x with it
+
+
 def test_a_killed_child_is_replaced_and_the_next_decode_works(whisper: EmbeddedWhisper, question) -> None:
     first = whisper.process.wait_ready(5)
     assert first is not None

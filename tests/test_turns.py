@@ -5,6 +5,7 @@ test_conversation_turns.py, test_turn_end.py and test_conversation_live.py."""
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -184,6 +185,35 @@ def test_a_silence_starts_the_final_decode_before_the_pause_is_seen(streaming: b
     assert any(0 < s < 200 for s in silences[:-1]), silences  # one at the short silence mid-question
     # a final decode's text is not read ahead: the judgement and the answer read that prompt next
     assert run.llm.prefilled == []
+
+
+def test_a_partial_decode_ending_in_the_silence_is_shown_but_not_read_ahead() -> None:
+    """The final decode runs from the silence's first window: a read-ahead of a partial finishing then would
+    run beside it (measured: it slowed the transcript), and the judgement reads that prompt next anyway."""
+    config = ConversationConfig(start_ms=100, partial_every_seconds=0.3)
+
+    async def main() -> Run:
+        run = make(config)
+        vad, decode = run.conversation.listener.vad, run.stt.transcribe_words
+
+        def until_silence(pcm: np.ndarray, prompt: str = ""):  # noqa: ANN202 - a Transcript
+            deadline = time.monotonic() + 2  # every partial decode ends once the user has stopped
+            while vad.silence_ms == 0 and time.monotonic() < deadline:
+                time.sleep(0.002)
+            return decode(pcm, prompt)
+
+        run.stt.transcribe_words = until_silence
+        audio = question("what time does the library open")
+        for i in range(0, len(audio), CHUNK):  # 5 ms a chunk: the decode ends before the pause is seen
+            await run.conversation.push_microphone(audio[i : i + CHUNK], 16000)
+            await asyncio.sleep(0.005)
+        await finish(run)
+        return run
+
+    run = asyncio.run(main())
+    assert [e for e in run.kinds("transcript") if e["kind"] == "partial"]
+    assert run.llm.prefilled == []
+    assert len(run.session.said) == 1
 
 
 def test_a_paused_question_is_answered_once_whole_after_it_ends() -> None:

@@ -384,9 +384,9 @@ class Conversation:
             self._partial_task = asyncio.create_task(self._partial(self._turn, decode))
 
     async def _partial(self, turn: int, decode: asyncio.Task, read_ahead: bool = True) -> None:
-        """Show a decode's text; the model reads it ahead unless it is the final decode, or the pause's answer
-        is being prepared: the judgement reads that prompt next, and a read-ahead queued before it on the
-        model only delays it (measured: 20-67 ms)."""
+        """Show a decode's text; the model reads it ahead unless it is the final decode, a silence began (the
+        final decode runs: a read-ahead beside it slowed it), or the pause's answer is being prepared: the
+        judgement reads that prompt next, and a read-ahead queued before it only delays it (20-67 ms)."""
         try:
             text = await asyncio.shield(decode)  # the decode may become the final transcript: outlive this
         except LipstreamError as exc:  # the final decode will say so, once, if the recogniser stays down
@@ -396,7 +396,9 @@ class Conversation:
             await self.emit({"type": "transcript", "turn": turn, "kind": "partial", "text": text})
             if self.grounding is not None:
                 self.grounding.prefetch(text)  # retrieval on the partial: the turn pays nothing for it
-            if read_ahead and self._prepared is None:
+            heard = self._heard
+            silent = self.listener.silence_ms > 0 or (heard is not None and heard.final_in_flight())
+            if read_ahead and self._prepared is None and not silent:
                 self.answers.read_ahead(list(self.history), text)
 
     # ---- answering --------------------------------------------------------------------------------------

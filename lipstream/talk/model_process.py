@@ -56,6 +56,12 @@ class RestartPolicy:
         return min(self.max_backoff_seconds, self.first_backoff_seconds * 2 ** max(0, failed_starts - 1))
 
 
+# A model child's numpy needs no BLAS thread pool: its model runs on its own native threads. OpenBLAS's pool
+# spins after each call: the recogniser's log-mel matmul left a thread burning ~100 ms of CPU per decode,
+# taken from the final decode and the frames on a 2-core machine (issue 35).
+QUIET_BLAS = {"OPENBLAS_NUM_THREADS": "1"}
+
+
 @dataclass(frozen=True)
 class ChildCommand:
     """What to run: argv (without --parent-pid, which the supervisor adds) and a name for messages."""
@@ -261,7 +267,7 @@ class SupervisedProcess:
 
     def _spawn(self) -> tuple[subprocess.Popen[bytes], str]:
         key = secrets.token_urlsafe(32)
-        env = {**os.environ, **self.command.env, KEY_ENV: key}
+        env = {**os.environ, **QUIET_BLAS, **self.command.env, KEY_ENV: key}
         argv = [*self.command.argv, "--parent-pid", str(os.getpid())]
         pipe = subprocess.PIPE
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=pipe, stderr=pipe, env=env)

@@ -28,7 +28,7 @@ from paused_speech import PAUSED_QUESTIONS, paused_question  # noqa: E402
 
 from lipstream.talk.conversation_types import DEFAULT_SYSTEM_PROMPT  # noqa: E402
 from lipstream.talk.llm import ChatMessage  # noqa: E402
-from lipstream.talk.turn_end import TurnEndConfig  # noqa: E402
+from lipstream.talk.turn_rule import TurnEndConfig  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TRAILING = np.zeros(int(0.2 * 16000), np.float32)  # the silence a detector hears at its decision

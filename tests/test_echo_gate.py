@@ -60,7 +60,7 @@ def _listen(answer: np.ndarray, user: np.ndarray | None, user_at: int) -> list[V
                     listener.add_reference(sent, pcm16[sent : sent + FRAME])
                     sent += FRAME
                 piece = (mic[i : i + CHUNK] * 32767).astype(np.int16)
-                events += await listener.hear(piece, SR, i + len(piece))
+                events += (await listener.hear(piece, SR, i + len(piece))).events
         finally:
             listener.close()
         return events

@@ -24,8 +24,9 @@ from lipstream.talk.llm_embedded import EmbeddedChatModel
 from lipstream.talk.llm_openai import OpenAIChatModel
 from lipstream.talk.smart_turn import WHEEL_MEMBER, SmartTurnModel, find_model, install_model
 from lipstream.talk.stt import WhisperSTT
-from lipstream.talk.turn_end import TextTurnDetector, TurnEndConfig
+from lipstream.talk.turn_end import TextTurnDetector
 from lipstream.talk.turn_features import TurnFeatures
+from lipstream.talk.turn_rule import TurnEndConfig
 
 # the hard cap well above what a loaded 2-core machine takes to transcribe and judge a pause (1.4-2.3 s in
 # this process, beside the session's rendering, with Whisper's 30 s window on an idle machine; more under

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -31,7 +32,7 @@ from lipstream.talk.conversation_types import STAGES, ConversationConfig, same_w
 from lipstream.talk.grounding_port import GroundedPrompt
 from lipstream.talk.speaker import Speaker
 from lipstream.talk.transcriber import StreamingTranscript, TimedWord
-from lipstream.talk.turn_end import TurnEndConfig
+from lipstream.talk.turn_rule import TurnEndConfig
 
 
 @dataclass
@@ -43,6 +44,7 @@ class Run:
     stt: ScriptedSTT
     llm: ScriptedLLM
     events: list[dict] = field(default_factory=list)
+    played: set[int] = field(default_factory=set)  # utterances whose stream events were delivered
 
     def kinds(self, kind: str) -> list[dict]:
         """The events of one type."""
@@ -84,14 +86,30 @@ async def say(run: Run, audio: np.ndarray, settle: float = 0.02) -> None:
 
 
 async def finish(run: Run) -> None:
-    """Let the answer be spoken, then close."""
+    """Let the answer be spoken and played (the session's events, as a server's stream sends them), then
+    close."""
     for _ in range(200):
-        if run.session.said and not run.session.speaking and run.conversation._reply_task is None or (
-            run.conversation._reply_task is not None and run.conversation._reply_task.done()
-        ):
+        if run.session.said and not run.conversation.answering:
             break
         await asyncio.sleep(0.01)
+    await play(run)
     await run.conversation.aclose()
+
+
+async def play(run: Run) -> None:
+    """Deliver each recorded utterance's stream events to the conversation: its first frame, its sentences'
+    captions, its end; the messages it returns (reply_text) join the run's events."""
+    for uid, sentences in enumerate(run.session.said, start=1):
+        if uid in run.played:
+            continue
+        run.played.add(uid)
+        events = [("speech_started", ""), *(("text", s) for s in sentences), ("playback_finished", "")]
+        for kind, text in events:
+            event = SimpleNamespace(
+                type=kind, utterance_id=uid, position_samples=0, message=text, interrupted=False
+            )
+            if (message := await run.conversation.on_stream_event(event)) is not None:
+                run.events.append(message)
 
 
 def test_a_question_is_transcribed_and_answered_once() -> None:
@@ -246,7 +264,7 @@ def test_an_answer_started_at_a_pause_is_kept_when_what_follows_adds_no_words() 
 
     run = asyncio.run(main())
     assert len(run.llm.calls) == 1  # the model wrote the answer once
-    metrics = run.conversation._times[1].as_event()
+    (metrics,) = run.kinds("turn_metrics")
     assert metrics["speculation"]["used"] == "resumed"
     assert len(run.session.said) == 1
 
@@ -268,7 +286,7 @@ def test_a_detector_judging_the_pause_finished_ends_the_turn_after_its_short_sil
     assert judge.seen and judge.seen[-1].lower().startswith("tell me a short joke")
     decision = run.kinds("turn_decision")
     assert decision and decision[0]["finished"] is True
-    assert run.conversation._times[1].speculation == "pause"
+    assert run.kinds("turn_metrics")[0]["speculation"]["used"] == "pause"
 
 
 def test_an_unfinished_judgement_waits_for_the_hard_cap() -> None:
@@ -311,17 +329,15 @@ def test_turn_metrics_carry_every_stage_in_order() -> None:
     async def main() -> Run:
         run = make()
         await say(run, question("what time does the library open"))
-        await finish(run)
-        times = run.conversation._times[1]
-        times.first_frame = times.first_audio  # no real session: the frame comes with the audio
+        await finish(run)  # the first frame: its `speech_started` event, delivered by play()
         return run
 
     run = asyncio.run(main())
-    ms = run.conversation._times[1].as_event()["ms"]
+    ms = run.kinds("turn_metrics")[0]["ms"]
     assert list(ms) == list(STAGES)
     assert STAGES[0] == "transcript" and STAGES[-1] == "first_frame" and len(STAGES) == 6
     assert ms["transcript"] is not None and ms["first_phrase"] is not None
-    assert ms["llm_first_token"] <= ms["first_phrase"] <= ms["first_audio"]
+    assert ms["llm_first_token"] <= ms["first_phrase"] <= ms["first_audio"] <= ms["first_frame"]
 
 
 def test_the_model_yields_its_core_while_the_first_phrase_is_synthesised() -> None:
@@ -382,7 +398,8 @@ def test_a_knowledge_source_is_searched_on_partials_and_its_passages_reach_the_p
     system, asked = run.llm.calls[-1][0], run.llm.calls[-1][-1]
     assert system.content.endswith("RULE")  # the same instructions every turn: the model's cache keeps them
     assert asked.content == "<notes>opens at nine</notes>\n\nwhat time does the library open today"
-    assert run.conversation._answer is not None and run.conversation._answer.grounded is not None
+    assert all(e["sources"] == ["hours.md"] for e in run.kinds("reply_text"))  # every caption says its notes
+    assert run.kinds("reply_text")
     # the model read the notes ahead while the user spoke: the answer's prompt up to the question
     assert run.llm.prefilled and run.llm.prefilled[-1][-1].content == "<notes>opens at nine</notes>"
     assert [m.content for m in run.llm.prefilled[-1][:-1]] == [system.content]

@@ -17,14 +17,20 @@ from pydantic import BaseModel, Field
 
 from lipstream.errors import LipstreamError
 from lipstream.talk.conversation import Conversation
-from lipstream.talk.conversation_types import DEFAULT_SYSTEM_PROMPT, ConversationConfig, Emit
+from lipstream.talk.conversation_types import (
+    DEFAULT_SYSTEM_PROMPT,
+    ConversationConfig,
+    ConversationObserver,
+    Emit,
+)
 from lipstream.talk.llm import ChatMessage, LanguageModel
 from lipstream.talk.persona import Persona
 from lipstream.talk.session_port import SessionPort
 from lipstream.talk.speaker import Speaker
 from lipstream.talk.stt import SpeechToText
 from lipstream.talk.stt_embedded import EmbeddedWhisper
-from lipstream.talk.turn_end import TextTurnDetector, TurnDetector, TurnEndConfig
+from lipstream.talk.turn_end import TextTurnDetector, TurnDetector
+from lipstream.talk.turn_rule import TurnEndConfig
 from lipstream.talk.voices import SharedVoices
 from lipstream.threads import background_pool
 
@@ -112,11 +118,12 @@ class AgentServices:
         return self.config.persona.voice if self.config.persona is not None else None
 
     def conversation(
-        self, session: SessionPort, emit: Emit, voice: str | None = None, speaker: Speaker | None = None
+        self, session: SessionPort, emit: Emit, voice: str | None = None, speaker: Speaker | None = None,
+        observer: ConversationObserver | None = None,
     ) -> Conversation:
         """A conversation over `session`, with its own VAD state and echo canceller; its answers are spoken by
         the services' answer voices (in `voice`, the persona's, or `speaker`'s default) and transcribed on
-        the services' recogniser threads."""
+        the services' recogniser threads; `observer` hears of each turn's figures (the server's metrics)."""
         from lipstream.talk.vad import VoiceActivityDetector
 
         cfg = ConversationConfig(
@@ -141,7 +148,8 @@ class AgentServices:
         self.answer_voice.submit(self._load_voice, cfg.voice or default_voice)
         return Conversation(
             session, self.stt, self.llm, emit, cfg, vad=vad, echo=echo, partial_stt=self.partial_stt,
-            speaker=speaker, recogniser=self.recogniser, detector=self.detector, **self._grounding(),
+            speaker=speaker, recogniser=self.recogniser, detector=self.detector, observer=observer,
+            **self._grounding(),
         )  # fmt: skip
 
     def _load_voice(self, name: str) -> None:

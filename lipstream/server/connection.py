@@ -206,7 +206,9 @@ class Connection:
             log.exception("session start failed")
             await self._fail("internal", "session failed to start (the server log has the details)", 1011)
         if hello.agent and self.agent is not None:
-            self.conversation = self.agent.conversation(self.session, self._emit_json, speaker=self.speaker)
+            self.conversation = self.agent.conversation(
+                self.session, self._emit_json, speaker=self.speaker, observer=self.metrics
+            )
         ready = ready_message(
             self.config, self.session, bundle, self.record.session_id, agent=self.conversation is not None,
             patch_stream=self._patch_stream, patch_pending=self._patch_pending,
@@ -224,8 +226,6 @@ class Connection:
             await asyncio.wait_for(self.ws.close(1001, "server going away"), CLOSE_TIMEOUT_SECONDS)
 
     async def _emit_json(self, message: dict[str, Any]) -> None:
-        if self.metrics is not None and message.get("type") == "turn_metrics":
-            self.metrics.turn_finished(message.get("ms") or {})
         await self._send_text(json.dumps(message))
 
     # ---- streaming ----

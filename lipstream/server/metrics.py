@@ -6,6 +6,7 @@ apps in one process (tests) keep separate figures. Labels are a small fixed set 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
@@ -13,10 +14,11 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+if TYPE_CHECKING:
+    from lipstream.talk.conversation_types import TurnReport
+
 # render stages timed by lipstream.render (StageTimer names); anything else is counted as "other"
 STAGES = ("features", "planner", "engine", "codebook", "infill", "compositor", "encode")
-# turn stages of a conversation (the `turn_metrics` event), each measured from the end of the user's speech
-TURN_STAGES = ("transcript", "llm_first_token", "first_audio", "first_frame")
 # the states of the embedded language model's process (lipstream.talk.model_process.ProcessState)
 MODEL_STATES = ("starting", "up", "restarting", "failed", "stopped")
 # why a session was refused before `ready` (the protocol's error codes)
@@ -141,12 +143,13 @@ class ServerMetrics:
         if av_offset_ms.get("count", 0) > 0:
             self.av_offset.observe(float(av_offset_ms["p50"]) / 1000.0)
 
-    def turn_finished(self, stage_ms: Mapping[str, float | None]) -> None:
-        """A conversation turn's `turn_metrics` (ms since the end of the user's speech, null: never)."""
-        for stage in TURN_STAGES:
-            value = stage_ms.get(stage)
-            if value is not None:
-                self.turn_latency.labels(stage).observe(float(value) / 1000.0)
+    # ---- ConversationObserver (lipstream.talk.conversation_types) ----
+
+    def turn_reported(self, report: TurnReport) -> None:
+        """A conversation turn's figures: each stage reached, seconds after the end of the user's speech."""
+        for stage, ms in report.as_ms().items():
+            if ms is not None:
+                self.turn_latency.labels(stage).observe(ms / 1000.0)
 
     # ---- RenderObserver (lipstream.render.timing) ----
 

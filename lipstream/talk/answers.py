@@ -13,19 +13,26 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from lipstream.audio.timeline import SAMPLE_RATE
 from lipstream.errors import LipstreamError
-from lipstream.talk.conversation_types import ConversationConfig, Emit, TurnTimes
+from lipstream.talk.conversation_types import ConversationConfig, Emit, TurnReport, same_words
 from lipstream.talk.grounding_port import GroundedPrompt, Grounding
 from lipstream.talk.llm import ChatMessage, LanguageModel, LLMError, ReadsAhead, YieldsCores, as_spoken
+from lipstream.talk.mic_buffer import MicBuffer
 from lipstream.talk.sentences import SentenceStream, speakable
 from lipstream.talk.session_port import SessionPort
 from lipstream.talk.speaker import Speaker
+from lipstream.talk.transcriber import LiveTranscription
+from lipstream.talk.turn_end import TurnDetector
 
 log = logging.getLogger(__name__)
 
 _END = object()  # end of a model's reply in a PreparedAnswer's queue
 # the longest the model waits while the first phrase is synthesised (a long phrase takes ~0.5 s on 2 cores)
 FIRST_PHRASE_PAUSE_SECONDS = 1.0
+TURN_AUDIO_SAMPLES = 8 * SAMPLE_RATE  # what an audio turn detector hears: the last 8 s
 
 
 @dataclass
@@ -48,6 +55,7 @@ class PreparedAnswer:
     created_at: float = field(default_factory=time.perf_counter)
     tokens: int = 0  # text deltas the model wrote for it (wasted when it is dropped)
     speaking: bool = False  # the turn ended on it: it is the answer being spoken
+    took_over: bool = False  # it continues the model output of an answer set aside at an earlier pause
 
     def cancel(self) -> None:
         """Drop it (the user went on, or the answer was interrupted)."""
@@ -61,6 +69,7 @@ class PreparedAnswer:
         self.deltas, self.feeder, self.grounded = resumed.deltas, resumed.feeder, resumed.grounded
         self.first_token_at, self.tokens, self.error = resumed.first_token_at, resumed.tokens, resumed.error
         resumed.feeder = None  # no longer its to cancel
+        self.took_over = True
 
 
 class AnswerMaker:
@@ -74,25 +83,105 @@ class AnswerMaker:
         config: ConversationConfig,
         emit: Emit,
         grounding: Grounding | None = None,
-        judge: object | None = None,
+        detector: TurnDetector | None = None,
+        on_judged: Callable[[int, float], None] | None = None,
     ) -> None:
-        """`judge`: the turn detector; when it reads the prompt through a model of its own (the answers come
-        from an endpoint), that model reads ahead too, and the answer need not wait for its judgement."""
+        """`detector`: judges pauses (None: the silence rule); when it reads the prompt through a model of its
+        own (the answers come from an endpoint), that model reads ahead too, and the answer need not wait for
+        its judgement. `on_judged(end_sample, score)`: told each judgement (the turn machine's `judged`)."""
         self.llm = llm
         self.speaker = speaker
         self.session = session
         self.config = config
         self.emit = emit
         self.grounding = grounding
+        self.detector = detector
+        self.on_judged = on_judged
+        self.dropped = (0, 0)  # speculative answers dropped since the turn began, and their tokens
         self._read_last = ""  # the user message the models last read ahead
         # the models that read the prompt at the pause: the answer's, and the judge's when it is another
-        judge_model = getattr(judge, "model", None)
+        judge_model = getattr(detector, "model", None)
         models = [llm] if judge_model is llm else [llm, judge_model]
         self._readers: list[ReadsAhead] = [m for m in models if isinstance(m, ReadsAhead)]
         self._read_tasks: list[asyncio.Task] = []
         # the judge reads through the answer's model: it judges first (the turn's end waits for it, and the
         # answer then reads its prompt from the cache); any other judge works beside the answer (issue 35)
-        self.answer_first = judge is None or judge_model is not llm
+        self.answer_first = detector is None or judge_model is not llm
+
+    # ---- preparing ------------------------------------------------------------------------------------
+
+    def prepare(
+        self, turn: int, end_sample: int, heard: LiveTranscription | None, mic: MicBuffer,
+        history: list[ChatMessage], *, judge: bool = False, resumed: PreparedAnswer | None = None,
+    ) -> PreparedAnswer:
+        """Transcribe the turn up to `end_sample`, have the detector judge that pause (`judge`), then stream
+        the model's answer into a queue. An answer set aside at an earlier pause (`resumed`) is taken over
+        when the transcript comes out the same: its model output is not thrown away; otherwise dropped."""
+        prepared = PreparedAnswer(end_sample=end_sample)
+        judge = judge and self.detector is not None
+        # an audio detector starts at once, beside the transcription; a text one needs the transcript
+        last_audio = mic.slice(end_sample - TURN_AUDIO_SAMPLES) if judge else None
+        early = None
+        if last_audio is not None and self.detector is not None and not self.detector.needs_text:
+            early = asyncio.create_task(self.detector.score(last_audio, []))
+
+        async def run() -> str:
+            text = "" if heard is None else await heard.final(mic, end_sample)
+            prepared.transcript_at = time.perf_counter()
+            prepared.text = text
+            if not text:
+                return text
+            # the detector reads the answer's own prompt, so the model's prompt cache serves both
+            messages = self.messages(prepared, history, text)
+            taken_over = resumed is not None and same_words(resumed.text, text) and resumed.feeder is not None
+            if resumed is not None and taken_over:
+                prepared.take_over(resumed)
+            elif resumed is not None:
+                self.drop(resumed)
+            if not taken_over and self.answer_first:  # a judge of its own works beside the answer
+                self.start(prepared, messages)
+            if last_audio is not None:
+                await self._judge(prepared, turn, last_audio, messages, early)
+            if not taken_over and not self.answer_first:
+                self.start(prepared, messages)
+            return text
+
+        prepared.task = asyncio.create_task(run())
+        return prepared
+
+    def drop(self, prepared: PreparedAnswer) -> None:
+        """A speculative answer the user talked past (or an answer to half a question): cancelled, its cost
+        counted in `dropped` for the turn's figures."""
+        prepared.cancel()
+        self.dropped = (self.dropped[0] + 1, self.dropped[1] + prepared.tokens)
+
+    async def _judge(
+        self, prepared: PreparedAnswer, turn: int, audio: np.ndarray, messages: list[ChatMessage],
+        early: asyncio.Task | None,
+    ) -> None:
+        """The detector's judgement of a pause: sent to the client (`turn_decision`) and to `on_judged`. A
+        detector that fails leaves the turn to the hard cap."""
+        assert self.detector is not None
+        try:
+            score = await early if early is not None else await self.detector.score(audio, messages)
+        except LipstreamError as exc:
+            log.warning("turn %d: the %s turn detector failed: %s", turn, self.detector.name, exc)
+            return
+        prepared.score = score
+        prepared.judged_at = time.perf_counter()
+        finished = self.config.turn.finished(score)
+        log.info(
+            "turn %d: %s detector %.4f (%s), %.0f ms after the pause (transcript %.0f ms)", turn,
+            self.detector.name, score, "finished" if finished else "not yet",
+            (prepared.judged_at - prepared.created_at) * 1000,
+            ((prepared.transcript_at or prepared.created_at) - prepared.created_at) * 1000,
+        )  # fmt: skip
+        if self.on_judged is not None:
+            self.on_judged(prepared.end_sample, score)
+        await self.emit({
+            "type": "turn_decision", "turn": turn, "finished": finished, "score": round(score, 4),
+            "detector": self.detector.name,
+        })  # fmt: skip
 
     def messages(self, prepared: PreparedAnswer, history: list[ChatMessage], text: str) -> list[ChatMessage]:
         """The model's input for the transcript `text`: the system prompt, the history, the question (with
@@ -111,6 +200,17 @@ class AnswerMaker:
         if grounded is None or not grounded.notes or not grounded.passages:  # nothing worth reading ahead
             return None
         return [*messages[:-1], ChatMessage("user", grounded.notes)]
+
+    def partial_heard(self, history: list[ChatMessage], text: str, *, may_read: bool) -> None:
+        """The user's words so far (a decode while they speak): the notes are looked up, and the models
+        read the prompt ahead when `may_read`. The conversation says no for the final decode, once a silence
+        began (the final decode runs: a read-ahead beside it slowed it) or while the pause's answer is being
+        prepared (the judgement reads that prompt next; a read-ahead queued before it only delays it by
+        20-67 ms)."""
+        if self.grounding is not None:
+            self.grounding.prefetch(text)  # retrieval on the partial: the turn pays nothing for it
+        if may_read:
+            self.read_ahead(history, text)
 
     def read_ahead(self, history: list[ChatMessage], partial_text: str) -> None:
         """Have the model read the answer's prompt for what the user has said so far while they still speak
@@ -157,30 +257,27 @@ class AnswerMaker:
         log.warning("language model failed: %s", prepared.error)
         await self.emit({"type": "error", "code": "llm", "message": str(prepared.error), "fatal": False})
 
-    async def speak(
-        self, turn: int, prepared: PreparedAnswer, times: TurnTimes, said: list[str],
-        on_utterance: Callable[[int], None],
-    ) -> None:
-        """Speak the prepared answer through the session as one utterance; `said` collects its sentences."""
+    async def speak(self, prepared: PreparedAnswer, report: TurnReport) -> None:
+        """Speak the prepared answer through the session as one utterance, its stages and sentences kept in
+        the turn's `report`."""
 
         def audio_ready(_speech: object) -> None:
-            if times.first_audio is None:
-                times.first_audio = time.perf_counter()
+            if report.mark("first_audio"):
                 self._model_resumes()
 
         prepared.speaking = True
         try:
-            sentences = self._sentences(prepared, times)
+            sentences = self._sentences(prepared, report)
             if self.grounding is not None and prepared.grounded is not None:
                 sentences = self.grounding.guard(prepared.grounded, sentences)
-            spoken = self._recorded(sentences, prepared, times, said)
+            spoken = self._recorded(sentences, prepared, report)
             speeches = await self.speaker.speak(spoken, self.config.voice, on_speech=audio_ready)
-            await self.session.push_speech_stream(speeches, on_utterance=on_utterance)
+            await self.session.push_speech_stream(speeches, on_utterance=report.set_utterance)
         except asyncio.CancelledError:
             prepared.cancel()
             raise
         except LipstreamError as exc:  # TTS refused a sentence: the turn ends, the session goes on
-            log.warning("turn %d: reply failed: %s", turn, exc)
+            log.warning("turn %d: reply failed: %s", report.turn, exc)
             await self.emit({"type": "error", "code": "llm", "message": str(exc), "fatal": False})
         finally:
             self._model_resumes()
@@ -196,26 +293,25 @@ class AnswerMaker:
             self.llm.resume()
 
     async def _recorded(
-        self, sentences: AsyncIterator[str], prepared: PreparedAnswer, times: TurnTimes, said: list[str]
+        self, sentences: AsyncIterator[str], prepared: PreparedAnswer, report: TurnReport
     ) -> AsyncIterator[str]:
-        """The sentences to be spoken, each kept in `said` (the history keeps what was spoken, not the
-        apology for a failed model), the first one's completion marked in the turn's times."""
+        """The sentences to be spoken, each kept in the report (the history keeps what was spoken, not the
+        apology for a failed model), the first one's completion marked."""
         async for sentence in sentences:
-            if times.first_phrase is None:
-                times.first_phrase = time.perf_counter()
+            if report.mark("first_phrase"):
                 self._model_yields()
             if prepared.error is None or sentence != self.config.apology:
-                said.append(sentence)
+                report.spoken.append(sentence)
             yield sentence
 
-    async def _sentences(self, prepared: PreparedAnswer, times: TurnTimes) -> AsyncIterator[str]:
+    async def _sentences(self, prepared: PreparedAnswer, report: TurnReport) -> AsyncIterator[str]:
         """The model's reply as speakable sentences, as soon as each is complete (the first one short)."""
         splitter = SentenceStream()
         said_any = False
         while True:
             item = await prepared.deltas.get()
-            if times.llm_first_token is None and prepared.first_token_at is not None:
-                times.llm_first_token = prepared.first_token_at
+            if prepared.first_token_at is not None:
+                report.mark("llm_first_token", prepared.first_token_at)
             if isinstance(item, LLMError):
                 prepared.error = item
                 await self.report_error(prepared)
@@ -229,7 +325,6 @@ class AnswerMaker:
                     yield spoken
             if item is _END:
                 return
-
 
 
 async def _prefill(llm: ReadsAhead, prefix: list[ChatMessage]) -> None:

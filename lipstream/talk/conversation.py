@@ -1,12 +1,12 @@
-"""The conversation loop over a Session: the turn state machine between the user's microphone and the
-avatar's spoken answers.
+"""The conversation loop over a Session: the async driver of the turn machine between the user's microphone
+and the avatar's spoken answers.
 
-Its parts, each with one job: the microphone listener (listener.py: resampling, echo, VAD), recognition
-that keeps up while the user speaks (transcriber.py: stable words committed, only the tail decoded at the
-end), answer preparation (answers.py: transcript -> model -> sentences -> speech). This module decides when
-a turn starts, pauses, resumes and ends, speculates an answer at each pause, and cuts the answer when the
-user talks over it (barge-in: the history keeps only what was heard). Events for the client go to the
-injected `emit` coroutine.
+Its parts, each with one job: the microphone listener (listener.py: resampling, echo, VAD), the turn machine
+(turns.py: when a turn starts, pauses, resumes and ends, as named states and actions), recognition that
+keeps up while the user speaks (transcriber.py), and answers (answers.py: prepared at each pause, judged,
+written and spoken). This module carries out the machine's actions, cuts the answer when the user talks over
+it (barge-in: the history keeps only what was heard) and keeps each turn's report. Events for the client go
+to the injected `emit` coroutine; the observer hears of each turn's report.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import logging
 import time
 from collections import deque
 from concurrent.futures import Executor
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,7 +23,7 @@ import numpy as np
 from lipstream.audio.timeline import SAMPLE_RATE
 from lipstream.errors import LipstreamError
 from lipstream.talk.answers import AnswerMaker, PreparedAnswer
-from lipstream.talk.conversation_types import ConversationConfig, Emit, TurnTimes, same_words
+from lipstream.talk.conversation_types import ConversationConfig, ConversationObserver, Emit, TurnReport
 from lipstream.talk.echo import EchoCanceller
 from lipstream.talk.grounding_port import Grounding
 from lipstream.talk.listener import MicListener
@@ -33,23 +32,26 @@ from lipstream.talk.session_port import SessionPort
 from lipstream.talk.speaker import Speaker
 from lipstream.talk.stt import SpeechToText
 from lipstream.talk.transcriber import LiveTranscription, TurnRecogniser
-from lipstream.talk.turn_end import TurnDetector, TurnRule
+from lipstream.talk.turn_end import TurnDetector
+from lipstream.talk.turns import (
+    AgentState,
+    ContinueTurn,
+    DropAnswer,
+    EndInSilence,
+    EndTurn,
+    Interrupt,
+    PrepareAnswer,
+    SetAside,
+    StartTurn,
+    TurnAction,
+    TurnMachine,
+    TurnTiming,
+    UserState,
+)
 from lipstream.talk.vad import VadEvent, VoiceActivityDetector
 from lipstream.threads import background_pool
 
 log = logging.getLogger(__name__)
-
-TURN_AUDIO_SAMPLES = 8 * SAMPLE_RATE  # what an audio turn detector hears: the last 8 s
-
-
-@dataclass(frozen=True)
-class _EndedTurn:
-    """The last turn that ended: a continuation that starts soon after joins it."""
-
-    turn: int
-    start: int  # stream samples
-    end: int
-    heard: LiveTranscription  # its committed words stay valid if it is continued
 
 
 class Conversation:
@@ -70,6 +72,7 @@ class Conversation:
         recogniser: Executor | None = None,
         detector: TurnDetector | None = None,
         grounding: Grounding | None = None,
+        observer: ConversationObserver | None = None,
     ) -> None:
         """`session`: a started lipstream Session; `emit`: sends an event dict to the client; `echo`: an
         echo canceller fed with what the avatar plays (None: the microphone is used as it comes);
@@ -77,7 +80,8 @@ class Conversation:
         decode, on the critical path, never shares its model with them; `speaker`: the voices answers are
         spoken with (a server's, shared); `recogniser`: the threads transcription runs on (default: two of
         its own); `detector`: judges each pause when the config's turn rule uses one (`config.turn`);
-        `grounding`: a knowledge source the answers are written from (None: the model alone)."""
+        `grounding`: a knowledge source the answers are written from (None: the model alone); `observer`:
+        told of each turn's report (the server's metrics)."""
         self.session = session
         self.stt = stt
         self.partial_stt = partial_stt or stt
@@ -87,6 +91,7 @@ class Conversation:
             raise ValueError(f"the {self.config.turn.detector!r} turn rule needs a detector")
         self.detector = detector if self.config.turn.uses_detector else None
         self.grounding = grounding
+        self.observer = observer
         self._own_recogniser = recogniser is None
         # recognition is on the answer's critical path: not nicer than frame work (issue 35)
         self.recogniser = recogniser or background_pool(2, "lipstream-stt", niceness=0)
@@ -95,56 +100,50 @@ class Conversation:
             pause_ms=self.config.pause_ms,
         )  # fmt: skip
         self.listener = MicListener(vad, echo, self.config.start_ms, self.config.end_silence_ms)
-        speaker = speaker or Speaker()
-        self.answers = AnswerMaker(llm, speaker, session, self.config, emit, grounding, self.detector)
-        self.history: deque[ChatMessage] = deque(maxlen=max(1, self.config.max_history_messages))
-        self._turn = 0
-        self._turn_start: int | None = None  # stream sample where the open turn's speech began
-        self._ignore_until_end = False  # a monologue was cut: the rest of it is not a new turn
-        self._heard: LiveTranscription | None = None  # the open turn's recognition
+        cfg = self.config
+        self.turns = TurnMachine(TurnTiming.of(cfg.turn, cfg.join_seconds, cfg.max_turn_seconds))
+        self.answers = AnswerMaker(
+            llm, speaker or Speaker(), session, cfg, emit, grounding, self.detector,
+            on_judged=self.turns.judged,
+        )
+        self.history: deque[ChatMessage] = deque(maxlen=max(1, cfg.max_history_messages))
+        self._heard: LiveTranscription | None = None  # the open (or last) turn's recognition
+        self._silence_ms = 0.0  # the open turn's silence after the last chunk (the listener's reading)
         self._partial_task: asyncio.Task | None = None  # shows the partial decode in flight
-        self._prepared: PreparedAnswer | None = None  # the answer being prepared for the current turn
-        # an answer the user spoke past: taken over if their words come out the same
-        self._resumed: PreparedAnswer | None = None
+        self._pending: dict[int, PreparedAnswer] = {}  # answers prepared at pauses, by the pause's sample
         self._answer: PreparedAnswer | None = None  # the answer being spoken
         self._reply_task: asyncio.Task | None = None
-        self._reply_uid: int | None = None
-        self._reply_said: list[str] = []
-        self._times: dict[int, TurnTimes] = {}
-        self._uid_turn: dict[int, int] = {}
-        self._last_ended: _EndedTurn | None = None
-        self._dropped = [0, 0]  # speculative answers dropped in the open turn, and the tokens they cost
-        self._kept_after_resume = False  # the open turn's answer survived the user going on
-        self._joined = False  # the open turn continues one whose answer had started
+        self._replying: TurnReport | None = None  # the report of the answer being spoken
+        self._reports: dict[int, TurnReport] = {}  # turns whose figures are not yet final
+        self._states = (self.turns.agent, self.turns.user)
 
     @property
     def mic(self):  # noqa: ANN201 - the listener's MicBuffer
         """The microphone's recent audio."""
         return self.listener.mic
 
+    @property
+    def states(self) -> tuple[AgentState, UserState]:
+        """The avatar's state and the user's, as the turn machine sees them."""
+        return self.turns.agent, self.turns.user
+
     # ---- microphone -------------------------------------------------------------------------------------
 
     async def push_microphone(self, pcm: np.ndarray, sample_rate: int) -> None:
         """A chunk of the user's microphone (int16 or float, mono, 8-48 kHz), in order, as it arrives."""
-        events = await self.listener.hear(pcm, sample_rate, self.session.playback_position())
-        for event in events:
+        heard = await self.listener.hear(pcm, sample_rate, self.session.playback_position())
+        self._silence_ms = heard.silence_ms
+        for event in heard.events:
             await self._on_vad(event)
-        if self._judged_finished() and self.listener.silence_ms >= self.config.turn.finished_ms:
-            ended = await self.listener.end_turn()  # None when the user spoke again meanwhile
-            if ended is not None:
-                await self._on_vad(ended)
+        await self._carry_out(self.turns.silence(heard.silence_ms))
         mic = self.listener.mic
-        if self._turn_start is None:
-            keep = mic.end - int(SAMPLE_RATE * 2)
-            if self._joinable(mic.end):  # a continuation would need the whole last turn
-                assert self._last_ended is not None
-                keep = min(keep, self._last_ended.start - self._preroll)
+        keep = self.turns.keep_from(mic.end, self.answering, self._preroll)
+        if keep is not None:
             mic.keep_from(keep)
             return
-        if mic.end - self._turn_start > self.config.max_turn_seconds * SAMPLE_RATE:
-            log.info("turn %d over %.0f s: cut and answered", self._turn, self.config.max_turn_seconds)
-            self._ignore_until_end = True
-            await self._end_turn(mic.end, "turn_limit")
+        if cut := self.turns.heard_until(mic.end):
+            log.info("turn %d over %.0f s: cut and answered", self.turns.turn, self.config.max_turn_seconds)
+            await self._carry_out(cut)
             return
         self._maybe_partial()
 
@@ -156,261 +155,159 @@ class Conversation:
     def _preroll(self) -> int:
         return int(self.config.preroll_seconds * SAMPLE_RATE)
 
-    def _judged_finished(self) -> bool:
-        """The detector judged the current pause the end of the turn (it ends once silent long enough)."""
-        prepared = self._prepared
-        if prepared is None or prepared.score is None:
-            return False
-        return self.config.turn.finished(prepared.score)
+    @property
+    def answering(self) -> bool:
+        """The avatar speaks, or an answer is on its way to the session."""
+        return self.session.is_speaking() or (self._reply_task is not None and not self._reply_task.done())
 
-    # ---- turns ------------------------------------------------------------------------------------------
+    # ---- the turn machine's actions ---------------------------------------------------------------------
 
     async def _on_vad(self, event: VadEvent) -> None:
         if event.kind == "speech_start":
-            if not self._ignore_until_end:
-                await self._start_turn(event.sample)
-        elif event.kind == "pause" and self._turn_start is not None:
+            actions = self.turns.speech_started(event.sample, self.answering)
+        elif event.kind == "pause":
             # a partial decode in flight goes on (a decode in a thread cannot be stopped) and is still shown:
             # no new one starts while the pause's answer is being prepared
-            self._prepare(event.sample)
-        elif event.kind == "resume" and self._prepared is not None:
-            self._set_aside(self._prepared)
-            self._prepared = None
-        elif event.kind == "speech_end":
-            rule: TurnRule = "silence"
-            if self.detector is not None:
-                rule = "detector" if self._judged_finished() else "max_wait"
-            if self._ignore_until_end:
-                self._ignore_until_end = False
-                return
-            if self._turn_start is not None:
-                await self._end_turn(event.sample, rule)
-
-    def _set_aside(self, prepared: PreparedAnswer) -> None:
-        """The user went on after a pause: the answer prepared there waits, in case what they add does not
-        change the words (a cough, a breath, "um"); the one set aside before it is dropped."""
-        if self._resumed is not None:
-            self._drop(self._resumed)
-        self._resumed = prepared
-
-    def _drop(self, prepared: PreparedAnswer) -> None:
-        """A speculative answer the user talked over: cancelled, its cost counted for the turn's figures."""
-        prepared.cancel()
-        self._dropped[0] += 1
-        self._dropped[1] += prepared.tokens
-
-    def _joinable(self, sample: int) -> bool:
-        """Speech starting at `sample` would continue the last turn: it ended less than `join_seconds`
-        before, and its answer is still to come or playing (a pause judged wrongly, not a new question)."""
-        last = self._last_ended
-        if last is None or sample - last.end > self.config.join_seconds * SAMPLE_RATE:
-            return False
-        answering = self._reply_task is not None and not self._reply_task.done()
-        return answering or self.session.is_speaking()
-
-    async def _start_turn(self, sample: int) -> None:
-        joined = self._joinable(sample)
-        if self.session.is_speaking() or (self._reply_task is not None and not self._reply_task.done()):
-            await self.interrupt(continued=joined)
-        message: dict[str, Any] = {"type": "user_speech_started", "mic_samples": sample}
-        if joined:
-            last = self._last_ended
-            assert last is not None
-            gap = (sample - last.end) / SAMPLE_RATE
-            log.info("turn %d goes on after %.2f s: its answer is dropped", last.turn, gap)
-            if self.history and self.history[-1].role == "user":
-                self.history.pop()  # the unfinished question is asked again, whole
-            self._turn_start = last.start
-            self._heard = last.heard
-            self._heard.restart(sample)
-            message["joined"] = True
+            actions = self.turns.paused(event.sample)
+        elif event.kind == "resume":
+            actions = self.turns.resumed()
         else:
-            self._turn += 1
-            self._turn_start = sample
-            streaming = self.config.streaming_recognition
-            recog = TurnRecogniser(self.partial_stt, self.stt, sample - self._preroll, streaming=streaming)
-            self._heard = LiveTranscription(recog, self.recogniser, self.config.partial_every_seconds, sample)
-            self._dropped = [0, 0]
-            self._kept_after_resume = False
-        self._joined = joined
-        self._last_ended = None
-        await self.emit({**message, "turn": self._turn})
+            actions = self.turns.speech_ended(event.sample)
+        await self._carry_out(actions)
 
-    async def _end_turn(self, end_sample: int, rule: TurnRule) -> None:
-        turn, start, heard = self._turn, self._turn_start, self._heard
-        assert start is not None and heard is not None
-        decided = time.perf_counter()
-        self._turn_start = None
-        self._last_ended = _EndedTurn(turn, start, end_sample, heard)
-        self._cancel(self._partial_task)
-        prepared, self._prepared = self._prepared, None
-        resumed, self._resumed = self._resumed, None
-        score = prepared.score if prepared is not None and prepared.end_sample == end_sample else None
-        times = TurnTimes(
-            turn=turn, speech_end=self.listener.mic.arrival_of(max(start, end_sample - 1)), rule=rule,
-            score=score, joined=self._joined, decision=decided,
-        )  # fmt: skip
-        self._times[turn] = times
+    async def _carry_out(self, actions: list[TurnAction]) -> None:
+        for action in actions:
+            if isinstance(action, Interrupt):
+                await self.interrupt(continued=action.continued)
+            elif isinstance(action, StartTurn):
+                await self._start_turn(action)
+            elif isinstance(action, ContinueTurn):
+                await self._continue_turn(action)
+            elif isinstance(action, PrepareAnswer):
+                resumed = None if action.resume_from is None else self._pending.pop(action.resume_from, None)
+                self._pending[action.end_sample] = self.answers.prepare(
+                    self.turns.turn, action.end_sample, self._heard, self.listener.mic, list(self.history),
+                    judge=action.judge, resumed=resumed,
+                )  # fmt: skip
+            elif isinstance(action, DropAnswer):
+                if (dropped := self._pending.pop(action.end_sample, None)) is not None:
+                    self.answers.drop(dropped)
+            elif isinstance(action, EndInSilence):
+                ended = await self.listener.end_turn()  # None when the user spoke again meanwhile
+                if ended is not None:
+                    await self._on_vad(ended)
+            elif isinstance(action, EndTurn):
+                await self._end_turn(action)
+            else:  # SetAside: the answer stays pending under its pause's sample, for a later PrepareAnswer
+                assert isinstance(action, SetAside)
+        await self._states_changed()
+
+    async def _start_turn(self, action: StartTurn) -> None:
+        streaming = self.config.streaming_recognition
+        recog = TurnRecogniser(self.partial_stt, self.stt, action.start - self._preroll, streaming=streaming)
+        every = self.config.partial_every_seconds
+        self._heard = LiveTranscription(recog, self.recogniser, every, action.start)
+        self.answers.dropped = (0, 0)
+        await self.emit({"type": "user_speech_started", "mic_samples": action.start, "turn": action.turn})
+
+    async def _continue_turn(self, action: ContinueTurn) -> None:
+        gap = (action.resumed_at - action.ended_at) / SAMPLE_RATE
+        log.info("turn %d goes on after %.2f s: its answer is dropped", action.turn, gap)
+        if self.history and self.history[-1].role == "user":
+            self.history.pop()  # the unfinished question is asked again, whole
+        assert self._heard is not None
+        self._heard.restart(action.resumed_at)
         await self.emit({
-            "type": "user_speech_ended", "turn": turn, "mic_samples": end_sample, "rule": rule,
-            "score": None if score is None else round(score, 4),
+            "type": "user_speech_started", "mic_samples": action.resumed_at, "joined": True,
+            "turn": action.turn,
         })  # fmt: skip
-        if prepared is None or prepared.end_sample != end_sample:  # not speculated at this pause: start now
-            if prepared is not None:
-                self._drop(prepared)
-            prepared = self._prepare_for(end_sample, resumed=resumed)
-        else:
-            times.speculation = "pause"
-            if resumed is not None:
-                self._drop(resumed)
-        times.dropped_answers, times.dropped_tokens = self._dropped
+
+    async def _end_turn(self, end: EndTurn) -> None:
+        decided = time.perf_counter()
+        self._cancel(self._partial_task)
+        prepared = self._pending.pop(end.end_sample)
+        report = TurnReport(
+            turn=end.turn, speech_end=self.listener.mic.arrival_of(max(end.start, end.end_sample - 1)),
+            rule=end.rule, score=end.score, joined=end.joined,
+            speculation="pause" if end.speculated else "none",
+        )  # fmt: skip
+        report.mark("decision", decided)
+        report.dropped_answers, report.dropped_tokens = self.answers.dropped
+        self._reports[end.turn] = report
+        await self.emit({
+            "type": "user_speech_ended", "turn": end.turn, "mic_samples": end.end_sample, "rule": end.rule,
+            "score": None if end.score is None else round(end.score, 4),
+        })  # fmt: skip
         try:
             text = await prepared.task if prepared.task is not None else ""
         except (asyncio.CancelledError, LipstreamError) as exc:
-            log.warning("turn %d: transcription failed: %r", turn, exc)
+            log.warning("turn %d: transcription failed: %r", end.turn, exc)
             if isinstance(exc, LipstreamError):  # the recogniser failed: the turn is lost, not the session
                 await self.emit({"type": "error", "code": "stt", "message": str(exc), "fatal": False})
             text = ""
-        times.transcript = prepared.transcript_at or time.perf_counter()
-        if self._kept_after_resume:
-            times.speculation = "resumed"
+        report.mark("transcript", prepared.transcript_at or time.perf_counter())
+        if prepared.took_over:
+            report.speculation = "resumed"
         if not text:
             prepared.cancel()
-            audio = self.listener.mic.slice(start, end_sample)
+            self._reports.pop(end.turn, None)
+            self.turns.answer_done()
+            audio = self.listener.mic.slice(end.start, end.end_sample)
             rms = float(np.sqrt(np.mean(np.square(audio)))) if audio.size else 0.0
             log.info(
                 "turn %d: empty transcript for %.2f s of audio at %.1f dBFS; ignored",
-                turn, len(audio) / SAMPLE_RATE, 20 * np.log10(max(rms, 1e-9)),
+                end.turn, len(audio) / SAMPLE_RATE, 20 * np.log10(max(rms, 1e-9)),
             )  # fmt: skip
             return
-        await self.emit({"type": "transcript", "turn": turn, "kind": "final", "text": text})
+        await self.emit({"type": "transcript", "turn": end.turn, "kind": "final", "text": text})
         self.history.append(ChatMessage("user", as_spoken(text)))  # as the model read it
-        self._answer = prepared
-        self._reply_task = asyncio.create_task(self._reply(turn, prepared), name=f"reply-{turn}")
+        self._answer, self._replying = prepared, report
+        self._reply_task = asyncio.create_task(self._reply(prepared, report), name=f"reply-{end.turn}")
         await self.answers.report_error(prepared)  # it failed while the turn was not yet decided
 
-    def _prepare(self, sample: int) -> None:
-        """At a pause the turn may be over: start preparing its answer now (kept if the pause is the end),
-        and have the detector judge the pause."""
-        if self._prepared is not None:
-            self._drop(self._prepared)
-        self._prepared = self._prepare_for(sample, judge=self.detector is not None, resumed=self._resumed)
-        self._resumed = None
+    async def _reply(self, prepared: PreparedAnswer, report: TurnReport) -> None:
+        await self.answers.speak(prepared, report)
+        if report.utterance_id is None and report is self._replying:  # nothing was voiced: nothing will play
+            self._replying = None
+            self.turns.answer_done()
+            await self._states_changed()
 
-    def _prepare_for(
-        self, end_sample: int, judge: bool = False, resumed: PreparedAnswer | None = None
-    ) -> PreparedAnswer:
-        """Transcribe the turn up to `end_sample`, have the detector judge it (`judge`), then stream the
-        model's answer into a queue. An answer set aside at an earlier pause (`resumed`) is taken over
-        when the transcript comes out the same: its model output is not thrown away."""
-        prepared = PreparedAnswer(end_sample=end_sample)
-        history = list(self.history)
-        transcription = self._heard
-        turn = self._turn
-        # an audio detector starts at once, beside the transcription; a text one needs the transcript
-        last_audio = self.listener.mic.slice(end_sample - TURN_AUDIO_SAMPLES) if judge else None
-        early = None
-        if judge and last_audio is not None and self.detector is not None and not self.detector.needs_text:
-            early = asyncio.create_task(self.detector.score(last_audio, []))
-
-        async def run() -> str:
-            text = "" if transcription is None else await transcription.final(self.listener.mic, end_sample)
-            prepared.transcript_at = time.perf_counter()
-            prepared.text = text
-            if not text:
-                return text
-            # the detector reads the answer's own prompt, so the model's prompt cache serves both
-            messages = self.answers.messages(prepared, history, text)
-            taken_over = resumed is not None and same_words(resumed.text, text) and resumed.feeder is not None
-            if resumed is not None and taken_over:
-                prepared.take_over(resumed)
-                self._kept_after_resume = True
-            elif resumed is not None:
-                self._drop(resumed)
-            if not taken_over and self.answers.answer_first:  # a judge of its own works beside the answer
-                self.answers.start(prepared, messages)
-            if judge and last_audio is not None:
-                await self._judge(prepared, turn, last_audio, messages, early)
-            if not taken_over and not self.answers.answer_first:
-                self.answers.start(prepared, messages)
-            return text
-
-        prepared.task = asyncio.create_task(run())
-        return prepared
-
-    async def _judge(
-        self, prepared: PreparedAnswer, turn: int, audio: np.ndarray, messages: list[ChatMessage],
-        early: asyncio.Task | None,
-    ) -> None:
-        """The detector's judgement of a pause: sent to the client (`turn_decision`); a finished turn is
-        ended by the next microphone chunk that finds its silence `finished_ms` long. A detector that fails
-        leaves the turn to the hard cap."""
-        assert self.detector is not None
-        try:
-            score = await early if early is not None else await self.detector.score(audio, messages)
-        except LipstreamError as exc:
-            log.warning("turn %d: the %s turn detector failed: %s", turn, self.detector.name, exc)
-            return
-        prepared.score = score
-        prepared.judged_at = time.perf_counter()
-        finished = self.config.turn.finished(score)
-        log.info(
-            "turn %d: %s detector %.4f (%s), %.0f ms after the pause (transcript %.0f ms)", turn,
-            self.detector.name, score, "finished" if finished else "not yet",
-            (prepared.judged_at - prepared.created_at) * 1000,
-            ((prepared.transcript_at or prepared.created_at) - prepared.created_at) * 1000,
-        )  # fmt: skip
-        await self.emit({
-            "type": "turn_decision", "turn": turn, "finished": finished, "score": round(score, 4),
-            "detector": self.detector.name,
-        })  # fmt: skip
+    # ---- recognition while the user speaks --------------------------------------------------------------
 
     def _maybe_partial(self) -> None:
         """Decode the growing turn's undecided tail now and then, committing the words that are stable; when
         a silence begins, the final decode at once (the pause that may end the turn is seen ~64 ms later)."""
         heard = self._heard
-        if self._prepared is not None or heard is None:  # paused: the answer is being prepared
+        if self.turns.user is UserState.PAUSED or heard is None:  # the pause's answer is being prepared
             return
         mic = self.listener.mic
-        silence = int(self.listener.silence_ms * SAMPLE_RATE / 1000)
+        silence = int(self._silence_ms * SAMPLE_RATE / 1000)
         if silence:
             # once per silence, never twice at once on the final recogniser (a partial may run beside it)
             if not heard.covers(mic.end - silence) and not heard.final_in_flight():
                 final = heard.start_final(mic)
-                self._partial_task = asyncio.create_task(self._partial(self._turn, final, read_ahead=False))
+                self._partial_task = asyncio.create_task(self._partial(self.turns.turn, final, final=True))
             return
         if heard.due(mic.end):
             decode = heard.start_partial(mic)
-            self._partial_task = asyncio.create_task(self._partial(self._turn, decode))
+            self._partial_task = asyncio.create_task(self._partial(self.turns.turn, decode))
 
-    async def _partial(self, turn: int, decode: asyncio.Task, read_ahead: bool = True) -> None:
-        """Show a decode's text; the model reads it ahead unless it is the final decode, a silence began (the
-        final decode runs: a read-ahead beside it slowed it), or the pause's answer is being prepared: the
-        judgement reads that prompt next, and a read-ahead queued before it only delays it (20-67 ms)."""
+    async def _partial(self, turn: int, decode: asyncio.Task, final: bool = False) -> None:
+        """Show a decode's text, and hand it to the answer maker (notes looked up, the prompt read ahead)."""
         try:
             text = await asyncio.shield(decode)  # the decode may become the final transcript: outlive this
         except LipstreamError as exc:  # the final decode will say so, once, if the recogniser stays down
             log.debug("turn %d: a partial decode failed: %s", turn, exc)
             return
-        if text and turn == self._turn and self._turn_start is not None:
-            await self.emit({"type": "transcript", "turn": turn, "kind": "partial", "text": text})
-            if self.grounding is not None:
-                self.grounding.prefetch(text)  # retrieval on the partial: the turn pays nothing for it
-            heard = self._heard
-            silent = self.listener.silence_ms > 0 or (heard is not None and heard.final_in_flight())
-            if read_ahead and self._prepared is None and not silent:
-                self.answers.read_ahead(list(self.history), text)
+        if not text or turn != self.turns.turn or not self.turns.open:
+            return
+        await self.emit({"type": "transcript", "turn": turn, "kind": "partial", "text": text})
+        heard = self._heard
+        speaking = self.turns.user is UserState.SPEAKING and self._silence_ms == 0
+        speaking = speaking and not (heard is not None and heard.final_in_flight())
+        self.answers.partial_heard(list(self.history), text, may_read=not final and speaking)
 
     # ---- answering --------------------------------------------------------------------------------------
-
-    async def _reply(self, turn: int, prepared: PreparedAnswer) -> None:
-        self._reply_said = []
-
-        def started(uid: int) -> None:
-            self._reply_uid = uid
-            self._uid_turn[uid] = turn
-
-        await self.answers.speak(turn, prepared, self._times[turn], self._reply_said, started)
 
     async def interrupt(self, continued: bool = False) -> None:
         """Stop the avatar now (the user speaks over it, or pressed Stop): cut the answer and cancel the
@@ -420,49 +317,49 @@ class Conversation:
         self._cancel(self._reply_task)
         self._reply_task = None
         if self._answer is not None:
-            self._answer.cancel()  # the model stops writing
             if continued:  # an answer to half a question: its cost is the turn's speculation
-                self._dropped[0] += 1
-                self._dropped[1] += self._answer.tokens
+                self.answers.drop(self._answer)
+            else:
+                self._answer.cancel()  # the model stops writing
             self._answer = None
         cut = self.session.interrupt()
-        uid = self._reply_uid
-        if uid is not None and continued:
-            self._uid_turn.pop(uid, None)  # its playback_finished no longer reports the turn
-        elif uid is not None:
-            heard = self.session.heard_text(uid, cut)
+        report, self._replying = self._replying, None
+        if report is not None and continued:
+            self._reports.pop(report.turn, None)  # its playback_finished no longer reports the turn
+        elif report is not None and report.utterance_id is not None:
+            heard = self.session.heard_text(report.utterance_id, cut)
             if heard:
                 self.history.append(ChatMessage("assistant", heard + " ..."))
-            turn = self._uid_turn.get(uid)
-            if turn in self._times:
-                self._times[turn].interrupted = True
-                await self._report(self._times[turn])
-        self._reply_uid = None
-        self._reply_said = []
+            report.interrupted = True
+            await self._report(report)
+        self.turns.answer_done()
+        await self._states_changed()
 
     # ---- the stream going out ---------------------------------------------------------------------------
 
     async def on_stream_event(self, event: Any) -> dict[str, Any] | None:
         """Called as each session event is sent: what to send for a `text` event (a reply_text), and the
         bookkeeping of the reply's first frame and end."""
-        turn = self._uid_turn.get(event.utterance_id) if event.utterance_id is not None else None
-        if event.type == "speech_started" and turn is not None:
-            times = self._times.get(turn)
-            if times is not None and times.first_frame is None:
-                times.first_frame = time.perf_counter()
-        elif event.type == "playback_finished" and turn is not None:
-            if event.utterance_id == self._reply_uid:
-                if not event.interrupted and self._reply_said:
-                    self.history.append(ChatMessage("assistant", " ".join(self._reply_said)))
-                self._reply_uid = None
-                self._reply_said = []
-            times = self._times.get(turn)
-            if times is not None:  # the answer is over (played or cut): its figures are final
-                times.interrupted = times.interrupted or bool(event.interrupted)
-                await self._report(times)
-        elif event.type == "text" and turn is not None:
+        report = self._report_of(event.utterance_id)
+        if report is None:
+            return None
+        if event.type == "speech_started":
+            report.mark("first_frame")
+            if report is self._replying:
+                self.turns.answer_started()
+                await self._states_changed()
+        elif event.type == "playback_finished":
+            if report is self._replying:
+                if not event.interrupted and report.spoken:
+                    self.history.append(ChatMessage("assistant", " ".join(report.spoken)))
+                self._replying = None
+                self.turns.answer_done()
+                await self._states_changed()
+            report.interrupted = report.interrupted or bool(event.interrupted)
+            await self._report(report)  # the answer is over (played or cut): its figures are final
+        elif event.type == "text":
             message = {
-                "type": "reply_text", "turn": turn, "utterance_id": event.utterance_id,
+                "type": "reply_text", "turn": report.turn, "utterance_id": event.utterance_id,
                 "position_samples": event.position_samples, "text": event.message,
             }  # fmt: skip
             answer = self._answer
@@ -471,11 +368,28 @@ class Conversation:
             return message
         return None
 
-    async def _report(self, times: TurnTimes) -> None:
-        if times.reported:
+    def _report_of(self, utterance_id: int | None) -> TurnReport | None:
+        if utterance_id is None:
+            return None
+        return next((r for r in self._reports.values() if r.utterance_id == utterance_id), None)
+
+    async def _report(self, report: TurnReport) -> None:
+        if report.reported:
             return
-        times.reported = True
-        await self.emit(times.as_event())
+        report.reported = True
+        self._reports.pop(report.turn, None)
+        await self.emit(report.as_event())
+        if self.observer is not None:
+            self.observer.turn_reported(report)
+
+    async def _states_changed(self) -> None:
+        """Tell the client (a `state` event) when the avatar's or the user's state changed."""
+        states = (self.turns.agent, self.turns.user)
+        if states == self._states:
+            return
+        self._states = states
+        agent, user = states[0].value, states[1].value
+        await self.emit({"type": "state", "agent": agent, "user": user})
 
     async def aclose(self) -> None:
         """Cancel whatever is in flight."""
@@ -484,9 +398,8 @@ class Conversation:
         self.answers.close()
         for task in (self._partial_task, self._reply_task):
             self._cancel(task)
-        for prepared in (self._prepared, self._resumed):
-            if prepared is not None:
-                prepared.cancel()
+        for prepared in self._pending.values():
+            prepared.cancel()
         self.listener.close()
         if self._own_recogniser:
             self.recogniser.shutdown(wait=False, cancel_futures=True)

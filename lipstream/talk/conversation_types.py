@@ -1,15 +1,16 @@
-"""A conversation's settings, the events callback it is given, and the timings it keeps per turn."""
+"""A conversation's settings, the events callback and observer it is given, the report of each turn."""
 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, get_args
 
 from pydantic import BaseModel, Field
 
-from lipstream.talk.turn_end import TurnEndConfig, TurnRule
+from lipstream.talk.turn_rule import TurnEndConfig, TurnRule
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a friendly presenter who answers out loud. Always reply in English, in one to three short "
@@ -58,22 +59,21 @@ def _words(text: str) -> list[str]:
     return re.sub(r"[^a-z0-9' ]", " ", text.lower()).split()
 
 
-# a turn's stages, in order, as the client's waterfall shows them (ms after the end of the user's speech)
-STAGES = ("transcript", "decision", "llm_first_token", "first_phrase", "first_audio", "first_frame")
+# a turn's stages, in order, as the client's waterfall shows them (ms after the end of the user's speech): the
+# one list every reader of a turn's figures uses (the page, the server's metrics, the benchmarks)
+Stage = Literal["transcript", "decision", "llm_first_token", "first_phrase", "first_audio", "first_frame"]
+STAGES: tuple[Stage, ...] = get_args(Stage)
+Speculation = Literal["pause", "resumed", "none"]
 
 
 @dataclass
-class TurnTimes:
-    """Wall-clock marks of one turn (time.perf_counter seconds)."""
+class TurnReport:
+    """One turn's figures and its answer's record: when each stage was reached (time.perf_counter seconds),
+    how the turn was decided, what was spoken of the answer, and the utterance that spoke it."""
 
     turn: int
     speech_end: float = 0.0  # when the last sample of the user's speech reached the server
-    transcript: float | None = None  # the final transcript was ready
-    decision: float | None = None  # the turn was decided over (the detector, its cap or the silence rule)
-    llm_first_token: float | None = None
-    first_phrase: float | None = None  # the first speakable phrase of the answer was complete
-    first_audio: float | None = None
-    first_frame: float | None = None
+    marks: dict[Stage, float] = field(default_factory=dict)  # a stage's first time only
     interrupted: bool = False
     reported: bool = False
     rule: TurnRule = "silence"  # what ended the user's turn
@@ -83,15 +83,25 @@ class TurnTimes:
     dropped_tokens: int = 0  # ... and the tokens the model wrote for them
     # where the spoken answer was started: at the pause that ended the turn, at an earlier pause the user
     # spoke past without changing the words ("resumed"), or only once the turn had ended ("none")
-    speculation: Literal["pause", "resumed", "none"] = "none"
+    speculation: Speculation = "none"
+    spoken: list[str] = field(default_factory=list)  # the answer's sentences, as they were sent to be voiced
+    utterance_id: int | None = None  # the session's utterance that speaks the answer
+
+    def mark(self, stage: Stage, at: float | None = None) -> bool:
+        """Record that `stage` was reached (now, or at `at`); False when it already was."""
+        if stage in self.marks:
+            return False
+        self.marks[stage] = time.perf_counter() if at is None else at
+        return True
+
+    def set_utterance(self, utterance_id: int) -> None:
+        """The session started the utterance that speaks the answer."""
+        self.utterance_id = utterance_id
 
     def as_ms(self) -> dict[str, float | None]:
-        """Each stage's time since the end of the user's speech, in ms."""
-
-        def since(mark: float | None) -> float | None:
-            return None if mark is None else round((mark - self.speech_end) * 1000.0, 1)
-
-        return {stage: since(getattr(self, stage)) for stage in STAGES}
+        """Each stage's time since the end of the user's speech, in ms (None: not reached)."""
+        marks = self.marks
+        return {s: round((marks[s] - self.speech_end) * 1000.0, 1) if s in marks else None for s in STAGES}
 
     def as_event(self) -> dict[str, Any]:
         """The `turn_metrics` event: the stages' times and how the turn was decided and speculated."""
@@ -105,3 +115,10 @@ class TurnTimes:
             },
             "ms": self.as_ms(),
         }  # fmt: skip
+
+
+class ConversationObserver(Protocol):
+    """Told of a conversation's turns as their figures become final (the server's metrics)."""
+
+    def turn_reported(self, report: TurnReport) -> None:
+        """A turn's figures are final (its answer played or was cut)."""

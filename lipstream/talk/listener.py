@@ -11,6 +11,7 @@ import asyncio
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -22,6 +23,15 @@ from lipstream.talk.mic_buffer import MicBuffer
 from lipstream.talk.vad import VadEvent, VoiceActivityDetector
 
 MAX_REFERENCES = 500  # frames of the avatar's audio kept for the canceller with no microphone coming in: 20 s
+
+
+@dataclass(frozen=True)
+class Heard:
+    """What one microphone chunk caused: the VAD's events, and the open turn's silence after it (0 while the
+    user speaks), both read on the listener's thread (the VAD is not thread-safe)."""
+
+    events: list[VadEvent]
+    silence_ms: float
 
 
 class MicListener:
@@ -43,25 +53,20 @@ class MicListener:
         self._gate = EchoGate(echo, vad, start_ms, end_silence_ms)
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="lipstream-listen")
 
-    async def hear(self, pcm: np.ndarray, sample_rate: int, playback_position: int) -> list[VadEvent]:
+    async def hear(self, pcm: np.ndarray, sample_rate: int, playback_position: int) -> Heard:
         """Analyse one microphone chunk (int16 or float, mono, 8-48 kHz) that arrived now; `playback_position`
         is the pts the player reports playing. Returns the VAD events it caused; its audio joins `mic`."""
         now = time.perf_counter()
         playback = self._playback_at_capture(len(pcm) * SAMPLE_RATE / max(1, sample_rate), playback_position)
         loop = asyncio.get_running_loop()
-        clean, events = await loop.run_in_executor(self._thread, self._analyse, pcm, sample_rate, playback)
+        clean, heard = await loop.run_in_executor(self._thread, self._analyse, pcm, sample_rate, playback)
         self.mic.append(clean, now)
-        return events
+        return heard
 
     async def end_turn(self) -> VadEvent | None:
         """End the open turn in its silence now (a detector judged it finished): the `speech_end` event,
         or None when the user is speaking again. Runs on the listener's thread, between two chunks."""
         return await asyncio.get_running_loop().run_in_executor(self._thread, self.vad.end_turn)
-
-    @property
-    def silence_ms(self) -> float:
-        """How long the open turn's silence has lasted (0 while the user speaks)."""
-        return self.vad.silence_ms
 
     def add_reference(self, pts: int, pcm: np.ndarray) -> None:
         """The audio of a frame the avatar plays at `pts` (what the echo canceller removes)."""
@@ -82,7 +87,7 @@ class MicListener:
         self._mic_offsets.append(position - self._mic_clock)
         return int(self._mic_clock + float(np.median(self._mic_offsets)))
 
-    def _analyse(self, pcm: np.ndarray, rate: int, playback: int | None) -> tuple[np.ndarray, list[VadEvent]]:
+    def _analyse(self, pcm: np.ndarray, rate: int, playback: int | None) -> tuple[np.ndarray, Heard]:
         """Worker: 16 kHz float audio with the avatar's echo removed, and the VAD's events."""
         audio = to_float32(np.asarray(pcm).reshape(-1))
         if rate != SAMPLE_RATE:
@@ -98,7 +103,8 @@ class MicListener:
                 audio = np.asarray(cleaned, dtype=np.float32)
                 # the VAD hears silence where only residual echo is left (STT still gets all of it)
                 heard = np.where(echo_only, np.float32(0.0), audio)
-        return audio, self._gate.gate(self.vad.push(heard), len(heard))
+        events = self._gate.gate(self.vad.push(heard), len(heard))
+        return audio, Heard(events, self.vad.silence_ms)
 
     def close(self) -> None:
         """Stop the listener's thread."""

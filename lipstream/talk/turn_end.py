@@ -7,45 +7,18 @@ At each pause (the first ~100 ms of silence after speech) a detector scores "the
 - `silence`: no detector: the turn ends after a fixed silence, as before.
 A turn judged finished ends once its silence reaches `finished_ms`; one judged unfinished waits for more
 speech up to `max_wait_ms` of silence, which ends any turn. (The silence rule's length is the conversation's
-`end_silence_ms`.)
+`end_silence_ms`.) The rule's settings are in turn_rule.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 from concurrent.futures import Executor
-from typing import Literal, Protocol
+from typing import Protocol
 
 import numpy as np
-from pydantic import BaseModel, Field
 
 from lipstream.talk.llm import ChatMessage
-
-DetectorName = Literal["text", "smart-turn", "silence"]
-# what ended a turn: the detector's judgement, its hard cap, the fixed silence rule, the turn's length limit
-TurnRule = Literal["detector", "max_wait", "silence", "turn_limit"]
-# a score at or above this means "finished"; the text score is a probability of the message ending right
-# there, under 0.005 on unfinished clauses and over 0.03 on finished questions in the bench's set
-DEFAULT_THRESHOLDS = {"text": 0.015, "smart-turn": 0.5}
-
-
-class TurnEndConfig(BaseModel):
-    """The end-of-turn rule."""
-
-    detector: DetectorName = "text"
-    threshold: float | None = Field(None, gt=0, lt=1)  # None: the detector's default
-    finished_ms: float = Field(200, ge=0, le=2000)  # silence that ends a turn judged finished
-    max_wait_ms: float = Field(1600, ge=200, le=5000)  # silence that ends any turn (the hard cap)
-
-    @property
-    def uses_detector(self) -> bool:
-        """A detector judges pauses (not the plain silence rule)."""
-        return self.detector != "silence"
-
-    def finished(self, score: float) -> bool:
-        """Whether a detector's score says the turn is over."""
-        threshold = self.threshold if self.threshold is not None else DEFAULT_THRESHOLDS[self.detector]
-        return score >= threshold
 
 
 class TurnDetector(Protocol):

@@ -28,8 +28,8 @@ class Session(render_session.RenderSession):
         self.speaker = speaker or Speaker(executor=self._pools.speech, default_voice=self.config.voice)
 
     async def push_text(self, text: str, voice: str | None = None) -> int:
-        """Speak `text` one sentence at a time (the first plays while the rest is synthesised); returns the
-        utterance id."""
+        """Speak `text` one sentence at a time, starting from its first phrase (which plays while the rest is
+        synthesised); returns the utterance id."""
         return await self.push_text_stream(text, voice=voice)
 
     async def push_text_stream(
@@ -40,6 +40,9 @@ class Session(render_session.RenderSession):
         on_audio: Callable[[Speech], None] | None = None,
     ) -> int:
         """Speak text that arrives in pieces (a language model's sentences) as one utterance, each piece
-        synthesised when the session has room for it; a `text` event marks each sentence's first frame."""
-        speeches = await self.speaker.speak(texts, voice or self.config.voice, on_speech=on_audio)
+        synthesised when the session has room for it (the first piece's first phrase alone, so the first audio
+        waits for a few words, not a sentence); a `text` event marks each sentence's first frame."""
+        speeches = await self.speaker.speak(
+            texts, voice or self.config.voice, on_speech=on_audio, quick_start=True
+        )
         return await self.push_speech_stream(speeches, on_utterance=on_utterance)

@@ -348,7 +348,7 @@ class Connection:
         while not self._speak_queue.empty():
             message = self._speak_queue.get_nowait()
             try:
-                speeches = await self.speaker.speak(message.text, message.voice)
+                speeches = await self.speaker.speak(message.text, message.voice, quick_start=True)
                 await self.session.push_speech_stream(speeches)
             except asyncio.CancelledError:
                 raise

@@ -6,7 +6,7 @@ import re
 import unicodedata
 from urllib.parse import urlsplit
 
-from lipstream.talk.text import has_speakable_content, split_first_clause
+from lipstream.talk.text import has_speakable_content, split_first_clause, split_sentences
 
 # Words that end in a full stop without ending the sentence. Lower-case, without the final dot.
 ABBREVIATIONS = frozenset(
@@ -101,11 +101,7 @@ class SentenceStream:
         return None
 
     def _quick_start_cut(self, buf: str) -> int | None:
-        parts = split_first_clause(buf.strip(), FIRST_CLAUSE_MIN_WORDS)
-        if len(parts) < 2:
-            return _phrase_cut(buf)
-        head = parts[0]
-        return buf.index(head) + len(head)
+        return first_phrase_end(buf)
 
     def _forced_cut(self, buf: str) -> int:
         window = buf[: self.max_chars]
@@ -149,6 +145,35 @@ LEANING_WORDS = frozenset(
 _BOUND = frozenset("a an the to of my your our their his her its and or nor but".split())
 PRONOUNS = frozenset("i you we they he she it that this there what who which one".split())
 _VERBS = frozenset("is are was were".split())
+
+
+def first_phrase_end(buf: str) -> int | None:
+    """Where a reply's first sentence (whole, or the part of it received so far) may be cut so that its audio
+    starts sooner: after its first clause's comma (from FIRST_CLAUSE_MIN_WORDS words), else before its first
+    phrase (`_phrase_cut`); None when there is no such place (yet). The one rule for every text path: the
+    conversation's SentenceStream and `split_first_phrase` (speak, `push_text`) both cut here."""
+    parts = split_first_clause(buf.strip(), FIRST_CLAUSE_MIN_WORDS)
+    if len(parts) < 2:
+        return _phrase_cut(buf)
+    head = parts[0]
+    return buf.index(head) + len(head)
+
+
+def split_first_phrase(text: str) -> list[str]:
+    """A whole text with its first sentence's first phrase cut off (`first_phrase_end`): [head, rest], or
+    [text] when the first sentence is short or has no place to cut. The rest keeps its sentences."""
+    sentences = split_sentences(text, quick_start=False)
+    if not sentences:
+        return [text]
+    first = sentences[0]
+    end = first_phrase_end(first)
+    if end is None:
+        return [text]
+    end += text.index(first)
+    head, rest = text[:end].strip(), text[end:].strip()
+    if not (has_speakable_content(head) and has_speakable_content(rest)):
+        return [text]
+    return [head, rest]
 
 
 def _phrase_cut(buf: str) -> int | None:

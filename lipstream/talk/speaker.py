@@ -13,6 +13,8 @@ from concurrent.futures import Executor
 from typing import Any, TypeVar
 
 from lipstream.audio.speech import Speech
+from lipstream.talk.phrase_seam import end_at_cut, phrase_for_voice, start_at_cut
+from lipstream.talk.sentences import split_first_phrase
 from lipstream.talk.tts import TTS
 from lipstream.talk.voices import SharedVoices
 
@@ -47,21 +49,38 @@ class Speaker:
         texts: AsyncIterable[str] | str,
         voice: str | None = None,
         on_speech: Callable[[Speech], None] | None = None,
+        quick_start: bool = False,
     ) -> AsyncIterator[Speech]:
         """Load the voice now (an unknown one raises here), then return the sentence stream of `texts`;
-        `on_speech` sees each sentence as it is handed on."""
+        `on_speech` sees each sentence as it is handed on. With `quick_start`, the first text's first phrase
+        is synthesised alone (`split_first_phrase`), and the rest while it plays, joined without a seam."""
         tts = await self._run(self.voices, voice or self.default_voice)
-        return self._sentences(tts, one_text(texts) if isinstance(texts, str) else texts, on_speech)
+        stream = one_text(texts) if isinstance(texts, str) else texts
+        return self._sentences(tts, stream, on_speech, quick_start)
 
     async def _sentences(
-        self, tts: TTS, texts: AsyncIterable[str], on_speech: Callable[[Speech], None] | None
+        self,
+        tts: TTS,
+        texts: AsyncIterable[str],
+        on_speech: Callable[[Speech], None] | None,
+        quick_start: bool,
     ) -> AsyncIterator[Speech]:
         async for text in texts:
-            sentences: Iterator[Speech] = await self._run(lambda t=text: iter(tts.synthesize_sentences(t)))
-            while True:
-                speech = await self._run(next, sentences, None)
-                if speech is None:
-                    break
-                if on_speech is not None:
-                    on_speech(speech)
-                yield speech
+            pieces = split_first_phrase(text) if quick_start else [text]
+            quick_start = False  # the first text only: later ones are synthesised while earlier ones play
+            for index, piece in enumerate(pieces):
+                cut_after, cut_before = len(pieces) == 2 and index == 0, len(pieces) == 2 and index == 1
+                spoken = phrase_for_voice(piece) if cut_after else piece
+                sentences: Iterator[Speech]
+                sentences = await self._run(lambda t=spoken: iter(tts.synthesize_sentences(t)))
+                while True:
+                    speech = await self._run(next, sentences, None)
+                    if speech is None:
+                        break
+                    if cut_after:
+                        speech = end_at_cut(speech, piece)
+                    elif cut_before:
+                        speech, cut_before = start_at_cut(speech), False
+                    if on_speech is not None:
+                        on_speech(speech)
+                    yield speech

@@ -39,11 +39,11 @@ def words() -> np.ndarray:
     return create_tts("espeak").synthesize(cut_in).pcm.astype(np.float32)
 
 
-def _listen(answer: np.ndarray, user: np.ndarray | None, user_at: int) -> list[VadEvent]:
-    """Play `answer` from pts 0 and feed the microphone its echo (120 ms, ×0.3) plus `user` from
+def _listen(answer: np.ndarray, user: np.ndarray | None, user_at: int, echo: float = 0.3) -> list[VadEvent]:
+    """Play `answer` from pts 0 and feed the microphone its echo (120 ms, ×`echo`) plus `user` from
     `user_at`, in 20 ms chunks with the playback position reported; the events the listener gives."""
     mic = np.zeros(len(answer) + DELAY + SR, dtype=np.float32)
-    mic[DELAY : DELAY + len(answer)] += 0.3 * answer
+    mic[DELAY : DELAY + len(answer)] += echo * answer
     if user is not None:
         mic[user_at : user_at + len(user)] += user[: len(mic) - user_at]
     mic += np.random.default_rng(0).standard_normal(len(mic)).astype(np.float32) * 5e-4
@@ -87,3 +87,18 @@ def test_a_user_over_the_echo_starts_where_their_voice_began(
     assert len(starts) == 1, starts
     # the VAD puts a start up to a window early; the echo's own start is 1.3-2.5 s earlier
     assert user_at - int(0.1 * SR) <= starts[0] <= user_at + int(0.3 * SR), (starts[0] / SR, user_at / SR)
+
+
+def test_a_microphone_that_does_not_hear_the_avatar_is_heard_over_its_first_words(answer: np.ndarray) -> None:
+    """A headset, the browser's own echo cancellation, `client --converse`: no echo at all. A short question
+    0.5 s into the answer (a greeting) is heard, from where it began: the held start is released once 0.8 s
+    of the voice holds no echo of the avatar, not after 3 s of the avatar, when the question was over and
+    its start had been dropped."""
+    question = create_tts("espeak").synthesize("When does the library open?").pcm.astype(np.float32)
+    assert len(question) < 2 * SR  # over before the avatar has been audible for 3 s
+    user_at = int(0.5 * SR)
+    events = _listen(answer[: 4 * SR], question, user_at, echo=0.0)
+    starts = [e.sample for e in events if e.kind == "speech_start"]
+    assert len(starts) == 1, events
+    assert user_at - int(0.1 * SR) <= starts[0] <= user_at + int(0.2 * SR), (starts[0] / SR, user_at / SR)
+    assert [e.kind for e in events].count("speech_end") == 1

@@ -2,7 +2,8 @@
 
 Until the echo canceller has locked on to the avatar's echo, the VAD may hear the avatar itself. A start
 made then is held; it is released when the speech goes on after the lock (or is clearly louder than the
-echo the filter expects: the user talking over the avatar), and dropped when it ends first. A released start
+echo the filter expects: the user talking over the avatar; or goes on for 0.8 s with no echo of the avatar
+found in it: a microphone that does not hear the avatar), and dropped when it ends first. A released start
 is placed where the voice heard at its release began: after a silence that followed the held start (the echo
 cancelled once the filter learnt it), not at the held start, which was the echo; a start placed there would
 look like the user going on with the question just answered.
@@ -23,6 +24,13 @@ log = logging.getLogger(__name__)
 NO_ECHO_AFTER_MS = 3000.0
 # a silence this long ends a run of voice: a released start is placed at the run heard at its release
 RUN_BREAK_MS = 150.0
+# an echo has its delay found 0.24-0.63 s after it reaches the microphone (Piper and espeak-ng speech, 40-250
+# ms delays, ×0.1-0.3, direct or through a room; issue 47), and a start is held 200 ms (the VAD's start) into
+# that voice: a held voice the delay search has read this long beside the avatar's audio (voiced chunks only,
+# so >= 1 s after its onset), finding none of it, is the user's, not the echo (a headset, the browser's own
+# echo cancellation, a client sending a recording). Waiting for NO_ECHO_AFTER_MS instead dropped every
+# question over before the avatar's first 3 s ended: no Talk session's greeting could be talked over.
+VOICE_WITHOUT_ECHO_MS = 800.0
 
 
 class EchoGate:
@@ -39,6 +47,8 @@ class EchoGate:
         self.end_silence_ms = end_silence_ms
         self._held_start: VadEvent | None = None  # a speech start waiting for the canceller to lock on
         self._held_double_talk = 0  # samples of the user louder than the echo since the held start
+        self._held_unmatched = 0  # samples of held voice, the avatar audible, searched with no echo found
+        self._held_resyncs = 0  # the canceller's resync count when that count started
         self._voice_from: int | None = None  # while a start is held: where the voice heard now began
         self._quiet = 0  # samples of silence since the VAD last heard a voice
         self._samples = 0  # microphone samples gated so far
@@ -87,7 +97,8 @@ class EchoGate:
             if event.kind == "speech_start" and likely:
                 log.info("speech start at %d held: echo not locked yet (%s)", event.sample, self.echo.stats)
                 self._held_start = event
-                self._held_double_talk = 0
+                self._held_double_talk = self._held_unmatched = 0
+                self._held_resyncs = self.echo.stats.resyncs
                 self._voice_from, self._quiet = event.sample, 0
                 continue
             out.append(event)
@@ -96,11 +107,29 @@ class EchoGate:
         self._track_voice(chunk_start, samples)
         if self.echo.stats.louder_than_echo and self.vad.speaking:
             self._held_double_talk += samples
+        self._count_unmatched(samples)
         # released only while a voice is heard now: `in_speech` also holds through the pause that may end
         # a speech made by the echo alone
         if self.vad.speaking and (not likely or self._user_over_echo()):
             out.append(self._release())
+        elif self.vad.speaking and self._voice_without_echo():
+            # no echo in any of the voice since the held start: that start was the user's own
+            out.append(self._release(at_held=True))
         return out
+
+    def _count_unmatched(self, samples: int) -> None:
+        """Worker: count the held voice the delay search read while the avatar was audible and found no
+        echo in; a resync restarts the search, and the count with it."""
+        stats = self.echo.stats
+        if stats.resyncs != self._held_resyncs:
+            self._held_resyncs, self._held_unmatched = stats.resyncs, 0
+        if self.vad.speaking and stats.reference_active and stats.delay_ms is None:
+            self._held_unmatched += samples
+
+    def _voice_without_echo(self) -> bool:
+        """Worker: the held voice has been compared with the avatar's audio for VOICE_WITHOUT_ECHO_MS and
+        holds no echo of it: the user is talking over an avatar this microphone does not hear."""
+        return self._held_unmatched >= VOICE_WITHOUT_ECHO_MS * SAMPLE_RATE / 1000
 
     def _track_voice(self, chunk_start: int, samples: int) -> None:
         """Worker: where the voice heard now began, a run of voiced chunks broken only by RUN_BREAK_MS of
@@ -115,13 +144,15 @@ class EchoGate:
         if self._quiet >= RUN_BREAK_MS * SAMPLE_RATE / 1000:
             self._voice_from = None
 
-    def _release(self) -> VadEvent:
+    def _release(self, at_held: bool = False) -> VadEvent:
         """Worker: the held start, placed where the voice heard now began (later than the held start when
-        a silence came between: the held start was the echo, cancelled since)."""
+        a silence came between: the held start was the echo, cancelled since), or where it was (`at_held`)."""
         held = self._held_start
         assert held is not None and self.echo is not None
         self._held_start = None
-        at = max(held.sample, self._voice_from if self._voice_from is not None else held.sample)
+        at = held.sample
+        if not at_held and self._voice_from is not None:
+            at = max(at, self._voice_from)
         stats = self.echo.stats
         log.info("held speech start at %d released at %d: the user's voice (%s)", held.sample, at, stats)
         return VadEvent("speech_start", at)

@@ -158,6 +158,14 @@ def test_talk_mode_transcript_captions_and_stop(
     reported = [stage for stage, value in metrics[0]["ms"].items() if value is not None]
     assert result["waterfalls"] and result["waterfalls"][-1] == reported, (result["waterfalls"], reported)
 
+    # the turn machine's states, shown as they change: the user speaks and pauses, the avatar thinks, then
+    # speaks its answer, and listens again once Stop cut it
+    states = result["probe"]["states"]
+    assert all(s["shown"] == f"avatar {s['agent']} · you {s['user']}" for s in states), states
+    agents = [s["agent"] for s in states]
+    assert "paused" in [s["user"] for s in states] and agents[-1] == "listening", states
+    assert "thinking" in agents and agents.index("speaking") > agents.index("thinking"), states
+
     # the end-of-turn detector's judgement, shown live, and the rule that ended the turn in the turn log
     decisions = result["probe"]["decisions"]
     assert decisions and decisions[-1]["finished"] is True and decisions[-1]["detector"] == "text", decisions

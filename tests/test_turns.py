@@ -1,23 +1,23 @@
-"""The conversation's turn state machine with fake parts (tests/talk_fakes.py): no model, no session, no
-audio model runs, so each test takes milliseconds. The real Whisper, VAD and models are exercised by
-test_conversation_turns.py, test_turn_end.py and test_conversation_live.py."""
+"""The conversation end to end over fake parts (tests/talk_fakes.py, tests/conversation_run.py): the listener
+thread, recognition, the turn machine, answers and the session together, with no model, so each test takes
+milliseconds. The turn machine's transitions alone: test_turn_machine.py; the answer maker alone:
+test_answer_maker.py; the prompts and the states the client sees: test_conversation_prompts.py. The real
+Whisper, VAD and models are exercised by test_conversation_turns.py, test_turn_end.py and
+test_conversation_live.py."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from conversation_run import Run, finish, make, question, say
 from talk_fakes import (
     CHUNK,
     FailingSTT,
     FixedJudge,
-    LevelVAD,
     PlainSTT,
-    RecordingSession,
     ScriptedLLM,
     ScriptedSTT,
     ToneVoice,
@@ -27,89 +27,10 @@ from talk_fakes import (
     spoken,
 )
 
-from lipstream.talk.conversation import Conversation
 from lipstream.talk.conversation_types import STAGES, ConversationConfig, same_words
-from lipstream.talk.grounding_port import GroundedPrompt
 from lipstream.talk.speaker import Speaker
 from lipstream.talk.transcriber import StreamingTranscript, TimedWord
 from lipstream.talk.turn_rule import TurnEndConfig
-
-
-@dataclass
-class Run:
-    """One conversation over fakes, and what came out of it."""
-
-    conversation: Conversation
-    session: RecordingSession
-    stt: ScriptedSTT
-    llm: ScriptedLLM
-    events: list[dict] = field(default_factory=list)
-    played: set[int] = field(default_factory=set)  # utterances whose stream events were delivered
-
-    def kinds(self, kind: str) -> list[dict]:
-        """The events of one type."""
-        return [e for e in self.events if e["type"] == kind]
-
-
-def make(
-    config: ConversationConfig | None = None, detector=None, stt=None, grounding=None, llm=None
-) -> Run:
-    """A conversation over the fakes (call inside a running loop)."""
-    session, llm = RecordingSession(), llm or ScriptedLLM()
-    stt = stt or ScriptedSTT()
-    events: list[dict] = []
-
-    async def emit(message: dict) -> None:
-        events.append(message)
-
-    config = config or ConversationConfig(start_ms=100, partial_every_seconds=0.3)
-    config = config.model_copy(update={"streaming_recognition": True})
-    vad = LevelVAD(config.start_ms, config.pause_ms, config.vad_end_silence_ms)
-    conversation = Conversation(
-        session, stt, llm, emit, config, vad=vad, speaker=Speaker(voices=lambda _name: ToneVoice()),
-        detector=detector, grounding=grounding,
-    )  # fmt: skip
-    return Run(conversation, session, stt.inner if isinstance(stt, PlainSTT) else stt, llm, events)
-
-
-def question(words: str, after: float = 0.8) -> np.ndarray:
-    """A spoken question between a short silence and `after` seconds of silence."""
-    return np.concatenate([silence(0.3), spoken(words), silence(after)])
-
-
-async def say(run: Run, audio: np.ndarray, settle: float = 0.02) -> None:
-    """Push audio as the microphone in 20 ms chunks, letting the loop run in between (decodes finish)."""
-    for i in range(0, len(audio), CHUNK):
-        await run.conversation.push_microphone(audio[i : i + CHUNK], 16000)
-        await asyncio.sleep(0.0005)
-    await asyncio.sleep(settle)
-
-
-async def finish(run: Run) -> None:
-    """Let the answer be spoken and played (the session's events, as a server's stream sends them), then
-    close."""
-    for _ in range(200):
-        if run.session.said and not run.conversation.answering:
-            break
-        await asyncio.sleep(0.01)
-    await play(run)
-    await run.conversation.aclose()
-
-
-async def play(run: Run) -> None:
-    """Deliver each recorded utterance's stream events to the conversation: its first frame, its sentences'
-    captions, its end; the messages it returns (reply_text) join the run's events."""
-    for uid, sentences in enumerate(run.session.said, start=1):
-        if uid in run.played:
-            continue
-        run.played.add(uid)
-        events = [("speech_started", ""), *(("text", s) for s in sentences), ("playback_finished", "")]
-        for kind, text in events:
-            event = SimpleNamespace(
-                type=kind, utterance_id=uid, position_samples=0, message=text, interrupted=False
-            )
-            if (message := await run.conversation.on_stream_event(event)) is not None:
-                run.events.append(message)
 
 
 def test_a_question_is_transcribed_and_answered_once() -> None:
@@ -362,64 +283,6 @@ def test_the_model_yields_its_core_while_the_first_phrase_is_synthesised() -> No
     assert run.session.said and run.session.said[0][0].startswith("The library opens")
 
 
-class FakeGrounding:
-    """Records what retrieval saw; adds a passage and a source."""
-
-    def __init__(self) -> None:
-        self.prefetched: list[str] = []
-
-    def prefetch(self, partial_text: str) -> None:
-        self.prefetched.append(partial_text)
-
-    def ground(self, system_prompt: str, user_text: str) -> GroundedPrompt:
-        found = ["opens at nine"] if "library" in user_text else []
-        notes = f"<notes>{found[0] if found else 'nothing'}</notes>"
-        return GroundedPrompt(
-            f"{system_prompt}\nRULE\n{notes}", found, ["hours.md"] if found else [],
-            instructions=f"{system_prompt}\nRULE", notes=notes,
-        )
-
-    async def guard(self, grounded, sentences):  # noqa: ANN001, ANN201
-        async for sentence in sentences:
-            yield sentence
-
-
-def test_a_knowledge_source_is_searched_on_partials_and_its_passages_reach_the_prompt() -> None:
-    grounding = FakeGrounding()
-
-    async def main() -> Run:
-        run = make(grounding=grounding)
-        await say(run, question("what time does the library open today"))
-        await finish(run)
-        return run
-
-    run = asyncio.run(main())
-    assert grounding.prefetched  # retrieval started while the user spoke
-    system, asked = run.llm.calls[-1][0], run.llm.calls[-1][-1]
-    assert system.content.endswith("RULE")  # the same instructions every turn: the model's cache keeps them
-    assert asked.content == "<notes>opens at nine</notes>\n\nwhat time does the library open today"
-    assert all(e["sources"] == ["hours.md"] for e in run.kinds("reply_text"))  # every caption says its notes
-    assert run.kinds("reply_text")
-    # the model read the notes ahead while the user spoke: the answer's prompt up to the question
-    assert run.llm.prefilled and run.llm.prefilled[-1][-1].content == "<notes>opens at nine</notes>"
-    assert [m.content for m in run.llm.prefilled[-1][:-1]] == [system.content]
-
-
-def test_the_turn_detector_reads_the_answers_own_prompt() -> None:
-    turn = TurnEndConfig(detector="text", finished_ms=200, max_wait_ms=1600)
-    judge = FixedJudge(0.5)
-
-    async def main() -> Run:
-        run = make(ConversationConfig(start_ms=100, turn=turn), detector=judge, grounding=FakeGrounding())
-        await say(run, question("what time does the library open"))
-        await finish(run)
-        return run
-
-    run = asyncio.run(main())
-    judged, answered = judge.messages[-1], run.llm.calls[-1]
-    assert [m.content for m in judged] == [m.content for m in answered]
-
-
 @pytest.mark.parametrize(
     ("a", "b", "same"),
     [("What time is it?", "what time is it", True), ("open", "open today", False), ("", "", False)],
@@ -479,69 +342,3 @@ def test_a_failing_recogniser_costs_the_turn_with_an_error_event_and_the_next_tu
     finals = [e["text"] for e in run.kinds("transcript") if e["kind"] == "final"]
     assert finals == ["how far is moon from earth"]
     assert len(run.session.said) == 1
-
-
-class _EndpointLLM:
-    """Answers as an endpoint does that cannot read ahead (a remote server's)."""
-
-    name = "endpoint"
-
-    def __init__(self) -> None:
-        self.inner = ScriptedLLM()
-
-    def stream(self, messages: list, max_tokens: int = 120):  # noqa: ANN201 - the inner async generator
-        """The scripted answer."""
-        return self.inner.stream(messages, max_tokens)
-
-
-@pytest.mark.parametrize("judge_model", ["its own", "the answers'"])
-def test_the_judge_model_reads_the_question_ahead_once_whoever_writes_the_answer(judge_model: str) -> None:
-    turn = TurnEndConfig(detector="text", finished_ms=200, max_wait_ms=1600)
-    config = ConversationConfig(start_ms=100, partial_every_seconds=0.3, turn=turn)
-    words = "what time does the library open today please tell me"
-    llm = _EndpointLLM() if judge_model == "its own" else ScriptedLLM()
-    judge = FixedJudge(0.5)
-    judge.model = ScriptedLLM() if judge_model == "its own" else llm
-
-    async def main() -> Run:
-        run = make(config, detector=judge, llm=llm)
-        await say(run, np.concatenate([silence(0.3), spoken(words), silence(0.7)]))
-        await finish(run)
-        return run
-
-    run = asyncio.run(main())
-    read = [messages[-1].content for messages in judge.model.prefilled]
-    assert read and all(words.startswith(text.lower()) for text in read) and len(set(read)) == len(read)
-    assert judge.seen[-1].lower().startswith(read[-1].lower())
-    assert len(run.session.said) == 1
-
-
-@pytest.mark.parametrize("judge_model", ["its own", "the answers'"])
-def test_an_answer_starts_beside_a_judge_with_a_model_of_its_own_and_after_one_sharing_its_model(
-    judge_model: str,
-) -> None:
-    turn = TurnEndConfig(detector="text", finished_ms=200, max_wait_ms=1600)
-    config = ConversationConfig(start_ms=100, partial_every_seconds=0.3, turn=turn)
-    llm = ScriptedLLM()
-    answers_when_judged: list[int] = []
-
-    class SlowJudge(FixedJudge):
-        async def score(self, audio: np.ndarray, messages: list) -> float:
-            await asyncio.sleep(0.15)  # a judgement takes a while: does the answer wait for it?
-            answers_when_judged.append(len(llm.calls))
-            return await super().score(audio, messages)
-
-    judge = SlowJudge(0.5)
-    judge.model = ScriptedLLM() if judge_model == "its own" else llm
-
-    async def main() -> Run:
-        run = make(config, detector=judge, llm=llm)
-        await say(run, np.concatenate([silence(0.3), spoken("tell me a short joke"), silence(0.8)]))
-        await asyncio.sleep(0.3)  # the microphone runs faster than real time here: let the judgement come
-        await say(run, silence(0.3))
-        await finish(run)
-        return run
-
-    run = asyncio.run(main())
-    assert answers_when_judged and answers_when_judged[0] == (1 if judge_model == "its own" else 0)
-    assert len(run.session.said) == 1 and run.kinds("turn_decision")[0]["finished"] is True

@@ -18,18 +18,17 @@ from pydantic import BaseModel, Field
 from lipstream.errors import LipstreamError
 from lipstream.talk.conversation import Conversation
 from lipstream.talk.conversation_types import (
-    DEFAULT_SYSTEM_PROMPT,
     ConversationConfig,
     ConversationObserver,
     Emit,
 )
-from lipstream.talk.llm import ChatMessage, LanguageModel
+from lipstream.talk.llm import ChatMessage, LanguageModel, ReportsProcess
 from lipstream.talk.persona import Persona
 from lipstream.talk.session_port import SessionPort
 from lipstream.talk.speaker import Speaker
 from lipstream.talk.stt import SpeechToText
 from lipstream.talk.stt_embedded import EmbeddedWhisper
-from lipstream.talk.turn_end import TextTurnDetector, TurnDetector
+from lipstream.talk.turn_end import EndOfTurnModel, TextTurnDetector, TurnDetector
 from lipstream.talk.turn_rule import TurnEndConfig
 from lipstream.talk.voices import SharedVoices
 from lipstream.threads import background_pool
@@ -49,18 +48,15 @@ class AgentConfig(BaseModel):
     # read each partial transcript into the endpoint's prompt cache while the user speaks (a request of one
     # token each); auto: only an endpoint on this machine, whose reads cost nothing but its own CPU
     llm_read_ahead: Literal["auto", "on", "off"] = "auto"
-    system_prompt: str = DEFAULT_SYSTEM_PROMPT
-    max_reply_tokens: int = Field(120, ge=8, le=1024)
-    max_history_messages: int = Field(12, ge=0, le=200)
-    end_silence_ms: float = Field(500, ge=100, le=5000)  # the silence rule's end of turn
-    turn: TurnEndConfig = Field(default_factory=TurnEndConfig)  # the end-of-turn detector (default: text)
+    # how each conversation listens and answers: its prompt, reply length, history, end-of-turn rule (the
+    # server's default: the text detector) and recognition mode; the persona's instructions replace the prompt
+    conversation: ConversationConfig = Field(default_factory=lambda: ConversationConfig(turn=TurnEndConfig()))
     echo_cancel: bool = True
     # the recogniser: the bundled Whisper tiny.en, a CTranslate2 Whisper folder of the user's (`stt_model`),
     # or an OpenAI-compatible transcription endpoint (`stt_url`, key from $LIPSTREAM_STT_KEY)
     stt_model: Path | None = None
     stt_url: str | None = None
     stt_url_model: str = "whisper-1"
-    streaming_stt: bool = False  # commit stable words while the user speaks, decode only the tail at the end
     # Whisper's encoder on the audio's own window (≥ 5 s, lipstream.talk.whisper_window) or its fixed 30 s
     stt_window: Literal["audio", "full"] = "audio"
     knowledge: Path | None = None  # documents answers come from (--knowledge): indexed at load
@@ -124,23 +120,13 @@ class AgentServices:
         """A conversation over `session`, with its own VAD state and echo canceller; its answers are spoken by
         the services' answer voices (in `voice`, the persona's, or `speaker`'s default) and transcribed on
         the services' recogniser threads; `observer` hears of each turn's figures (the server's metrics)."""
-        from lipstream.talk.vad import VoiceActivityDetector
-
-        cfg = ConversationConfig(
-            system_prompt=self.config.system_prompt,
-            max_reply_tokens=self.config.max_reply_tokens,
-            max_history_messages=self.config.max_history_messages,
-            end_silence_ms=self.config.end_silence_ms,
-            turn=self.config.turn if self.detector is not None else TurnEndConfig(detector="silence"),
-            voice=voice, streaming_recognition=self.config.streaming_stt,
-        )
+        cfg = self.config.conversation.model_copy(update={"voice": voice})
+        if self.detector is None:  # no detector loaded: the plain silence rule
+            cfg = cfg.model_copy(update={"turn": TurnEndConfig(detector="silence")})
         if self.config.persona is not None:  # its instructions and voice (a voice asked for wins)
             cfg = self.config.persona.apply(cfg)
             cfg = cfg.model_copy(update={"voice": voice}) if voice else cfg
-        vad = VoiceActivityDetector(
-            start_ms=cfg.start_ms, end_silence_ms=cfg.vad_end_silence_ms, pause_ms=cfg.pause_ms,
-            model=self.vad_model,
-        )
+        vad = cfg.voice_activity(self.vad_model)
         echo = _echo_canceller(self.config)
         default_voice = speaker.default_voice if speaker is not None else "piper"
         speaker = Speaker(self.answer_voices, executor=self.answer_voice, default_voice=default_voice)
@@ -179,15 +165,14 @@ class AgentServices:
 
     def turn_status(self) -> dict[str, Any]:
         """The end-of-turn rule in use, for /healthz."""
-        turn = self.config.turn
+        turn = self.config.conversation.turn
         if self.detector is None:
-            return {"detector": "silence", "silence_ms": self.config.end_silence_ms}
+            return {"detector": "silence", "silence_ms": self.config.conversation.end_silence_ms}
         return {"detector": self.detector.name, **turn.model_dump(exclude={"detector"})}
 
     def model_status(self) -> dict[str, Any] | None:
         """The embedded language model process's state and restarts (None for an HTTP endpoint)."""
-        status = getattr(self.llm, "status", None)
-        return status().as_dict() if callable(status) else None
+        return self.llm.status().as_dict() if isinstance(self.llm, ReportsProcess) else None
 
     async def aclose(self) -> None:
         """Close the language model's connections (and stop the embedded model's process)."""
@@ -218,7 +203,7 @@ def _turn_detector(turn: TurnEndConfig, llm: Any) -> tuple[TurnDetector | None, 
         return SmartTurnDetector(SmartTurnModel(), background_pool(1, "lipstream-turn")), None
     if turn.detector != "text":
         return None, None
-    if hasattr(llm, "end_of_turn"):  # the embedded model judges turns too, sharing its KV cache
+    if isinstance(llm, EndOfTurnModel):  # the embedded model judges turns too, sharing its KV cache
         return TextTurnDetector(llm), None
     from lipstream.talk.llm_embedded import EmbeddedChatModel
 
@@ -291,9 +276,10 @@ def load_agent(config: AgentConfig) -> AgentServices:
             log.error("%s; conversations will answer that the language model is unavailable", exc)
     if isinstance(stt, EmbeddedWhisper):  # its child loaded beside the model's
         stt.warm_up()
-    detector, turn_model = _turn_detector(config.turn, llm)
+    detector, turn_model = _turn_detector(config.conversation.turn, llm)
     if isinstance(detector, TextTurnDetector):  # the system prompt's KV cache, so a first judgement is quick
-        _warm_judge(detector, config.persona.system_prompt() if config.persona else config.system_prompt)
+        prompt = config.persona.system_prompt() if config.persona else config.conversation.system_prompt
+        _warm_judge(detector, prompt)
     services = AgentServices(
         config=config, stt=stt, llm=llm, vad_model=SileroModel(), partial_stt=partial_stt, detector=detector,
         turn_model=turn_model, knowledge=knowledge,

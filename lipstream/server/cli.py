@@ -15,6 +15,10 @@ from lipstream.errors import LipstreamError
 log = logging.getLogger(__name__)
 
 
+# a conversation setting's command-line flag, where it is not the field's own name
+FLAG_OF = {"end_silence_ms": "end-of-turn-ms", "streaming_recognition": "streaming-stt"}
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `serve` and `client`."""
     serve = subparsers.add_parser("serve", help="serve the live player page and the WebSocket session API")
@@ -70,6 +74,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="cap of each patch-mode session's mouth video in kbit/s (default 150: ~39 dB on the mouth; the "
         "whole session with Opus audio stays under 200 kbit/s)",
     )
+    # the conversation's defaults come from its config classes (one home each); no model is loaded
+    from lipstream.talk.conversation_types import ConversationConfig
+    from lipstream.talk.turn_rule import TurnEndConfig
+
+    talk, turn = ConversationConfig(), TurnEndConfig()
     agent = serve.add_argument_group("conversation (the avatar listens and answers)")
     agent.add_argument("--agent", action="store_true", help="sessions may ask for a conversation (Talk mode)")
     agent.add_argument(
@@ -115,7 +124,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="who the avatar is: a TOML file with name, greeting, instructions, voice, language",
     )
     agent.add_argument(
-        "--max-reply-tokens", type=int, default=120, help="longest answer in tokens (default 120)"
+        "--max-reply-tokens", type=int, default=talk.max_reply_tokens,
+        help=f"longest answer in tokens (default {talk.max_reply_tokens})",
     )
     agent.add_argument(
         "--no-echo-cancel", dest="echo_cancel", action="store_false",
@@ -132,16 +142,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="a detector score at or above this ends the turn (default: 0.015 text, 0.5 smart-turn)",
     )
     agent.add_argument(
-        "--turn-finished-ms", type=int, default=200,
-        help="silence before a turn the detector judged finished is answered (default 200 ms)",
+        "--turn-finished-ms", type=float, default=turn.finished_ms,
+        help="silence before a turn the detector judged finished is answered "
+        f"(default {turn.finished_ms:g} ms)",
     )
     agent.add_argument(
-        "--turn-max-wait-ms", type=int, default=1600,
-        help="silence that ends a turn the detector judged unfinished: the hard cap (default 1600 ms)",
+        "--turn-max-wait-ms", type=float, default=turn.max_wait_ms,
+        help="silence that ends a turn the detector judged unfinished: the hard cap "
+        f"(default {turn.max_wait_ms:g} ms)",
     )
     agent.add_argument(
-        "--end-of-turn-ms", type=int, default=500,
-        help="with --turn-detector silence: the silence that ends the user's turn (default 500 ms)",
+        "--end-of-turn-ms", type=float, default=talk.end_silence_ms,
+        help="with --turn-detector silence: the silence that ends the user's turn "
+        f"(default {talk.end_silence_ms:g} ms)",
     )
     scale = serve.add_argument_group("scale out over a Ray Serve cluster (pip install 'lipstream[ray]')")
     scale.add_argument(
@@ -340,18 +353,20 @@ def _agent_config(args: argparse.Namespace):
         "stt_model": args.stt_model.expanduser().resolve() if args.stt_model else None,
         "stt_url": args.stt_url,
         "stt_url_model": args.stt_url_model,
-        "streaming_stt": args.streaming_stt,
         "stt_window": args.stt_window,
-        "max_reply_tokens": args.max_reply_tokens,
-        "end_silence_ms": args.end_of_turn_ms,
         "echo_cancel": args.echo_cancel,
+    }
+    conversation: dict = {
+        "max_reply_tokens": args.max_reply_tokens, "end_silence_ms": args.end_of_turn_ms,
+        "streaming_recognition": args.streaming_stt,
         "turn": {
             "detector": args.turn_detector, "threshold": args.turn_threshold,
             "finished_ms": args.turn_finished_ms, "max_wait_ms": args.turn_max_wait_ms,
         },
-    }
+    }  # fmt: skip
     if args.system_prompt:
-        options["system_prompt"] = read_system_prompt(args.system_prompt)
+        conversation["system_prompt"] = read_system_prompt(args.system_prompt)
+    options["conversation"] = conversation
     if args.persona is not None:
         from lipstream.talk.persona import Persona
 
@@ -370,8 +385,8 @@ def _agent_config(args: argparse.Namespace):
         config = AgentConfig(**options)
     except ValidationError as exc:
         first = exc.errors()[0]
-        loc = [str(part) for part in first["loc"]]
-        name = f"turn-{loc[1]}" if loc[0] == "turn" and len(loc) > 1 else loc[0]
+        loc = [str(part) for part in first["loc"] if part != "conversation"]
+        name = f"turn-{loc[1]}" if loc[0] == "turn" and len(loc) > 1 else FLAG_OF.get(loc[0], loc[0])
         raise LipstreamError(f"--{name.replace('_', '-')}: {first['msg']}") from None
     return config
 

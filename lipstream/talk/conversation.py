@@ -95,10 +95,7 @@ class Conversation:
         self._own_recogniser = recogniser is None
         # recognition is on the answer's critical path: not nicer than frame work (issue 35)
         self.recogniser = recogniser or background_pool(2, "lipstream-stt", niceness=0)
-        vad = vad or VoiceActivityDetector(
-            start_ms=self.config.start_ms, end_silence_ms=self.config.vad_end_silence_ms,
-            pause_ms=self.config.pause_ms,
-        )  # fmt: skip
+        vad = vad or self.config.voice_activity()
         self.listener = MicListener(vad, echo, self.config.start_ms, self.config.end_silence_ms)
         cfg = self.config
         self.turns = TurnMachine(TurnTiming.of(cfg.turn, cfg.join_seconds, cfg.max_turn_seconds))

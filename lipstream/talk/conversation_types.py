@@ -11,6 +11,7 @@ from typing import Any, Literal, Protocol, get_args
 from pydantic import BaseModel, Field
 
 from lipstream.talk.turn_rule import TurnEndConfig, TurnRule
+from lipstream.talk.vad import END_SILENCE_MS, PAUSE_MS, START_MS, VoiceActivityDetector
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a friendly presenter who answers out loud. Always reply in English, in one to three short "
@@ -23,19 +24,20 @@ class ConversationConfig(BaseModel):
     """How a conversation listens and answers."""
 
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
-    max_history_messages: int = Field(12, ge=0)  # user and assistant messages kept (the system prompt aside)
-    max_reply_tokens: int = Field(120, ge=8)
+    # user and assistant messages kept (the system prompt aside)
+    max_history_messages: int = Field(12, ge=0, le=200)
+    max_reply_tokens: int = Field(120, ge=8, le=1024)
     max_turn_seconds: float = Field(30.0, gt=1)  # a longer monologue is cut there and answered
     partial_every_seconds: float = Field(0.5, gt=0)  # re-decode the growing turn this often
     # commit stable words while the user speaks and decode only each turn's tail at the end
     # (lipstream.talk.transcriber); off: every decode reads the whole turn, as before
     streaming_recognition: bool = False
     preroll_seconds: float = Field(0.25, ge=0)  # audio before the detected onset given to STT
-    start_ms: float = Field(200, gt=0)  # speech shorter than this (a cough, a click) never starts a turn
-    end_silence_ms: float = Field(500, gt=0)  # silence that ends the user's turn
+    start_ms: float = Field(START_MS, gt=0)  # speech shorter than this (a cough, a click) never starts a turn
+    end_silence_ms: float = Field(END_SILENCE_MS, ge=100, le=5000)  # silence that ends the user's turn
     # silence after which the answer starts being prepared (speech recognition, the model's first words),
     # kept if the silence lasts to end_silence_ms, dropped if the user goes on
-    pause_ms: float = Field(96, gt=0)
+    pause_ms: float = Field(PAUSE_MS, gt=0)
     # the end-of-turn rule: a detector judging each pause, or the plain silence rule (end_silence_ms)
     turn: TurnEndConfig = Field(default_factory=lambda: TurnEndConfig(detector="silence"))
     # user speech starting this soon after the end of their turn, while its answer has not finished playing,
@@ -48,6 +50,11 @@ class ConversationConfig(BaseModel):
     def vad_end_silence_ms(self) -> float:
         """The silence after which the VAD itself ends a turn: a detector's hard cap, or the silence rule."""
         return self.turn.max_wait_ms if self.turn.uses_detector else self.end_silence_ms
+
+    def voice_activity(self, model: Any = None) -> VoiceActivityDetector:
+        """A VAD for one microphone with this config's start, pause and end (`model`: shared SileroModel)."""
+        start, end, pause = self.start_ms, self.vad_end_silence_ms, self.pause_ms
+        return VoiceActivityDetector(start_ms=start, end_silence_ms=end, pause_ms=pause, model=model)
 
 
 def same_words(a: str, b: str) -> bool:

@@ -16,6 +16,11 @@ from lipstream.errors import ModelError
 WINDOW = 512  # samples per window at 16 kHz (32 ms): the only size the model accepts at this rate
 CONTEXT = 64  # the model also sees the last 64 samples of the previous window
 WINDOW_MS = WINDOW * 1000 / SAMPLE_RATE
+# the conversation's defaults (ConversationConfig reads them from here): speech shorter than START_MS never
+# starts a turn; PAUSE_MS of silence is a pause (an answer starts being prepared); END_SILENCE_MS ends it
+START_MS = 200.0
+PAUSE_MS = 96.0
+END_SILENCE_MS = 500.0
 
 VadKind = Literal["speech_start", "pause", "resume", "speech_end"]
 
@@ -92,9 +97,9 @@ class VoiceActivityDetector:
     def __init__(
         self,
         threshold: float = 0.5,
-        start_ms: float = 200,
-        end_silence_ms: float = 500,
-        pause_ms: float = 128,
+        start_ms: float = START_MS,
+        end_silence_ms: float = END_SILENCE_MS,
+        pause_ms: float = PAUSE_MS,
         gap_ms: float = 96,
         end_offset_ms: float = WINDOW_MS,
         model: SileroModel | None = None,

@@ -36,7 +36,11 @@ async function openPage(initScript) {
   await page.selectOption('#avatar', avatar);
   await page.evaluate(() => {
     const p = window.lipstreamPlayer;
-    window.__probe = { transcripts: [], captions: [], decisions: [] };
+    window.__probe = { transcripts: [], captions: [], decisions: [], states: [] };
+    p.addEventListener('state', (e) => {
+      const el = document.querySelector('#states');
+      window.__probe.states.push({ ...e.detail, shown: el.textContent, dataAgent: el.dataset.agent });
+    });
     p.addEventListener('turn_decision', (e) => {
       window.__probe.decisions.push({ ...e.detail, micState: document.querySelector('#mic-state').textContent });
     });

@@ -11,7 +11,7 @@ const MAX_EVENTS = 500;
 /** Events with a `position_samples` that fire when the audio clock gets there (captions follow the voice). */
 const ON_CLOCK = new Set(['speech_started', 'playback_finished', 'reply_text']);
 /** Agent events about the user or the turn: nothing to wait for, they fire on arrival. */
-const ON_ARRIVAL = new Set(['user_speech_started', 'user_speech_ended', 'turn_decision', 'transcript', 'turn_metrics']);
+const ON_ARRIVAL = new Set(['state', 'user_speech_started', 'user_speech_ended', 'turn_decision', 'transcript', 'turn_metrics']);
 
 /**
  * Close codes after which the player opens a new session by itself: the server or its replica went away

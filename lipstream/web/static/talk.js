@@ -120,6 +120,7 @@ export class TalkPanel {
 
   _listen() {
     const p = this.player;
+    p.addEventListener('state', (e) => this._onStates(e.detail));
     p.addEventListener('user_speech_started', (e) => this._onUserStarted(e.detail));
     p.addEventListener('user_speech_ended', () => this._state('your turn is over · thinking…'));
     p.addEventListener('turn_decision', (e) => this._onDecision(e.detail));
@@ -257,6 +258,14 @@ export class TalkPanel {
   }
 
   _state(text) { this.$('mic-state').textContent = text; }
+
+  /** The server's turn machine: the avatar's state (listening, thinking, speaking) and the user's. */
+  _onStates(d) {
+    const el = this.$('states');
+    el.dataset.agent = d.agent;
+    el.dataset.user = d.user;
+    el.textContent = `avatar ${d.agent} · you ${d.user}`;
+  }
 
   _level(peak) { this.$('mic-level').value = peak; }
 

@@ -301,9 +301,14 @@ class FixedJudge:
         self.value = score
         self.seen: list[str] = []
         self.messages: list[list[ChatMessage]] = []
+        self.read: list[list[ChatMessage]] = []
 
     async def score(self, audio: np.ndarray, messages: list[ChatMessage]) -> float:
         """The fixed score; remembers the transcript it judged."""
         self.seen.append(messages[-1].content)
         self.messages.append(list(messages))
         return self.value
+
+    async def prefill(self, messages: list[ChatMessage]) -> None:
+        """Remembers what it read ahead (a text detector reads the question while the user speaks)."""
+        self.read.append(list(messages))

@@ -107,18 +107,15 @@ def test_an_answer_set_aside_is_taken_over_when_the_words_are_the_same_and_dropp
     assert m.answers.dropped == (1, same.tokens)  # the one not taken over was dropped and counted
 
 
-def test_a_judge_sharing_the_answers_model_judges_first_and_its_judgement_is_told() -> None:
+def test_the_judge_reads_the_plain_prompt_beside_the_answer_and_its_judgement_is_told() -> None:
     judge = FixedJudge(0.5)
-    llm = ScriptedLLM()
-    judge.model = llm  # the text detector reads through the answer's own model
 
     async def main() -> Maker:
-        m = maker(JUDGED, judge=judge, llm=llm)
-        assert not m.answers.answer_first
-        prepared = m.answers.prepare(3, 20000, Heard("tell me a short joke"), m.mic, [], judge=True)
+        m = maker(JUDGED, judge=judge)
+        prepared = m.answers.prepare(3, 20000, Heard("tell me a short joke?"), m.mic, [], judge=True)
         await prepared.task
         assert prepared.score == 0.5 and prepared.judged_at is not None
-        assert prepared.first_token_at is None or prepared.first_token_at >= prepared.judged_at
+        assert len(m.llm.calls) == 1  # the answer was asked for before the judgement, not after
         await drain(prepared)
         return m
 
@@ -126,7 +123,23 @@ def test_a_judge_sharing_the_answers_model_judges_first_and_its_judgement_is_tol
     assert m.judged == [(20000, 0.5)]
     decision = {"type": "turn_decision", "turn": 3, "finished": True, "score": 0.5, "detector": "text"}
     assert m.events == [decision]
-    assert judge.seen == ["tell me a short joke"]
+    assert [(x.role, x.content) for x in judge.messages[-1]] == [
+        ("system", JUDGED.system_prompt), ("user", "tell me a short joke")  # as spoken: no final "?"
+    ]
+
+
+def test_a_text_judge_reads_ahead_the_plain_prompt_beside_the_answers_model() -> None:
+    judge = FixedJudge(0.5)
+
+    async def main() -> Maker:
+        m = maker(JUDGED, judge=judge)
+        m.answers.partial_heard([], "what time does", may_read=True)
+        await asyncio.sleep(0.01)
+        return m
+
+    m = asyncio.run(main())
+    assert [r[-1].content for r in judge.read] == ["what time does"]
+    assert [p[-1].content for p in m.llm.prefilled] == ["what time does"]
 
 
 def test_a_partial_is_looked_up_and_read_ahead_only_when_allowed_and_once_per_text() -> None:

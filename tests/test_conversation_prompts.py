@@ -59,7 +59,9 @@ def test_a_knowledge_source_is_searched_on_partials_and_its_passages_reach_the_p
     assert [m.content for m in run.llm.prefilled[-1][:-1]] == [system.content]
 
 
-def test_the_turn_detector_reads_the_answers_own_prompt() -> None:
+def test_the_turn_detector_reads_the_plain_prompt_and_the_answer_the_notes() -> None:
+    """The judge reads the question without the notes (in its own context: a knowledge turn's notes never
+    delay the turn's decision); the answer reads the notes before the question."""
     turn = TurnEndConfig(detector="text", finished_ms=200, max_wait_ms=1600)
     judge = FixedJudge(0.5)
 
@@ -71,7 +73,11 @@ def test_the_turn_detector_reads_the_answers_own_prompt() -> None:
 
     run = asyncio.run(main())
     judged, answered = judge.messages[-1], run.llm.calls[-1]
-    assert [m.content for m in judged] == [m.content for m in answered]
+    assert [(m.role, m.content) for m in judged] == [
+        ("system", ConversationConfig().system_prompt), ("user", "what time does the library open")
+    ]
+    assert answered[-1].content.startswith("<notes>opens at nine</notes>")
+    assert all("<notes>" not in m.content for read in judge.read for m in read)  # its read-aheads too
 
 
 class _EndpointLLM:
@@ -87,14 +93,13 @@ class _EndpointLLM:
         return self.inner.stream(messages, max_tokens)
 
 
-@pytest.mark.parametrize("judge_model", ["its own", "the answers'"])
-def test_the_judge_model_reads_the_question_ahead_once_whoever_writes_the_answer(judge_model: str) -> None:
+@pytest.mark.parametrize("answers_from", ["an endpoint", "a model that reads ahead"])
+def test_the_judge_and_the_answers_model_read_the_question_ahead_once_each(answers_from: str) -> None:
     turn = TurnEndConfig(detector="text", finished_ms=200, max_wait_ms=1600)
     config = ConversationConfig(start_ms=100, partial_every_seconds=0.3, turn=turn)
     words = "what time does the library open today please tell me"
-    llm = _EndpointLLM() if judge_model == "its own" else ScriptedLLM()
+    llm = _EndpointLLM() if answers_from == "an endpoint" else ScriptedLLM()
     judge = FixedJudge(0.5)
-    judge.model = ScriptedLLM() if judge_model == "its own" else llm
 
     async def main() -> Run:
         run = make(config, detector=judge, llm=llm)
@@ -103,16 +108,18 @@ def test_the_judge_model_reads_the_question_ahead_once_whoever_writes_the_answer
         return run
 
     run = asyncio.run(main())
-    read = [messages[-1].content for messages in judge.model.prefilled]
+    read = [messages[-1].content for messages in judge.read]
     assert read and all(words.startswith(text.lower()) for text in read) and len(set(read)) == len(read)
     assert judge.seen[-1].lower().startswith(read[-1].lower())
+    answer_read = [] if answers_from == "an endpoint" else [m[-1].content for m in llm.prefilled]
+    assert (answer_read == []) == (answers_from == "an endpoint")
+    assert len(set(answer_read)) == len(answer_read)
     assert len(run.session.said) == 1
 
 
-@pytest.mark.parametrize("judge_model", ["its own", "the answers'"])
-def test_an_answer_starts_beside_a_judge_with_a_model_of_its_own_and_after_one_sharing_its_model(
-    judge_model: str,
-) -> None:
+def test_an_answer_starts_beside_the_judgement() -> None:
+    """The judge has a context of its own (the embedded model's second one, or a model of its own): the
+    answer does not wait for its judgement."""
     turn = TurnEndConfig(detector="text", finished_ms=200, max_wait_ms=1600)
     config = ConversationConfig(start_ms=100, partial_every_seconds=0.3, turn=turn)
     llm = ScriptedLLM()
@@ -124,11 +131,8 @@ def test_an_answer_starts_beside_a_judge_with_a_model_of_its_own_and_after_one_s
             answers_when_judged.append(len(llm.calls))
             return await super().score(audio, messages)
 
-    judge = SlowJudge(0.5)
-    judge.model = ScriptedLLM() if judge_model == "its own" else llm
-
     async def main() -> Run:
-        run = make(config, detector=judge, llm=llm)
+        run = make(config, detector=SlowJudge(0.5), llm=llm)
         await say(run, np.concatenate([silence(0.3), spoken("tell me a short joke"), silence(0.8)]))
         await asyncio.sleep(0.3)  # the microphone runs faster than real time here: let the judgement come
         await say(run, silence(0.3))
@@ -136,7 +140,7 @@ def test_an_answer_starts_beside_a_judge_with_a_model_of_its_own_and_after_one_s
         return run
 
     run = asyncio.run(main())
-    assert answers_when_judged and answers_when_judged[0] == (1 if judge_model == "its own" else 0)
+    assert answers_when_judged and answers_when_judged[0] == 1
     assert len(run.session.said) == 1 and run.kinds("turn_decision")[0]["finished"] is True
 
 

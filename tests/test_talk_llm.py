@@ -292,3 +292,47 @@ def test_a_model_that_died_between_turns_answers_the_next_turn_without_error(emb
     os.kill(endpoint.pid, signal.SIGKILL)
     reply = asyncio.run(_collect(embedded, QUESTION, max_tokens=8))
     assert reply and embedded.status().pid not in (None, endpoint.pid)
+
+
+@pytest.mark.slow
+def test_a_judgement_does_not_wait_for_an_answer_being_written(embedded) -> None:
+    """The judge has its own context in the model's process (issue 47): a turn judged while another answer
+    is being written comes back while that answer is still streaming."""
+
+    async def main() -> tuple[int, int, float]:
+        got: list[str] = []
+
+        async def consume() -> None:
+            story = QUESTION[:1] + [ChatMessage("user", "Tell me a very long story about a dragon.")]
+            async for delta in embedded.stream(story, max_tokens=300):
+                got.append(delta)
+
+        task = asyncio.create_task(consume())
+        while len(got) < 3:
+            await asyncio.sleep(0.005)
+        score = await embedded.end_of_turn([*QUESTION[:1], ChatMessage("user", "What time is it?")])
+        when_judged = len(got)
+        await task
+        return when_judged, len(got), score
+
+    when_judged, written, score = asyncio.run(main())
+    assert 0 < score <= 1
+    assert when_judged < written, (when_judged, written)  # the answer was still being written
+
+
+@pytest.mark.slow
+def test_a_read_ahead_stops_for_an_answer_and_keeps_what_it_read(embedded) -> None:
+    """A long read-ahead (a knowledge turn's notes) gives way to an answer asked for meanwhile: it returns
+    having read only part of the prompt, and the answer is written."""
+    notes = " ".join(f"Note {i}: the room on floor {i % 4} opens at {8 + i % 3} am." for i in range(120))
+    prefix = [*QUESTION[:1], ChatMessage("user", notes)]
+
+    async def main() -> tuple[dict, list[str]]:
+        read = asyncio.create_task(embedded._post("read_ahead", prefix))
+        await asyncio.sleep(0.3)  # the read is under way
+        reply = await _collect(embedded, QUESTION, max_tokens=8)
+        return await read, reply
+
+    read, reply = asyncio.run(main())
+    assert reply
+    assert 0 < read["tokens"] < 1500, read  # stopped part way (the notes are ~2,000 tokens)

@@ -86,9 +86,10 @@ class AnswerMaker:
         detector: TurnDetector | None = None,
         on_judged: Callable[[int, float], None] | None = None,
     ) -> None:
-        """`detector`: judges pauses (None: the silence rule); when it reads the prompt through a model of its
-        own (the answers come from an endpoint), that model reads ahead too, and the answer need not wait for
-        its judgement. `on_judged(end_sample, score)`: told each judgement (the turn machine's `judged`)."""
+        """`detector`: judges pauses (None: the silence rule), beside the answer: it reads the plain prompt
+        (no notes) in a context of its own, so a judgement never waits behind an answer or its notes (issue
+        47); a text detector reads the question ahead too. `on_judged(end_sample, score)`: told each
+        judgement (the turn machine's `judged`)."""
         self.llm = llm
         self.speaker = speaker
         self.session = session
@@ -98,15 +99,12 @@ class AnswerMaker:
         self.detector = detector
         self.on_judged = on_judged
         self.dropped = (0, 0)  # speculative answers dropped since the turn began, and their tokens
-        self._read_last = ""  # the user message the models last read ahead
-        # the models that read the prompt at the pause: the answer's, and the judge's when it is another
-        judge_model = getattr(detector, "model", None)
-        models = [llm] if judge_model is llm else [llm, judge_model]
-        self._readers: list[ReadsAhead] = [m for m in models if isinstance(m, ReadsAhead)]
+        # what reads the prompt while the user speaks: the answer's model (its prompt, the notes included)
+        # and the judge (the plain prompt), each once per new text, one read at a time
+        self._answer_reader = llm if isinstance(llm, ReadsAhead) else None
+        self._judge_reader = detector if isinstance(detector, ReadsAhead) else None
+        self._read_last: dict[str, str] = {}  # the user message each reader last read
         self._read_tasks: list[asyncio.Task] = []
-        # the judge reads through the answer's model: it judges first (the turn's end waits for it, and the
-        # answer then reads its prompt from the cache); any other judge works beside the answer (issue 35)
-        self.answer_first = detector is None or judge_model is not llm
 
     # ---- preparing ------------------------------------------------------------------------------------
 
@@ -131,19 +129,17 @@ class AnswerMaker:
             prepared.text = text
             if not text:
                 return text
-            # the detector reads the answer's own prompt, so the model's prompt cache serves both
             messages = self.messages(prepared, history, text)
             taken_over = resumed is not None and same_words(resumed.text, text) and resumed.feeder is not None
             if resumed is not None and taken_over:
                 prepared.take_over(resumed)
             elif resumed is not None:
                 self.drop(resumed)
-            if not taken_over and self.answer_first:  # a judge of its own works beside the answer
+            if not taken_over:  # the judge works beside the answer, on its own context
                 self.start(prepared, messages)
             if last_audio is not None:
-                await self._judge(prepared, turn, last_audio, messages, early)
-            if not taken_over and not self.answer_first:
-                self.start(prepared, messages)
+                judged = plain_prompt(self.config.system_prompt, history, text)
+                await self._judge(prepared, turn, last_audio, judged, early)
             return text
 
         prepared.task = asyncio.create_task(run())
@@ -185,8 +181,7 @@ class AnswerMaker:
 
     def messages(self, prepared: PreparedAnswer, history: list[ChatMessage], text: str) -> list[ChatMessage]:
         """The model's input for the transcript `text`: the system prompt, the history, the question (with
-        the passages before it when a knowledge source is given). The turn detector reads the same, so the
-        model's prompt cache serves both."""
+        the passages before it when a knowledge source is given)."""
         messages, prepared.grounded = answer_prompt(self.config.system_prompt, history, text, self.grounding)
         return messages
 
@@ -213,17 +208,22 @@ class AnswerMaker:
             self.read_ahead(history, text)
 
     def read_ahead(self, history: list[ChatMessage], partial_text: str) -> None:
-        """Have the model read the answer's prompt for what the user has said so far while they still speak
-        (once per partial text or set of notes, one read at a time): at the end only the last words are left
-        to read before the turn is judged and the first token written (issue 35: a question's ~15 tokens
-        cost the judgement ~40-70 ms on one thread). A no-op for models that cannot read ahead."""
-        if not self._readers or any(not task.done() for task in self._read_tasks):
+        """Have the models read their prompts for what the user has said so far while they still speak: the
+        answer's model its prompt (the notes, with a knowledge source), the judge the plain prompt (once per
+        new text, one read at a time), so at the end only the last words are left to read (issue 35: a
+        question's ~15 tokens cost a judgement ~40-70 ms on one thread). A no-op for models that cannot."""
+        if any(not task.done() for task in self._read_tasks):
             return
-        prefix = self.read_ahead_prefix(history, partial_text)
-        if prefix is None or prefix[-1].content == self._read_last:
-            return
-        self._read_last = prefix[-1].content
-        self._read_tasks = [asyncio.create_task(_prefill(model, prefix)) for model in self._readers]
+        reads = (
+            ("answer", self._answer_reader, self.read_ahead_prefix(history, partial_text)),
+            ("judge", self._judge_reader, plain_prompt(self.config.system_prompt, history, partial_text)),
+        )
+        self._read_tasks = []
+        for name, reader, prefix in reads:
+            if reader is None or prefix is None or prefix[-1].content == self._read_last.get(name):
+                continue
+            self._read_last[name] = prefix[-1].content
+            self._read_tasks.append(asyncio.create_task(_prefill(reader, prefix)))
 
     def close(self) -> None:
         """Stop reading ahead."""
@@ -332,6 +332,12 @@ async def _prefill(llm: ReadsAhead, prefix: list[ChatMessage]) -> None:
         await llm.prefill(prefix)
     except LipstreamError as exc:  # only a head start is lost
         log.debug("reading the prompt ahead failed: %s", exc)
+
+
+def plain_prompt(system_prompt: str, history: list[ChatMessage], text: str) -> list[ChatMessage]:
+    """The prompt without notes: what the turn detector judges (a knowledge turn's notes would only cost it
+    their prefill, and the detector's context keeps this prefix from turn to turn)."""
+    return [ChatMessage("system", system_prompt), *history, ChatMessage("user", as_spoken(text))]
 
 
 def answer_prompt(

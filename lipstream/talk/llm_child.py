@@ -57,8 +57,11 @@ def _chunk(completion_id: str, model: str, delta: dict[str, str], finish: str | 
 def create_child_app(chat: Any, key: str, model_name: str) -> FastAPI:
     """The child's FastAPI app around a loaded `LlamaChat`."""
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
-    # one generation at a time (llama.cpp contexts are not thread-safe): requests queue on LlamaChat's lock
+    # a thread per llama.cpp context (they are not thread-safe): answers and read-aheads queue on the
+    # answer's, judgements on the judge's, so a judgement never waits for an answer or for notes being read
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llm")
+    judge_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llm-judge")
+    waiting: set[threading.Event] = set()  # answers queued on the answer's context: read-aheads stop for them
 
     def error(status: int, message: str) -> JSONResponse:
         return JSONResponse({"error": {"message": message}}, status_code=status)
@@ -77,6 +80,7 @@ def create_child_app(chat: Any, key: str, model_name: str) -> FastAPI:
                 loop.call_soon_threadsafe(queue.put_nowait, (kind, value))
 
         def work() -> None:
+            waiting.discard(cancel)
             try:
                 for delta in chat.generate(messages, request.max_tokens, cancel, sampling):
                     post("delta", delta)
@@ -85,6 +89,7 @@ def create_child_app(chat: Any, key: str, model_name: str) -> FastAPI:
             finally:
                 post("end", None)
 
+        waiting.add(cancel)
         executor.submit(work)
         try:
             while True:
@@ -117,8 +122,19 @@ def create_child_app(chat: Any, key: str, model_name: str) -> FastAPI:
             return error(400, "bad request: the last message must be the user's")
         messages = [ChatMessage(m.role, m.content) for m in body.messages]
         loop = asyncio.get_running_loop()
-        probability = await loop.run_in_executor(executor, chat.end_of_turn, messages)
+        probability = await loop.run_in_executor(judge_executor, chat.end_of_turn, messages)
         return {"probability": probability}
+
+    @app.post("/v1/lipstream/read_ahead")
+    async def read_ahead(request: Request) -> Any:
+        # lipstream's own route: read the answer's prompt up to the open last message into the answer's cache
+        body = await chat_request(request)
+        if isinstance(body, JSONResponse):
+            return body
+        messages = [ChatMessage(m.role, m.content) for m in body.messages]
+        loop = asyncio.get_running_loop()
+        read = await loop.run_in_executor(executor, chat.read_ahead, messages, lambda: bool(waiting))
+        return {"tokens": read}
 
     @app.get("/health")
     async def health(request: Request) -> Any:

@@ -156,24 +156,33 @@ class EmbeddedChatModel:
                 await client.aclose()
 
     async def prefill(self, messages: list[ChatMessage]) -> None:
-        """Read the prompt's beginning into the model's cache (a knowledge turn's notes while the user is
-        still speaking), through the end-of-turn call, whose prompt is the answer's up to the user's words."""
-        await self.end_of_turn(messages)
+        """Read the answer's prompt up to the open last message (a knowledge turn's notes, the question heard
+        so far) into the answer's cache while the user is still speaking; an answer asked for meanwhile
+        stops it (what was read stays cached)."""
+        await self._post("read_ahead", messages)
 
     async def end_of_turn(self, messages: list[ChatMessage]) -> float:
         """How likely the last (user) message is a finished turn, 0..1 (the model's own judgement of where
-        the message ends; see LlamaChat.end_of_turn). LLMError when the model process cannot answer."""
+        the message ends, in its judge's context; see LlamaChat.end_of_turn). LLMError when the model
+        process cannot answer."""
+        reply = await self._post("end_of_turn", messages)
+        try:
+            return float(reply["probability"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise LLMError(f"the end-of-turn score failed: {exc}") from None
+
+    async def _post(self, route: str, messages: list[ChatMessage]) -> dict:
+        """One of the child's own routes (`/v1/lipstream/<route>`): its JSON reply."""
         endpoint = await self._endpoint()
         headers = {"Authorization": f"Bearer {endpoint.key}"}
         body = {"messages": [m.to_dict() for m in messages], "stream": False}
         try:
             async with self._client() as client:
-                url = f"{endpoint.url}/v1/lipstream/end_of_turn"
-                reply = await client.post(url, json=body, headers=headers)
+                reply = await client.post(f"{endpoint.url}/v1/lipstream/{route}", json=body, headers=headers)
             reply.raise_for_status()
-            return float(reply.json()["probability"])
-        except (httpx.HTTPError, KeyError, TypeError, ValueError) as exc:
-            raise LLMError(f"the end-of-turn score failed: {exc}") from None
+            return reply.json()
+        except (httpx.HTTPError, ValueError) as exc:
+            raise LLMError(f"the model's {route.replace('_', ' ')} failed: {exc}") from None
 
     def _client(self) -> httpx.AsyncClient:
         """An HTTP client for the child (the shared TLS context: the child speaks plain HTTP anyway)."""

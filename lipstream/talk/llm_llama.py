@@ -8,9 +8,10 @@ from __future__ import annotations
 import importlib.util
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -59,14 +60,21 @@ def compiled_features() -> dict[str, bool]:
     return features
 
 
+# tokens a read-ahead evaluates between two looks at whether an answer is waiting (~16 x 3-6 ms on one core)
+READ_AHEAD_CHUNK = 16
+
+
 class LlamaChat:
-    """SmolLM2 on llama.cpp: blocking token-by-token chat generation, one at a time (a lock).
+    """SmolLM2 on llama.cpp: blocking token-by-token chat generation in one context, and the end-of-turn
+    judgement in a second context of the same weights (issue 47: a judgement never queues behind an answer's
+    prompt, the knowledge notes it reads included, and each context's prompt cache keeps its own prefix).
 
     The chat template is the one stored in the GGUF (ChatML), generation stops at its end-of-turn token.
-    llama.cpp keeps the previous prompt's KV cache, so a next turn that extends the same history only
-    evaluates the new tokens. `threads` defaults to 1: llama.cpp's worker threads spin at barriers, and when
-    the cores are also busy with STT, TTS and rendering, 2 threads on 2 cores ran 3-10x slower than 1
-    (measured); a 135M model is fast enough on one core.
+    llama.cpp keeps each context's previous prompt in its KV cache, so a next turn that extends the same
+    history only evaluates the new tokens. `threads` defaults to 1: llama.cpp's worker threads spin at
+    barriers, and when the cores are also busy with STT, TTS and rendering, 2 threads on 2 cores ran 3-10x
+    slower than 1 (measured); a 135M model is fast enough on one core. The weights are mapped once and
+    shared by both contexts; the judge's context costs its KV cache (~50 MB at 2,048 tokens).
     """
 
     def __init__(
@@ -85,18 +93,18 @@ class LlamaChat:
         self.sampling = sampling or SamplingConfig()
         started = time.perf_counter()
         try:
-            self._llama = Llama(
-                model_path=str(self.model_path),
-                n_ctx=context_tokens,
-                n_threads=threads,
-                n_threads_batch=threads,
-                seed=seed,
-                verbose=False,
-            )
+            self._llama, self._judge = (
+                Llama(
+                    model_path=str(self.model_path), n_ctx=context_tokens, n_threads=threads,
+                    n_threads_batch=threads, seed=seed, verbose=False,
+                )
+                for _ in range(2)
+            )  # fmt: skip
         except (ValueError, RuntimeError, OSError) as exc:
             raise ModelError(f"could not load {self.model_path.name} with llama.cpp: {exc}") from exc
         self.load_seconds = time.perf_counter() - started
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the answer's context
+        self._judge_lock = threading.Lock()
         self._end_tokens: list[int] | None = None
 
     def warm_up(self) -> float:
@@ -142,29 +150,49 @@ class LlamaChat:
         that the message ends where it stops (its end-of-message token, or a sentence's final ? . !).
 
         The text is scored as spoken, without its final punctuation (speech recognition adds "?" to a
-        fragment as readily as to a question). The prompt shares its prefix with the answer's, so the KV
-        cache serves both and a score costs only the user's words (≈ 20-40 ms on one thread)."""
+        fragment as readily as to a question). It runs in the judge's own context, whose cache keeps the
+        conversation's prompt up to the user's words from the last judgement or read-ahead: a score costs
+        only the new words (≈ 20-40 ms on one thread), whatever the answer's context is doing."""
         *context, last = messages
-        spoken = as_spoken(last.content)
-        prompt = "".join(f"<|im_start|>{m.role}\n{m.content}<|im_end|>\n" for m in context)
-        prompt += f"<|im_start|>{last.role}\n{spoken}"
-        with self._lock:
-            llama = self._llama
-            tokens = llama.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
-            if len(tokens) >= llama.n_ctx():
-                tokens = tokens[-(llama.n_ctx() - 1) :]
-            kept = 0
-            for cached, new in zip(llama.input_ids[: llama.n_tokens], tokens[:-1], strict=False):
-                if cached != new:
-                    break
-                kept += 1
-            llama.n_tokens = kept  # the cache past this point is dropped by eval
-            llama.eval(tokens[kept:])
+        with self._judge_lock:
+            llama = self._judge
+            self._eval_missing(llama, _chatml(context, last.role, as_spoken(last.content)))
             raw = np.ctypeslib.as_array(llama._ctx.get_logits(), shape=(llama.n_vocab(),))
             logits = raw.astype(np.float64)
             ends = self._turn_end_tokens()
         odds = np.exp(logits - logits.max())
         return float(odds[ends].sum() / odds.sum())
+
+    def read_ahead(self, messages: list[ChatMessage], stop: Callable[[], bool] = lambda: False) -> int:
+        """Read the answer's prompt as far as `messages` go (the last, the user's, left open: a knowledge
+        turn's notes, or the question heard so far) into the answer's context while the user still speaks,
+        `READ_AHEAD_CHUNK` tokens at a time; it stops early, keeping what it read, once `stop()` says an
+        answer is waiting (an answer never waits behind a head start). Returns the tokens read."""
+        *context, last = messages
+        with self._lock:
+            return self._eval_missing(self._llama, _chatml(context, last.role, last.content), stop)
+
+    def _eval_missing(self, llama: Any, prompt: str, stop: Callable[[], bool] | None = None) -> int:
+        """Evaluate `prompt` in `llama`'s context past what its cache already holds (in chunks, checking
+        `stop` between them, when given); returns the tokens evaluated."""
+        tokens = llama.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
+        if len(tokens) >= llama.n_ctx():
+            tokens = tokens[-(llama.n_ctx() - 1) :]
+        kept = 0
+        for cached, new in zip(llama.input_ids[: llama.n_tokens], tokens[:-1], strict=False):
+            if cached != new:
+                break
+            kept += 1
+        llama.n_tokens = kept  # the cache past this point is dropped by eval
+        missing = tokens[kept:]
+        step = READ_AHEAD_CHUNK if stop is not None else max(1, len(missing))
+        done = 0
+        while done < len(missing):
+            if stop is not None and stop():
+                break
+            llama.eval(missing[done : done + step])
+            done += step
+        return min(done, len(missing))
 
     def _turn_end_tokens(self) -> list[int]:
         if self._end_tokens is None:
@@ -175,8 +203,14 @@ class LlamaChat:
         return self._end_tokens
 
     def close(self) -> None:
-        """Free the model."""
-        with self._lock:
-            close = getattr(self._llama, "close", None)
-            if close is not None:
-                close()
+        """Free both contexts."""
+        with self._lock, self._judge_lock:
+            for llama in (self._llama, self._judge):
+                llama.close()
+
+
+def _chatml(context: list[ChatMessage], role: str, open_text: str) -> str:
+    """The chat template's rendering of `context` and a last message left open after `open_text` (no end
+    token): the prompt a completion of these messages begins with."""
+    prompt = "".join(f"<|im_start|>{m.role}\n{m.content}<|im_end|>\n" for m in context)
+    return prompt + f"<|im_start|>{role}\n{open_text}"

@@ -52,6 +52,11 @@ class TextTurnDetector:
         """The model's probability that the user's message ends where the transcript stops."""
         return await self.model.end_of_turn(messages)
 
+    async def prefill(self, messages: list[ChatMessage]) -> None:
+        """Read the prompt heard so far into the judge's cache (a judgement whose score is not used), so the
+        pause's judgement reads only the last words."""
+        await self.model.end_of_turn(messages)
+
 
 class AudioScorer(Protocol):
     """An audio end-of-turn model (SmartTurnModel)."""

@@ -202,6 +202,11 @@ SCENARIOS: tuple[Scenario, ...] = (
     S("stt_window", "stt_window_bench",
       "Whisper on the audio's own window vs 30 s: transcript ms and WER, side by side (records its figures)"),
     S("knowledge", "knowledge_bench", "knowledge base: indexing and search (records its own figures)"),
+    S("knowledge_desk", "knowledge_desk_bench",
+      "36 spoken questions about 24 notes to serve --agent --knowledge: right, declined, invented, waterfall "
+      "(records its own figures)", usage="--avatars-dir $LIPSTREAM_HOME/avatars"),
+    S("knowledge_desk_notes", "knowledge_desk_corpus",
+      "writes the knowledge desk's 24 notes and persona to a folder, to try them with serve", usage="FOLDER"),
     # the serverless page
     S("serverless_page", "serverless_page_bench", "the serverless page in headless Chromium: drops, speed",
       raw="edge_bench.json", headlines=(

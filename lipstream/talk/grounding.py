@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from lipstream.talk.grounding_port import GroundedPrompt
 from lipstream.talk.knowledge import KnowledgeBase, Passage
+from lipstream.talk.knowledge_match import Query
 from lipstream.talk.knowledge_text import sentences, terms
 from lipstream.talk.persona import DEFAULT_UNKNOWN_ANSWER, Persona
 
@@ -42,6 +43,9 @@ class GroundingConfig:
     max_passages: int = 2
     min_relative_score: float = 0.5  # a passage scoring under this share of the best one's BM25 is left out
     min_support: float = 0.5  # a spoken sentence needs this share of its content words in the notes
+    # a passage holding under this share of the question's weight does not answer it (the question's rare
+    # words are not in it: "swimming pool" against the opening hours); the unknown answer is said instead
+    min_coverage: float = 0.4
     unknown_answer: str = DEFAULT_UNKNOWN_ANSWER
 
 
@@ -58,17 +62,18 @@ class KnowledgeGrounding:
         if persona is not None and config is None:
             base = GroundingConfig(unknown_answer=persona.unknown_answer)
         self.config = base
-        self._cached: tuple[tuple[str, ...], list[Passage]] | None = None
+        self._cached: tuple[tuple[str, ...], Query, list[Passage]] | None = None
         self.last_search_ms = 0.0  # the last retrieval's time (benchmarks read it)
 
-    def _search(self, text: str) -> tuple[tuple[str, ...], list[Passage]]:
+    def _search(self, text: str) -> tuple[tuple[str, ...], Query, list[Passage]]:
         key = tuple(dict.fromkeys(terms(text)))
         if self._cached is not None and self._cached[0] == key:
             return self._cached
         started = time.perf_counter()
-        found = self.knowledge.search(text, limit=self.config.max_passages + 2) if key else []
+        limit = self.config.max_passages + 2
+        query, found = self.knowledge.lookup(text, limit=limit) if key else (Query(()), [])
         self.last_search_ms = (time.perf_counter() - started) * 1000.0
-        self._cached = (key, found)
+        self._cached = (key, query, found)
         return self._cached
 
     def prefetch(self, partial_text: str) -> None:
@@ -79,13 +84,15 @@ class KnowledgeGrounding:
     def ground(self, system_prompt: str, user_text: str) -> KnowledgePrompt:
         """`system_prompt`, the rule to answer only from the notes, and the best passages (fenced, as data)
         within the character budget; no passage when none holds a distinctive term of the question."""
-        key, found = self._search(user_text)
+        key, query, found = self._search(user_text)
         if not key:  # "hello", "thanks": nothing to look up, the persona answers
             return KnowledgePrompt(system_prompt, chit_chat=True)
         chosen: list[Passage] = []
         used = 0
         for passage in found:
             if not passage.distinctive or len(chosen) >= self.config.max_passages:
+                continue
+            if passage.coverage < self.config.min_coverage:
                 continue
             if chosen and passage.score < self.config.min_relative_score * chosen[0].score:
                 break
@@ -97,7 +104,7 @@ class KnowledgeGrounding:
         unknown, budget = self.config.unknown_answer, self.config.budget_chars
         prompt = build_prompt(system_prompt, chosen, unknown, budget)
         sources = list(dict.fromkeys(p.source for p in chosen))
-        weights = self.knowledge.weights(list(key))
+        weights = query.weights()
         return KnowledgePrompt(
             prompt, [p.text for p in chosen], sources,
             instructions=f"{system_prompt.strip()}\n\n{_rule(unknown)}",
@@ -127,6 +134,10 @@ class KnowledgeGrounding:
             if not terms(sentence):  # "Sure!", "Yes,": nothing to judge yet
                 yield sentence
                 continue
+            if first and _is_unknown_answer(sentence, self.config.unknown_answer):
+                await _close(sentences_in)  # the model read the notes and found no answer: it says so
+                yield self.config.unknown_answer
+                return
             agree = numbers_agree(sentence, notes)
             held = agree and supported(sentence, allowed, self.config.min_support)
             if first and not (held and holds_any(sentence, keys)):
@@ -207,24 +218,42 @@ def holds_any(sentence: str, keys: set[str]) -> bool:
 
 def best_sentence(passages: tuple[Passage, ...] | list[Passage], weights: dict[str, float]) -> str:
     """The passages' sentence holding the question's terms of most weight (rare ones weigh most; the earliest
-    on a tie; the best passage's first sentence when none holds any), with its heading when it names none."""
-    best: tuple[float, int, str, str] | None = None
-    order = 0
+    on a tie; the best passage's first sentence when none holds any), with its heading when it names none;
+    and the sentence after it too when that one holds a term of the question that the first does not
+    ("Story time is on Wednesdays." + "It lasts an hour." for "when and how long")."""
+    best: tuple[float, int, list[str], str] | None = None
     for passage in passages:
-        for sentence in sentences(passage.text):
+        said = sentences(passage.text)
+        for index, sentence in enumerate(said):
             score = sum(weights.get(term, 0.0) for term in set(terms(sentence)))
             if best is None or score > best[0]:
-                best = (score, order, sentence, passage.heading)
-            order += 1
+                best = (score, index, said, passage.heading)
     if best is None:
         return passages[0].text.strip()
-    score, _, sentence, heading = best
-    sentence = sentence.rstrip()
-    if sentence and sentence[-1] not in ".!?":
-        sentence += "."
+    score, index, said, heading = best
+    chosen = [_ended(said[index])]
+    held = set(terms(said[index]))
+    if score > 0 and index + 1 < len(said):
+        follows = set(terms(said[index + 1]))
+        if any(weights.get(term, 0.0) > 0 for term in follows - held):
+            chosen.append(_ended(said[index + 1]))
     if score == 0 and heading:
-        return f"{heading.split(' > ')[-1]}: {sentence}"
-    return sentence
+        return f"{heading.split(' > ')[-1]}: {chosen[0]}"
+    return " ".join(chosen)
+
+
+def _ended(sentence: str) -> str:
+    sentence = sentence.rstrip()
+    return sentence + "." if sentence and sentence[-1] not in ".!?" else sentence
+
+
+def _is_unknown_answer(sentence: str, unknown: str) -> bool:
+    """The sentence is the persona's unknown answer (its words, whatever the punctuation or apostrophe)."""
+
+    def norm(text: str) -> str:
+        return " ".join(re.findall(r"[a-z']+", text.lower().replace("’", "'")))
+
+    return bool(norm(unknown)) and norm(unknown) in norm(sentence)
 
 
 async def _close(stream: AsyncIterator[str]) -> None:

@@ -19,9 +19,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from lipstream.errors import LipstreamError
 from lipstream.paths import lipstream_home
-from lipstream.talk.knowledge_text import Chunk, chunk_document, intent_terms, terms
+from lipstream.talk.knowledge_match import Query, Vocabulary, embed_words, idf, word_model
+from lipstream.talk.knowledge_text import STOP_WORDS, Chunk, chunk_document, intent_terms, stem, terms, words
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +32,7 @@ TEXT_SUFFIXES = frozenset({".md", ".markdown", ".txt", ".text"})
 PDF_SUFFIX = ".pdf"
 MAX_FILE_BYTES = 5 * 1024 * 1024
 MAX_DOCUMENTS = 10_000
-SCHEMA = 3  # bump when the index's layout or the chunking changes: older caches are rebuilt
+SCHEMA = 4  # bump when the index's layout or the chunking changes: older caches are rebuilt
 
 
 class KnowledgeError(LipstreamError):
@@ -46,6 +49,7 @@ class Passage:
     score: float  # BM25, higher is better
     matched: tuple[str, ...]  # the question's terms it holds
     distinctive: bool  # it holds a question term that few chunks hold (not just "library" in a library's FAQ)
+    coverage: float = 1.0  # the share of the question's weight it holds (Query.coverage)
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,18 @@ class KnowledgeBase:
             assert db is not None
         self._db = db
         self._chunks = int(db.execute("SELECT count(*) FROM chunks").fetchone()[0])
+        self.vocabulary = self._load_vocabulary(db)
+        if self.vocabulary.vectors is not None:  # the word model loads (~1.5 s) before the first question
+            threading.Thread(target=word_model, name="knowledge-word-model", daemon=True).start()
+
+    def _load_vocabulary(self, db: sqlite3.Connection) -> Vocabulary:
+        """The notes' surface words, their terms and word vectors, as the index stored them."""
+        rows = db.execute("SELECT word, term FROM vocab ORDER BY rowid").fetchall()
+        blob = db.execute("SELECT data FROM blobs WHERE name = 'vectors'").fetchone()
+        vectors = None
+        if blob is not None and rows:
+            vectors = np.frombuffer(blob[0], dtype=np.float16).reshape(len(rows), -1)
+        return Vocabulary([w for w, _ in rows], [t for _, t in rows], vectors)
 
     # ---- documents --------------------------------------------------------------------------------------
 
@@ -203,6 +219,10 @@ class KnowledgeBase:
                 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
                 CREATE TABLE files (name TEXT PRIMARY KEY, mtime_ns INTEGER, size INTEGER);
                 CREATE TABLE df (term TEXT PRIMARY KEY, n INTEGER) WITHOUT ROWID;
+                -- the notes' words as written (lower case) and their terms, with their word vectors in
+                -- blobs('vectors'): a question's unknown word is matched to them (knowledge_match)
+                CREATE TABLE vocab (word TEXT PRIMARY KEY, term TEXT);
+                CREATE TABLE blobs (name TEXT PRIMARY KEY, data BLOB);
                 -- terms: the chunk's words as the stemmer reduces them (the query is reduced the same way)
                 CREATE VIRTUAL TABLE chunks USING fts5(
                     terms, heading_terms, source UNINDEXED, heading UNINDEXED, text UNINDEXED,
@@ -219,6 +239,11 @@ class KnowledgeBase:
                 rows.append((" ".join(body), " ".join(head), chunk.source, chunk.heading, chunk.text))
             db.executemany("INSERT INTO chunks VALUES (?, ?, ?, ?, ?)", rows)
             db.executemany("INSERT INTO df VALUES (?, ?)", df.items())
+            surface = _surface_words(chunks)
+            db.executemany("INSERT INTO vocab VALUES (?, ?)", surface.items())
+            vectors = embed_words(list(surface))
+            if vectors is not None:
+                db.execute("INSERT INTO blobs VALUES ('vectors', ?)", (vectors.tobytes(),))
             db.executemany("INSERT INTO files VALUES (?, ?, ?)", stamps)
             meta = {"schema": SCHEMA, "chunk_chars": self.chunk_chars, "root": str(self.root.resolve()),
                     "built_at": time.time(), "documents": len(files)}  # fmt: skip
@@ -235,14 +260,34 @@ class KnowledgeBase:
 
     def search(self, question: str, limit: int = 4) -> list[Passage]:
         """The chunks that best answer `question` (BM25 over an OR of its distinctive terms), best first."""
-        wanted = list(dict.fromkeys(terms(question)))
-        if not wanted:
-            return []
-        extra = [t for t in intent_terms(question) if t not in wanted]
-        marks = ",".join("?" * len(wanted + extra))
+        return self.lookup(question, limit)[1]
+
+    def _df(self, wanted: list[str]) -> dict[str, int]:
+        marks = ",".join("?" * len(wanted))
         with self._lock:
-            df = dict(self._db.execute(f"SELECT term, n FROM df WHERE term IN ({marks})", wanted + extra)
-                      .fetchall())  # fmt: skip
+            rows = self._db.execute(f"SELECT term, n FROM df WHERE term IN ({marks})", wanted).fetchall()
+        return dict(rows)
+
+    def query(self, question: str) -> Query:
+        """The question's terms, its unknown words matched to the notes' (spelling, then meaning), weights."""
+        wanted = list(dict.fromkeys(terms(question)))
+        df = self._df(wanted) if wanted else {}
+        mapped = self.vocabulary.match(question, df) if len(df) < len(wanted) else {}
+        targets = [t for t, _ in mapped.values() if t not in df]
+        if targets:
+            df.update(self._df(targets))
+        weights = {t: idf(df, self._chunks, t) for t in df}
+        return Query(tuple(wanted), mapped, weights, idf({}, self._chunks, ""))
+
+    def lookup(self, question: str, limit: int = 4) -> tuple[Query, list[Passage]]:
+        """The question as a Query, and the chunks that best answer it (BM25 over an OR of its distinctive
+        terms, an unknown word standing for the notes' word it was matched to), best first."""
+        q = self.query(question)
+        wanted = q.search_terms()
+        if not wanted:
+            return q, []
+        extra = [t for t in intent_terms(question) if t not in wanted]
+        df = self._df(wanted + extra)
         # a term most chunks hold (the library's name in its own FAQ) finds everything and tells nothing:
         # it is left out of the query, which also keeps BM25 from scoring most of the index
         rare = {t for t in wanted + extra if 0 < df.get(t, 0) <= max(1, self._chunks // 2)}
@@ -253,7 +298,7 @@ class KnowledgeBase:
         if self._chunks <= 2:  # a note or two: every term counts
             asked_for = [t for t in wanted + extra if t in df]
         if not asked_for:
-            return []
+            return q, []
         query = " OR ".join(f'"{t}"' for t in asked_for)
         with self._lock:
             rows = self._db.execute(
@@ -270,14 +315,13 @@ class KnowledgeBase:
                 distinctive = bool(rare & set(matched)) or (known and bool(rare & asked))
             else:
                 distinctive = bool(matched)
-            passages.append(Passage(source, heading, text, -float(score), matched, distinctive))
-        return passages
+            passages.append(Passage(source, heading, text, -float(score), matched, distinctive,
+                                    q.coverage(held | asked)))  # fmt: skip
+        return q, passages
 
     def weights(self, wanted: list[str]) -> dict[str, float]:
         """Each term's inverse document frequency, log(chunks / chunks holding it): rare terms weigh most."""
-        marks = ",".join("?" * len(wanted))
-        with self._lock:
-            df = dict(self._db.execute(f"SELECT term, n FROM df WHERE term IN ({marks})", wanted).fetchall())
+        df = self._df(wanted)
         return {t: math.log((self._chunks + 1) / (df.get(t, 0) + 0.5)) for t in wanted}
 
     def stats(self) -> KnowledgeStats:
@@ -291,6 +335,17 @@ class KnowledgeBase:
         """Close the index."""
         with self._lock:
             self._db.close()
+
+
+def _surface_words(chunks: list[Chunk]) -> dict[str, str]:
+    """The chunks' content words as written (lower case, letters only, 3 or more) -> their terms."""
+    out: dict[str, str] = {}
+    for chunk in chunks:
+        for word in words(f"{chunk.heading} {chunk.text}"):
+            lower = word.lower()
+            if len(lower) >= 3 and lower.isalpha() and lower not in STOP_WORDS and lower not in out:
+                out[lower] = stem(lower)
+    return out
 
 
 def _read_pdf(file: Path) -> str:

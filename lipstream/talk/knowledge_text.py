@@ -1,11 +1,12 @@
 """Text for the knowledge index: documents cut into chunks under their headings, and words reduced to terms.
 
-The index and the reply guard share one notion of a term (lower case, a light plural/-ing/-ed stemmer, stop
+The index and the reply guard share one notion of a term (lower case, the Porter2 stemmer, stop
 words out), so "opens" in a question finds "open" in a document and a reply's "hours" matches a passage's.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -56,21 +57,24 @@ class Chunk:
 
 
 def stem(word: str) -> str:
-    """A word's term: lower case, possessive, plural and -ing/-ed/-e endings cut (light, not Porter)."""
+    """A word's term: lower case, the possessive cut, then the Porter2 (Snowball English) stem, so "cancel"
+    finds "cancellation" and "opens" finds "open"."""
     w = word.lower().replace("’", "'")
     if w.endswith("'s"):
         w = w[:-2]
-    if len(w) > 4 and w.endswith("ies"):
-        w = w[:-3] + "y"
-    elif len(w) > 3 and w.endswith("s") and not w.endswith(("ss", "us", "is")):
-        w = w[:-1]
-    if len(w) > 5 and w.endswith("ing"):
-        w = w[:-3]
-    elif len(w) > 4 and w.endswith("ed"):
-        w = w[:-2]
-    if len(w) > 3 and w.endswith("e"):
-        w = w[:-1]
-    return w
+    return _porter2(w)
+
+
+@functools.lru_cache(maxsize=65536)  # why: a text's words repeat; a stem is a pure function of the word
+def _porter2(word: str) -> str:
+    return _english_stemmer().stemWord(word)
+
+
+@functools.lru_cache(maxsize=1)
+def _english_stemmer():  # noqa: ANN202 - snowballstemmer has no type for it
+    import snowballstemmer
+
+    return snowballstemmer.stemmer("english")
 
 
 def words(text: str) -> list[str]:

@@ -1,0 +1,152 @@
+"""A question's words matched to the notes' own, as a person at the desk would: a word the notes never use is
+read as the notes' word it was most likely heard for (Whisper's "cast" for "cost", "color" for "colour") or
+meant as ("vehicle" for "car", "kids" for "children").
+
+Two matchers, each against the index's vocabulary (its surface words, lower case):
+
+- **spelling** (rapidfuzz's normalised Levenshtein ratio, >= 75 %): inflections Porter misses and misheard
+  words a letter or two off;
+- **meaning** (WordLlama's static token embeddings, shipped inside its wheel, run on numpy: the cosine of two
+  words' vectors, >= 0.55): paraphrase. Measured on the knowledge desk benchmark's questions: "animal" ->
+  "dogs" 0.67, "vehicle" -> "car" 0.69, "kids" -> "children" 0.87, "age" -> "old" 0.67; the unrelated
+  nearest words stay under 0.5 ("chess" 0.16, "pool" 0.16, "swimming" 0.21). Whole-sentence similarity from
+  the same model was measured and rejected: the right sentence won in 3 of 7 paraphrased questions.
+
+A word matched either way stands for its notes' term at its similarity's share of that term's weight.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from lipstream.talk.knowledge_text import STOP_WORDS, stem, words
+
+log = logging.getLogger(__name__)
+
+SPELLING_CUTOFF = 75.0  # rapidfuzz ratio, %: one letter changed in a 4-letter word ("cast", "cost")
+MEANING_CUTOFF = 0.55  # cosine of WordLlama word vectors (the measured pairs above)
+MIN_FUZZY_CHARS = 3  # "dvd" finds "dvds"; two letters ("me" -> "mi") are noise
+
+
+@dataclass(frozen=True)
+class Query:
+    """A question's content terms, what each unknown one was matched to, and each term's weight (IDF)."""
+
+    terms: tuple[str, ...]  # the question's own terms, in order, once each
+    mapped: dict[str, tuple[str, float]] = field(default_factory=dict)  # unknown term -> (notes' term, sim)
+    idf: dict[str, float] = field(default_factory=dict)  # every term's log(chunks / chunks holding it)
+    unknown_idf: float = 1.0  # the weight of a term no chunk holds (the largest there is)
+
+    def search_terms(self) -> list[str]:
+        """The terms to look up: the question's known terms and, for its unknown ones, the notes' terms."""
+        out = [self.mapped[t][0] if t in self.mapped else t for t in self.terms]
+        return list(dict.fromkeys(out))
+
+    def weights(self) -> dict[str, float]:
+        """Each term a sentence may hold, by weight: the question's own by IDF, a matched one at its share."""
+        out = {t: self.idf.get(t, self.unknown_idf) for t in self.terms if t not in self.mapped}
+        for notes_term, similarity in self.mapped.values():
+            out[notes_term] = max(out.get(notes_term, 0.0), similarity * self.idf.get(notes_term, 0.0))
+        return out
+
+    def coverage(self, held: set[str]) -> float:
+        """The share of the question's weight a text holding the terms `held` answers: an unknown term
+        unmatched weighs most (the notes know nothing about it)."""
+        total = got = 0.0
+        for term in self.terms:
+            if term in self.mapped:
+                notes_term, similarity = self.mapped[term]
+                weight = self.idf.get(notes_term, self.unknown_idf)
+                got += similarity * weight if notes_term in held else 0.0
+            else:
+                weight = self.idf.get(term, self.unknown_idf)
+                got += weight if term in held else 0.0
+            total += weight
+        return 1.0 if total == 0 else got / total
+
+
+def idf(df: Mapping[str, int], chunks: int, term: str) -> float:
+    """log((chunks + 1) / (chunks holding the term + 0.5)): rare terms weigh most."""
+    return math.log((chunks + 1) / (df.get(term, 0) + 0.5))
+
+
+@functools.lru_cache(maxsize=1)  # why: one 16 MB model per process, shared by every knowledge base
+def word_model() -> object | None:
+    """WordLlama's bundled model (l2_supercat, 256 dimensions) built from the files inside its wheel (its own
+    loader looks for the tokenizer in a folder the wheel does not have, then downloads); None when the
+    package is not installed."""
+    try:
+        import wordllama
+        from safetensors import safe_open
+        from tokenizers import Tokenizer
+        from wordllama.inference import WordLlamaInference
+    except ImportError:
+        return None
+    root = Path(wordllama.__file__).parent
+    tokenizer_file = root / "tokenizers" / "l2_supercat_tokenizer_config.json"
+    weights_file = root / "weights" / "l2_supercat_256.safetensors"
+    if not (tokenizer_file.is_file() and weights_file.is_file()):
+        log.warning("wordllama's bundled model is missing from %s: paraphrase matching is off", root)
+        return None
+    with safe_open(str(weights_file), framework="np") as f:
+        embedding = f.get_tensor("embedding.weight")
+    return WordLlamaInference(embedding, Tokenizer.from_file(str(tokenizer_file)))
+
+
+def embed_words(vocabulary: Sequence[str]) -> np.ndarray | None:
+    """Unit vectors (float16) of `vocabulary`'s words, one row each; None without the model."""
+    model = word_model()
+    if model is None or not vocabulary:
+        return None
+    vectors = model.embed(list(vocabulary), norm=True, batch_size=512)  # type: ignore[attr-defined]
+    return np.asarray(vectors, dtype=np.float16)
+
+
+class Vocabulary:
+    """The notes' surface words with their terms, matched against a question's unknown words."""
+
+    def __init__(self, surface: Sequence[str], term_of: Sequence[str], vectors: np.ndarray | None) -> None:
+        """`surface`: the notes' words; `term_of`: each one's term; `vectors`: their unit vectors or None."""
+        self.surface = list(surface)
+        self.term_of = list(term_of)
+        self.vectors = None if vectors is None else np.asarray(vectors, dtype=np.float32)
+
+    def spelled_like(self, word: str) -> tuple[str, float] | None:
+        """The notes' word closest in spelling to `word` (>= SPELLING_CUTOFF), as (term, similarity)."""
+        if len(word) < MIN_FUZZY_CHARS or not self.surface:
+            return None
+        from rapidfuzz import fuzz, process
+
+        hit = process.extractOne(word, self.surface, scorer=fuzz.ratio, score_cutoff=SPELLING_CUTOFF)
+        return None if hit is None else (self.term_of[hit[2]], hit[1] / 100.0)
+
+    def meant_like(self, word: str) -> tuple[str, float] | None:
+        """The notes' word closest in meaning to `word` (cosine >= MEANING_CUTOFF), as (term, cosine)."""
+        model = word_model()
+        if model is None or self.vectors is None or len(self.vectors) == 0:
+            return None
+        vector = np.asarray(model.embed([word], norm=True), dtype=np.float32)[0]  # type: ignore[attr-defined]
+        scores = self.vectors @ vector
+        best = int(np.argmax(scores))
+        score = float(scores[best])
+        return (self.term_of[best], score) if score >= MEANING_CUTOFF else None
+
+    def match(self, question: str, known: Mapping[str, int]) -> dict[str, tuple[str, float]]:
+        """Each content term of `question` the notes never hold -> the notes' term heard or meant for it."""
+        out: dict[str, tuple[str, float]] = {}
+        for word in words(question):
+            lower = word.lower().replace("’", "'")
+            term = stem(lower)
+            if lower in STOP_WORDS or term in known or term in out or not lower.isalpha():
+                continue
+            hit = self.meant_like(lower) or self.spelled_like(lower)  # a real word first: "eat" is not "seat"
+            if hit is not None:
+                out[term] = hit
+        return out

@@ -1,0 +1,99 @@
+"""Retrieval and the fallback's sentence as a person at the desk would choose (issue 47): inflection
+(Porter2), misheard words (spelling), paraphrase (word meaning), a question the notes do not answer, the
+model's own decline, and two adjacent sentences. No server, no language model."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from lipstream.talk.grounding import KnowledgeGrounding, best_sentence
+from lipstream.talk.knowledge import KnowledgeBase, Passage
+from lipstream.talk.knowledge_match import Query, Vocabulary, word_model
+from lipstream.talk.knowledge_text import stem, terms
+from lipstream.talk.persona import Persona
+
+NOTES = {
+    "fees.md": "# Late fees\n\nA book returned late costs 20 cents a day. A cancellation costs 5 dollars.\n",
+    "print.md": "# Printing\n\nPrinting costs 50 cents a page in colour.\n",
+    "park.md": "# Parking\n\nThe car park behind the library has 30 spaces.\n",
+    "hours.md": "# Hours\n\nThe library opens at 9 am. It closes at 8 pm.\n",
+    "story.md": "# Children\n\nStory time is on Wednesdays. It lasts forty minutes.\n",
+}
+
+
+@pytest.fixture()
+def kb(tmp_path: Path) -> KnowledgeBase:
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    for name, text in NOTES.items():
+        (folder / name).write_text(text)
+    return KnowledgeBase(folder, home=tmp_path / "home")
+
+
+def test_porter_stems_join_inflections() -> None:
+    assert stem("cancel") == stem("cancellation") == stem("cancelled")
+    assert stem("libraries") == stem("library")
+    assert terms("What do late returns cost?") == ["late", "return", "cost"]
+
+
+def test_a_word_a_letter_off_is_read_as_the_notes_word() -> None:
+    vocabulary = Vocabulary(["colour", "cost", "late"], ["colour", "cost", "late"], None)
+    assert vocabulary.spelled_like("color") == ("colour", pytest.approx(10 / 11))
+    assert vocabulary.spelled_like("cast")[0] == "cost"
+    assert vocabulary.spelled_like("zebra") is None
+    assert vocabulary.spelled_like("me") is None  # two letters: noise
+
+
+def test_misheard_and_inflected_questions_find_their_passage(kb: KnowledgeBase) -> None:
+    query, found = kb.lookup("How much does printing in color cast?")
+    assert found[0].source == "print.md" and query.mapped["color"][0] == "colour"
+    assert kb.search("What do I pay for a book returned later?")[0].source == "fees.md"
+
+
+@pytest.mark.skipif(word_model() is None, reason="wordllama is not installed")
+def test_a_paraphrase_finds_the_notes_word_it_means(kb: KnowledgeBase) -> None:
+    query, found = kb.lookup("Where can I leave my vehicle?")
+    assert query.mapped[stem("vehicle")][0] == "car"
+    assert found and found[0].source == "park.md"
+
+
+def test_coverage_weighs_unknown_words_most() -> None:
+    query = Query(("swim", "pool", "librari"), {}, {"librari": 0.1}, 3.0)
+    assert query.coverage({"librari"}) < 0.1
+    matched = Query(("vehicl",), {"vehicl": ("car", 0.7)}, {"car": 2.0}, 3.0)
+    assert matched.coverage({"car"}) == pytest.approx(0.7)
+    assert matched.weights() == {"car": pytest.approx(1.4)}
+
+
+def test_a_question_about_what_the_notes_lack_is_declined(kb: KnowledgeBase) -> None:
+    grounding = KnowledgeGrounding(kb, Persona(name="Ada"))
+    grounded = grounding.ground("You are Ada.", "Does the library have a swimming pool?")
+    assert not grounded.passages and not grounded.sources
+
+
+def _guarded(grounding: KnowledgeGrounding, question: str, reply: list[str]) -> str:
+    async def model():
+        for sentence in reply:
+            yield sentence
+
+    async def run() -> str:
+        grounded = grounding.ground("You are Ada.", question)
+        return " ".join([s async for s in grounding.guard(grounded, model())])
+
+    return asyncio.run(run())
+
+
+def test_the_models_own_decline_is_kept(kb: KnowledgeBase) -> None:
+    grounding = KnowledgeGrounding(kb, Persona(name="Ada"))
+    said = _guarded(grounding, "How much does colour printing cost?", ["I don’t have that in my notes!"])
+    assert said == Persona(name="Ada").unknown_answer
+
+
+def test_the_fallback_adds_the_next_sentence_when_it_holds_what_was_asked() -> None:
+    passage = Passage("story.md", "Children", NOTES["story.md"].split("\n\n", 1)[1], 1.0, (), True)
+    weights = {"stori": 2.0, "time": 1.0, "minut": 1.5}
+    assert best_sentence([passage], weights) == "Story time is on Wednesdays. It lasts forty minutes."
+    assert best_sentence([passage], {"stori": 2.0}) == "Story time is on Wednesdays."

@@ -32,7 +32,7 @@ TEXT_SUFFIXES = frozenset({".md", ".markdown", ".txt", ".text"})
 PDF_SUFFIX = ".pdf"
 MAX_FILE_BYTES = 5 * 1024 * 1024
 MAX_DOCUMENTS = 10_000
-SCHEMA = 4  # bump when the index's layout or the chunking changes: older caches are rebuilt
+SCHEMA = 5  # bump when the index's layout or the chunking changes: older caches are rebuilt
 
 
 class KnowledgeError(LipstreamError):

@@ -214,7 +214,7 @@ def ask_server(args: argparse.Namespace, notes: Path, persona: Path, wavs: list[
     try:
         for i, wav in enumerate(wavs):
             try:
-                report = asyncio.run(run_converse(url, args.avatar, wav["path"], timeout=60))
+                report = asyncio.run(run_converse(url, args.avatar, wav["path"], timeout=40))
             except ClientError as exc:
                 rows.append(
                     {
@@ -233,6 +233,8 @@ def ask_server(args: argparse.Namespace, notes: Path, persona: Path, wavs: list[
                 dict.fromkeys(s for r in report.reply_texts for s in r.get("sources") or [])
             )
             rows.append(row)
+            if args.out is not None:  # a long run keeps what it has asked so far
+                args.out.with_suffix(".partial.json").write_text(json.dumps(rows, indent=1, default=str))
             print(
                 f"  {i + 1}/{len(wavs)} {wav['voice']:14s} {row['speech_end_to_first_frame_ms']} ms  heard: "
                 f"{row['final_transcript']!r} -> {row['reply']!r} {row['sources']}",

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import weakref
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -31,6 +31,15 @@ class FaceModels(Protocol):
     def reset_mesh(self) -> None: ...
     def segment(self, frame_rgb: np.ndarray) -> np.ndarray | None: ...
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class StartsInBackground(Protocol):
+    """Face models that may still be starting (the worker process importing mediapipe); asked with
+    isinstance, so models handed in without it are taken as ready."""
+
+    def ready(self) -> bool:
+        """Whether they answer without a wait."""
 
 
 def open_face_models(detection_confidence: float = 0.5, tracking_confidence: float = 0.5) -> FaceModels:

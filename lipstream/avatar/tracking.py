@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lipstream.avatar.face_client import FaceModels, open_face_models
+from lipstream.avatar.face_client import FaceModels, StartsInBackground, open_face_models
 
 LANDMARK_COUNT = 478  # FaceMesh with refine_landmarks=True (468 + 10 iris points)
 LANDMARK_MODEL = "mediapipe-0.10.21 face_detection_full_range + face_landmark_with_attention (478 points)"
@@ -75,8 +75,8 @@ class FaceTracker:
 
     def ready(self) -> bool:
         """Whether the face models answer without a wait (their process has started)."""
-        ready = getattr(self.models, "ready", None)  # models handed in that cannot tell are taken as ready
-        return True if ready is None else bool(ready())
+        models = self.models  # models handed in that cannot tell are taken as ready
+        return not isinstance(models, StartsInBackground) or bool(models.ready())
 
     @property
     def multiple_faces_note(self) -> str | None:

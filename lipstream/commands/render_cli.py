@@ -55,6 +55,7 @@ def run_render(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     from lipstream.avatar.bundle import load_avatar
+    from lipstream.engines.base import DescribesMouth
     from lipstream.engines.registry import create_engine
     from lipstream.render.accel import AccelConfig
     from lipstream.render.offline import check_speech, render_speech_to_mp4
@@ -80,7 +81,7 @@ def run_render(args: argparse.Namespace) -> int:
         )
     for note in report.notes:
         print(f"note: {note}")
-    if hasattr(engine, "mouth_source"):  # the weight-free engine: filmed (atlas) or drawn mouth, and why
+    if isinstance(engine, DescribesMouth):  # the weight-free engine: filmed (atlas) or drawn mouth, and why
         print(f"note: {engine.mouth_source(bundle)}")
     if args.report:
         Path(args.report).write_text(json.dumps(report.model_dump(), indent=2) + "\n")

@@ -11,7 +11,15 @@ import numpy as np
 from lipstream.audio.speech import PhonemeTiming, Speech
 from lipstream.avatar.bundle import AvatarBundle
 
-__all__ = ["Engine", "FeatureStream", "PhonemeTiming", "Speech"]
+__all__ = [
+    "BatchesAcrossSessions",
+    "DescribesMouth",
+    "Engine",
+    "FeatureStream",
+    "PhonemeTiming",
+    "ReportsStatus",
+    "Speech",
+]
 
 
 class FeatureStream(Protocol):
@@ -36,7 +44,8 @@ class Engine(Protocol):
     Five optional hooks (`stack_inputs`, `for_session`, `withdraw`, `onset`, `release`) and `cache_key` have
     defaults here: an engine that subclasses Engine inherits them and overrides only the ones it needs
     (VisemeEngine eases utterance edges; BatchedEngine binds a session's view, which withdraws its queued
-    passes on an interrupt).
+    passes on an interrupt). Powers only some engines have are Protocols of their own below
+    (`BatchesAcrossSessions`, `ReportsStatus`, `DescribesMouth`), asked for with isinstance, never hasattr.
     """
 
     name: str
@@ -85,3 +94,39 @@ class Engine(Protocol):
         """Rows for the idle frames after an utterance, back from its last row to the footage's own mouth;
         default: none (the footage's mouth at once)."""
         return np.zeros((0, *np.shape(last_row)), np.float32)
+
+
+# ---- optional powers: an engine (or its wrapper) that has one declares it; callers ask with isinstance
+
+
+@runtime_checkable
+class BatchesAcrossSessions(Protocol):
+    """An engine whose render splits into its pass inputs, one fixed-size pass and the patches' finishing,
+    so one batcher can run several sessions' frames in a pass (MuseTalkEngine; see engines/batched.py)."""
+
+    def pass_inputs(
+        self, bundle: AvatarBundle, features: np.ndarray, frame_ids: np.ndarray
+    ) -> tuple[Any, Any]:
+        """One render's pass inputs (latents, audio), one row per frame id; `stack_inputs` joins several."""
+
+    def pass_runner(self, size: int) -> Callable[[Any, Any], np.ndarray]:
+        """The pass at one fixed batch `size` (built and warmed on first use): inputs -> patches."""
+
+    def finish_patches(self, bundle: AvatarBundle, frame_ids: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """A pass's raw patches as this avatar's crops."""
+
+
+@runtime_checkable
+class ReportsStatus(Protocol):
+    """Something serving that reports its own figures for /healthz (the batched engine: sizes, passes)."""
+
+    def status(self) -> dict[str, Any]:
+        """JSON-ready figures."""
+
+
+@runtime_checkable
+class DescribesMouth(Protocol):
+    """An engine that can say which mouth it draws an avatar with (the weight-free one: filmed or drawn)."""
+
+    def mouth_source(self, bundle: AvatarBundle) -> str:
+        """One line for reports: which mouth, and why."""

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request, WebSocket
 from fastapi.responses import FileResponse, JSONResponse, Response
@@ -14,6 +14,7 @@ from fastapi.staticfiles import StaticFiles
 
 from lipstream import __version__
 from lipstream.avatar.bundle import AvatarBundle, SharedBundles, list_avatars, load_avatar
+from lipstream.engines.base import ReportsStatus
 from lipstream.errors import LipstreamError
 from lipstream.heap import HeapTrimmer
 from lipstream.render.base_frames import SharedBaseFrames
@@ -29,6 +30,9 @@ from lipstream.server.session_registry import SessionRegistry
 from lipstream.server.tts_http import add_tts_routes
 from lipstream.talk.speaker import Speaker
 from lipstream.talk.voices import SharedVoices
+
+if TYPE_CHECKING:  # the agent is built (and its talk/ modules imported) only with --agent
+    from lipstream.server.agent import AgentServices
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "web" / "static"
 EDGE_PAGE_DIR = STATIC_DIR.parent / "edge"
@@ -106,7 +110,7 @@ def create_app(
     engine: Any,
     session_factory: SessionFactory | None = None,
     heap: HeapTrimmer | None = None,
-    agent: Any = None,
+    agent: AgentServices | None = None,
     metrics: ServerMetrics | None = None,
     health: Callable[[], dict[str, Any]] | None = None,
     exposition: Callable[[], Awaitable[bytes]] | None = None,
@@ -126,7 +130,7 @@ def create_app(
     edge_exports = EdgeExports(config.avatars_dir)  # base loops for the serverless page and patch streams
     metrics = metrics or ServerMetrics()
     metrics.bind_live_sessions(lambda: len(registry))
-    model_status = agent.model_status if agent is not None and hasattr(agent, "model_status") else None
+    model_status = agent.model_status if agent is not None else None
     if model_status is not None:
         metrics.bind_language_model(model_status)
     factory = session_factory or render_session_factory(config, metrics=metrics)
@@ -159,11 +163,11 @@ def create_app(
         }
         if model_status is not None and (model := model_status()) is not None:
             body["language_model"] = model
-        if agent is not None and hasattr(agent, "turn_status"):
+        if agent is not None:
             body["turn"] = agent.turn_status()
-        if agent is not None and hasattr(agent, "knowledge_status") and (known := agent.knowledge_status()):
-            body.update(known)  # the persona's name (the page shows it) and the knowledge index
-        if hasattr(engine, "status"):  # the neural engine's batcher: sizes, warm-up, passes
+            if known := agent.knowledge_status():
+                body.update(known)  # the persona's name (the page shows it) and the knowledge index
+        if isinstance(engine, ReportsStatus):  # the neural engine's batcher: sizes, warm-up, passes
             body["batching"] = engine.status()
         return body
 

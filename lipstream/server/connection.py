@@ -217,7 +217,7 @@ class Connection:
         await self._send_text(json.dumps(ready))
         if self.metrics is not None:
             self.metrics.session_opened()
-        if self.conversation is not None and getattr(self.agent, "greeting", None):  # the persona says hello
+        if self.conversation is not None and self.agent is not None and self.agent.greeting:  # says hello
             self._queue_speak(Speak(type="speak", text=self.agent.greeting, voice=self.agent.voice))
 
     async def _going_away(self) -> None:

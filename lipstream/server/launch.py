@@ -45,10 +45,11 @@ def load_serving(config: ServerConfig, engine_options: dict[str, Any]) -> Loaded
 def batched(engine: Any, config: ServerConfig, metrics: ServerMetrics) -> Any:
     """The engine behind a cross-session batcher when it is a neural one and batching is on (every batch
     size built and warmed now, before the server takes traffic); else the engine as it is."""
-    from lipstream.engines.batched import BatchedEngine, supports_batching
+    from lipstream.engines.base import BatchesAcrossSessions
+    from lipstream.engines.batched import BatchedEngine
     from lipstream.engines.batcher import BatchConfig
 
-    if not config.batching or not supports_batching(engine):
+    if not config.batching or not isinstance(engine, BatchesAcrossSessions):
         return engine
     batch = BatchConfig(batch_sizes=config.batch_sizes, max_wait_ms=config.max_batch_wait_ms)
     return BatchedEngine(engine, batch, observer=metrics)

@@ -8,10 +8,13 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lipstream.server.protocol import ClientStats
 from lipstream.server.tally import SharedTally
+
+if TYPE_CHECKING:  # types only: the render room is imported where sessions are made
+    from lipstream.render.session import RenderSession
 
 
 @dataclass
@@ -21,7 +24,7 @@ class SessionRecord:
     session_id: str
     avatar: str
     started_at: float = field(default_factory=time.time)
-    session: Any = None  # the render Session once it is running
+    session: RenderSession | None = None  # the render Session once it is running
     client_stats: ClientStats | None = None
     messages_in: int = 0
     errors_sent: int = 0
@@ -30,10 +33,7 @@ class SessionRecord:
 
     def summary(self) -> dict[str, Any]:
         """JSON-ready view for the admin endpoint."""
-        server_stats: dict[str, Any] = {}
-        stats = getattr(self.session, "stats", None)
-        if stats is not None:
-            server_stats = stats.as_dict() if hasattr(stats, "as_dict") else dict(vars(stats))
+        server_stats: dict[str, Any] = self.session.stats.as_dict() if self.session is not None else {}
         return {
             "session_id": self.session_id,
             "avatar": self.avatar,

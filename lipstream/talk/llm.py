@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from lipstream.errors import LipstreamError
+
+if TYPE_CHECKING:
+    from lipstream.talk.model_process import ProcessStatus
 
 Role = Literal["system", "user", "assistant"]
 DEFAULT_MAX_TOKENS = 120  # a spoken answer: a few sentences
@@ -69,3 +72,11 @@ class YieldsCores(Protocol):
 
     def resume(self) -> None:
         """Go on (a no-op when not paused)."""
+
+
+@runtime_checkable
+class ReportsProcess(Protocol):
+    """A model served by a supervised process of its own (the embedded one), whose state /healthz shows."""
+
+    def status(self) -> ProcessStatus:
+        """The process's state, restarts and pid."""

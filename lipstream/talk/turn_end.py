@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import Executor
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -32,8 +32,9 @@ class TurnDetector(Protocol):
         and the user's transcript so far, last."""
 
 
+@runtime_checkable
 class EndOfTurnModel(Protocol):
-    """A language model that can judge where a message ends (the embedded SmolLM2)."""
+    """A language model that can judge where a message ends (the embedded SmolLM2); asked with isinstance."""
 
     async def end_of_turn(self, messages: list[ChatMessage]) -> float:
         """How likely the last (user) message is finished, 0..1."""

@@ -11,6 +11,7 @@ import cv2
 import numpy as np
 
 from lipstream.avatar.bundle import CROP_SIZE, AvatarBundle
+from lipstream.avatar.bundle_video import VideoFrames
 from lipstream.errors import AvatarError
 from lipstream.media.gop_video import GopReader, Mp4FrameWriter, VideoEncoding
 
@@ -94,6 +95,5 @@ class DerivedCrops:
             self[index]
         if self._video is not None:
             self._video.release()
-        release = getattr(self.bundle.frames, "release", None)
-        if release is not None:
-            release()
+        if isinstance(self.bundle.frames, VideoFrames):  # decoded GOPs kept (format 2); a memory map has none
+            self.bundle.frames.release()

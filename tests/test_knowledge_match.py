@@ -97,3 +97,14 @@ def test_the_fallback_adds_the_next_sentence_when_it_holds_what_was_asked() -> N
     weights = {"stori": 2.0, "time": 1.0, "minut": 1.5}
     assert best_sentence([passage], weights) == "Story time is on Wednesdays. It lasts forty minutes."
     assert best_sentence([passage], {"stori": 2.0}) == "Story time is on Wednesdays."
+
+
+def test_a_name_beside_the_wrong_role_is_not_spoken() -> None:
+    from lipstream.talk.grounding import names_agree
+    from lipstream.talk.knowledge_text import sentences
+
+    notes_text = "The head librarian is Marguerite Okafor. Questions about the archive go to Tobias Lindqvist."
+    notes = [set(terms(s)) for s in sentences(notes_text)]
+    assert names_agree("The head librarian is Marguerite Okafor.", notes)
+    assert not names_agree("The head librarian is Tobias Lindqvist.", notes)
+    assert names_agree("Ask Tobias Lindqvist about the archive.", notes)

@@ -23,8 +23,17 @@ import numpy as np
 
 from lipstream.errors import LipstreamError
 from lipstream.paths import lipstream_home
-from lipstream.talk.knowledge_match import Query, Vocabulary, embed_words, idf, word_model
-from lipstream.talk.knowledge_text import STOP_WORDS, Chunk, chunk_document, intent_terms, stem, terms, words
+from lipstream.talk.knowledge_match import Query, Vocabulary, content_words, embed_words, idf, word_model
+from lipstream.talk.knowledge_text import (
+    STOP_WORDS,
+    Chunk,
+    chunk_document,
+    intent_terms,
+    sentences,
+    stem,
+    terms,
+    words,
+)
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +41,14 @@ TEXT_SUFFIXES = frozenset({".md", ".markdown", ".txt", ".text"})
 PDF_SUFFIX = ".pdf"
 MAX_FILE_BYTES = 5 * 1024 * 1024
 MAX_DOCUMENTS = 10_000
-SCHEMA = 5  # bump when the index's layout or the chunking changes: older caches are rebuilt
+# notes this small (~50 pages) are read whole by the re-ranker, so a question sharing no word with its
+# answer still finds it; a larger index re-ranks what BM25 found
+READ_WHOLE_CHUNKS = 300
+RERANK_POOL = 8  # BM25's best chunks the re-ranker orders
+# a chunk BM25 did not find is a candidate only when the re-ranker reads this much of the question in it
+# (under it: "Does the library sell coffee?" would find every chunk that says "library")
+MIN_UNMATCHED_COVERAGE = 0.4
+SCHEMA = 6  # bump when the index's layout or the chunking changes: older caches are rebuilt
 
 
 class KnowledgeError(LipstreamError):
@@ -277,7 +293,7 @@ class KnowledgeBase:
         if targets:
             df.update(self._df(targets))
         weights = {t: idf(df, self._chunks, t) for t in df}
-        return Query(tuple(wanted), mapped, weights, idf({}, self._chunks, ""))
+        return Query(tuple(wanted), mapped, weights, idf({}, self._chunks, ""), content_words(question))
 
     def lookup(self, question: str, limit: int = 4) -> tuple[Query, list[Passage]]:
         """The question as a Query, and the chunks that best answer it (BM25 over an OR of its distinctive
@@ -297,17 +313,26 @@ class KnowledgeBase:
         asked_for = [t for t in wanted if t in rare] + [t for t in extra if t in rare and known]
         if self._chunks <= 2:  # a note or two: every term counts
             asked_for = [t for t in wanted + extra if t in df]
-        if not asked_for:
+        small = self._chunks <= READ_WHOLE_CHUNKS
+        if not asked_for and not small:
             return q, []
-        query = " OR ".join(f'"{t}"' for t in asked_for)
         with self._lock:
-            rows = self._db.execute(
-                "SELECT bm25(chunks, 1.0, 2.0), terms, heading_terms, source, heading, text FROM chunks "
-                "WHERE chunks MATCH ? ORDER BY bm25(chunks, 1.0, 2.0) LIMIT ?",
-                (query, limit),
-            ).fetchall()
+            rows = []
+            if asked_for:
+                rows = self._db.execute(
+                    "SELECT bm25(chunks, 1.0, 2.0), terms, heading_terms, source, heading, text, rowid FROM "
+                    "chunks WHERE chunks MATCH ? ORDER BY bm25(chunks, 1.0, 2.0) LIMIT ?",
+                    (" OR ".join(f'"{t}"' for t in asked_for), max(limit, RERANK_POOL)),
+                ).fetchall()
+            if small:  # the rest of the notes, unscored by BM25, for the re-ranker
+                seen = {row[-1] for row in rows}
+                rest = self._db.execute(
+                    "SELECT 0.0, terms, heading_terms, source, heading, text, rowid FROM chunks"
+                )
+                rows += [row for row in rest.fetchall() if row[-1] not in seen]
+        score = self.vocabulary.aligner(q)
         passages = []
-        for score, body, head, source, heading, text in rows:
+        for bm25, body, head, source, heading, text, _ in rows:
             held = set(body.split()) | set(head.split())
             matched = tuple(t for t in wanted if t in held)
             asked = {t for t in extra if t in held}
@@ -315,8 +340,16 @@ class KnowledgeBase:
                 distinctive = bool(rare & set(matched)) or (known and bool(rare & asked))
             else:
                 distinctive = bool(matched)
-            passages.append(Passage(source, heading, text, -float(score), matched, distinctive,
-                                    q.coverage(held | asked)))  # fmt: skip
+            if score is not None:  # how well its best sentence answers, word by word (knowledge_match)
+                coverage = max(score(f"{heading} {s}") for s in sentences(text) or [text])
+                distinctive = distinctive or coverage >= MIN_UNMATCHED_COVERAGE
+            else:
+                coverage = q.coverage(held | asked)
+            if bm25 == 0.0 and not (score is not None and coverage >= MIN_UNMATCHED_COVERAGE):
+                continue  # read whole, not found, and not answering
+            passages.append(Passage(source, heading, text, -float(bm25), matched, distinctive, coverage))
+        passages.sort(key=lambda p: (-p.coverage, -p.score))
+        passages = passages[:limit]
         return q, passages
 
     def weights(self, wanted: list[str]) -> dict[str, float]:

@@ -21,13 +21,13 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from lipstream.talk.knowledge_text import STOP_WORDS, stem, words
+from lipstream.talk.knowledge_text import STOP_WORDS, stem, terms, words
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,7 @@ class Query:
     mapped: dict[str, tuple[str, float]] = field(default_factory=dict)  # unknown term -> (notes' term, sim)
     idf: dict[str, float] = field(default_factory=dict)  # every term's log(chunks / chunks holding it)
     unknown_idf: float = 1.0  # the weight of a term no chunk holds (the largest there is)
+    surface: tuple[tuple[str, str], ...] = ()  # the question's content words as said, with their terms
 
     def search_terms(self) -> list[str]:
         """The terms to look up: the question's known terms and, for its unknown ones, the notes' terms."""
@@ -74,6 +75,18 @@ class Query:
                 got += weight if term in held else 0.0
             total += weight
         return 1.0 if total == 0 else got / total
+
+
+def content_words(text: str) -> tuple[tuple[str, str], ...]:
+    """The content words of `text` as said (lower case, letters only), each once, with their terms."""
+    out: dict[str, str] = {}
+    for word in words(text):
+        lower = word.lower().replace("’", "'")
+        if lower.endswith("'s"):
+            lower = lower[:-2]
+        if lower.isalpha() and lower not in STOP_WORDS:
+            out.setdefault(lower, stem(lower))
+    return tuple(out.items())
 
 
 def idf(df: Mapping[str, int], chunks: int, term: str) -> float:
@@ -105,12 +118,12 @@ def word_model() -> object | None:
 
 
 def embed_words(vocabulary: Sequence[str]) -> np.ndarray | None:
-    """Unit vectors (float16) of `vocabulary`'s words, one row each; None without the model."""
+    """Unit vectors (float16, 256 dimensions) of the words, one row each; None without the model."""
     model = word_model()
     if model is None or not vocabulary:
         return None
     vectors = model.embed(list(vocabulary), norm=False, batch_size=512)  # type: ignore[attr-defined]
-    return _unit(np.asarray(vectors, dtype=np.float32)[:, :DIMENSIONS]).astype(np.float16)
+    return _unit(np.asarray(vectors, dtype=np.float32)).astype(np.float16)
 
 
 def _unit(vectors: np.ndarray) -> np.ndarray:
@@ -124,7 +137,11 @@ class Vocabulary:
         """`surface`: the notes' words; `term_of`: each one's term; `vectors`: their unit vectors or None."""
         self.surface = list(surface)
         self.term_of = list(term_of)
-        self.vectors = None if vectors is None else np.asarray(vectors, dtype=np.float32)
+        # all 256 dimensions to align a question with a sentence (a few hundred words); the first 64 to
+        # search the whole vocabulary for an unknown word's nearest (18,000 words on 1,000 pages)
+        self.full = None if vectors is None else _unit(np.asarray(vectors, dtype=np.float32))
+        self.vectors = None if self.full is None else _unit(self.full[:, :DIMENSIONS])
+        self.row = {word: index for index, word in enumerate(self.surface)}
         # the words by length: a word heard a letter or two off has about the same length (a 1,000-page
         # vocabulary is 18,000 words; rapidfuzz over all of them took ~10 ms a word on a loaded machine)
         self._by_length: dict[int, list[int]] = {}
@@ -152,6 +169,29 @@ class Vocabulary:
         best = int(np.argmax(scores))
         score = float(scores[best])
         return (self.term_of[best], score) if score >= MEANING_CUTOFF else None
+
+    def aligner(self, query: Query) -> Callable[[str], float] | None:
+        """A score of how well a text answers `query`, 0-1 (None without word vectors): each question word
+        counts at its weight (IDF; an unknown word the most) times its best cosine with the text's words (1
+        when the text holds its term) — "vehicle" in a question meets "car" in a sentence at 0.69."""
+        model = word_model()
+        if model is None or self.full is None or not query.surface:
+            return None
+        asked = [w for w, _ in query.surface]
+        wanted = [t for _, t in query.surface]
+        vectors = np.asarray(model.embed(asked, norm=False), dtype=np.float32)  # type: ignore[attr-defined]
+        qv = _unit(vectors[:, : self.full.shape[1]])
+        weights = np.array([query.idf.get(t, query.unknown_idf) for t in wanted])
+        total = max(float(weights.sum()), 1e-9)
+
+        def score(text: str) -> float:
+            held = set(terms(text))
+            rows = [self.row[w] for w in {w.lower() for w in words(text)} if w in self.row]
+            sims = np.zeros(len(asked)) if not rows else np.clip((qv @ self.full[rows].T).max(axis=1), 0, 1)
+            sims = np.where([t in held for t in wanted], 1.0, sims)
+            return float((weights * sims).sum() / total)
+
+        return score
 
     def match(self, question: str, known: Mapping[str, int]) -> dict[str, tuple[str, float]]:
         """Each content term of `question` the notes never hold -> the notes' term heard or meant for it."""

@@ -152,18 +152,50 @@ def make_wavs(folder: Path, questions: tuple[DeskQuestion, ...]) -> list[dict[st
     return made
 
 
-def transcribe(wavs: list[dict[str, Any]]) -> list[str]:
-    """What Whisper tiny.en (the server's recogniser) hears in each WAV."""
+def transcribe(wavs: list[dict[str, Any]], hotwords: str = "") -> list[str]:
+    """What Whisper tiny.en (the server's recogniser) hears in each WAV, told to expect `hotwords`."""
     import wave
 
     from lipstream.talk.stt import WhisperSTT
 
-    stt = WhisperSTT(cpu_threads=2, workers=1)
+    stt = WhisperSTT(cpu_threads=2, workers=1, hotwords=hotwords)
     out = []
     for wav in wavs:
         with wave.open(str(wav["path"])) as f:
             pcm = np.frombuffer(f.readframes(f.getnframes()), "<i2").astype(np.float32) / 32768.0
         out.append(stt.transcribe(pcm).text.strip())
+    return out
+
+
+def recognition(folder: Path, notes: Path) -> dict[str, Any]:
+    """WER of Whisper with and without the notes' names as hotwords, in the held-out espeak-ng voices: on
+    the questions about the notes, and on general questions (conversation_bench's held-out ones)."""
+    from conversation_bench import HELDOUT_QUESTIONS
+
+    from lipstream.talk.knowledge import KnowledgeBase
+
+    kb = KnowledgeBase(notes, home=folder / "home")
+    hotwords = f"Ada {kb.hotwords()}"
+    kb.close()
+    sets: dict[str, list[dict[str, Any]]] = {"notes": [], "general": []}
+    texts = {"notes": [q.text for q in QUESTIONS], "general": list(HELDOUT_QUESTIONS)}
+    for name, questions in texts.items():
+        for i, text in enumerate(questions):
+            voice, speed = HELDOUT_VOICES[i % len(HELDOUT_VOICES)]
+            pcm = np.concatenate([np.zeros(8000, np.float32), espeak_wav(text, voice, speed),
+                                  np.zeros(3200, np.float32)])  # fmt: skip
+            path = folder / f"r_{name}_{i:02d}.wav"
+            _write_wav(path, pcm)
+            sets[name].append({"text": text, "voice": voice, "path": path})
+    out: dict[str, Any] = {"hotwords": hotwords, "voices": [v for v, _ in HELDOUT_VOICES]}
+    for label, words_ in (("without", ""), ("with hotwords", hotwords)):
+        for name, wavs in sets.items():
+            heard = transcribe(wavs, words_)
+            out[f"{name}, {label}"] = {
+                "wer": wer([(w["text"], h) for w, h in zip(wavs, heard, strict=True)]),
+                "heard": [{"said": w["text"], "heard": h} for w, h in zip(wavs, heard, strict=True)],
+            }
+            print(f"WER {name} questions, {label}: {out[f'{name}, {label}']['wer']}", flush=True)
     return out
 
 
@@ -262,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
         help="no server: typed questions, or the WAVs heard by Whisper here",
     )
     parser.add_argument("--limit", type=int, default=None, help="ask only the first N questions")
+    parser.add_argument("--recognition", action="store_true",
+                        help="only Whisper's WER with and without the notes' names as hotwords")  # fmt: skip
     parser.add_argument("--out", type=Path, default=None, help="the raw JSON (default by mode)")
     args = parser.parse_args(argv)
     questions = QUESTIONS[: args.limit] if args.limit else QUESTIONS
@@ -279,6 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     with tempfile.TemporaryDirectory(prefix="lipstream-desk-") as tmp:
         notes, persona = write_notes(Path(tmp))
+        if args.recognition:
+            return record_recognition(recognition(Path(tmp), notes), args, argv)
         if args.offline == "text":
             wavs = [{"text": q.text, "voice": "typed", "question": q} for q in questions]
         else:
@@ -346,6 +382,19 @@ def main(argv: list[str] | None = None) -> int:
         {"json": str(out)},
     )
     print(f"wrote {out}")
+    return 0
+
+
+def record_recognition(result: dict[str, Any], args: argparse.Namespace, argv: list[str] | None) -> int:
+    """Write the recognition comparison and record its WERs."""
+    from benchmarks.results import Figure, record
+
+    out = args.out or RESULTS / "knowledge_desk_recognition.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    wers = {key: value["wer"] for key, value in result.items() if isinstance(value, dict)}
+    figures = [Figure(f"WER, {key} (held-out espeak-ng voices)", v, "ratio") for key, v in wers.items() if v]
+    command = "python -m benchmarks knowledge_desk " + " ".join(argv if argv is not None else sys.argv[1:])
+    record("knowledge_desk_recognition", figures, command.strip(), {"json": str(out)})
     return 0
 
 

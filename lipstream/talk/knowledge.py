@@ -48,7 +48,7 @@ RERANK_POOL = 8  # BM25's best chunks the re-ranker orders
 # a chunk BM25 did not find is a candidate only when the re-ranker reads this much of the question in it
 # (under it: "Does the library sell coffee?" would find every chunk that says "library")
 MIN_UNMATCHED_COVERAGE = 0.4
-SCHEMA = 6  # bump when the index's layout or the chunking changes: older caches are rebuilt
+SCHEMA = 7  # bump when the index's layout or the chunking changes: older caches are rebuilt
 
 
 class KnowledgeError(LipstreamError):
@@ -263,6 +263,7 @@ class KnowledgeBase:
             db.executemany("INSERT INTO files VALUES (?, ?, ?)", stamps)
             meta = {"schema": SCHEMA, "chunk_chars": self.chunk_chars, "root": str(self.root.resolve()),
                     "built_at": time.time(), "documents": len(files)}  # fmt: skip
+            meta["hotwords"] = " ".join(_names(chunks))
             db.executemany("INSERT INTO meta VALUES (?, ?)", [(k, str(v)) for k, v in meta.items()])
             db.execute("INSERT INTO chunks(chunks) VALUES ('optimize')")
             db.commit()
@@ -357,6 +358,12 @@ class KnowledgeBase:
         df = self._df(wanted)
         return {t: math.log((self._chunks + 1) / (df.get(t, 0) + 0.5)) for t in wanted}
 
+    def hotwords(self) -> str:
+        """The notes' names and heading words, most frequent first (~40): for the recogniser to hear them."""
+        with self._lock:
+            row = self._db.execute("SELECT value FROM meta WHERE key = 'hotwords'").fetchone()
+        return "" if row is None else str(row[0])
+
     def stats(self) -> KnowledgeStats:
         """Documents, chunks and when the index was built."""
         with self._lock:
@@ -368,6 +375,23 @@ class KnowledgeBase:
         """Close the index."""
         with self._lock:
             self._db.close()
+
+
+def _names(chunks: list[Chunk], limit: int = 40) -> list[str]:
+    """The words a listener would not guess, most frequent first: capitalised inside a sentence (names,
+    places, products) and words with a digit ("bluefern42"); then the headings' words."""
+    names: dict[str, int] = {}
+    heads: dict[str, int] = {}
+    for chunk in chunks:
+        said = [w for s in sentences(chunk.text) for w in words(s)[1:] if w[:1].isupper() and w != "I"]
+        said += [w for w in chunk.text.split() if any(c.isdigit() for c in w) and any(c.isalpha() for c in w)]
+        for counts, found in ((names, said), (heads, words(chunk.heading))):
+            for word in found:
+                word = word.strip(".,;:!?()\"'")
+                if len(word) > 1 and word.lower() not in STOP_WORDS and not word.isdigit():
+                    counts[word] = counts.get(word, 0) + 1
+    ordered = sorted(names, key=lambda w: -names[w]) + sorted(heads, key=lambda w: -heads[w])
+    return list({w.lower(): w for w in reversed(ordered)}.values())[::-1][:limit]
 
 
 def _surface_words(chunks: list[Chunk]) -> dict[str, str]:

@@ -87,7 +87,9 @@ class WhisperSTT:
         warm_up: bool = True,
         full_window: bool = False,
         window_floor_seconds: float = MIN_FRAMES / 100,
+        hotwords: str = "",
     ) -> None:
+        """`hotwords`: words the decoder is told to expect (a knowledge base's names), "" for none."""
         try:
             from faster_whisper import WhisperModel
         except ImportError as exc:
@@ -95,6 +97,7 @@ class WhisperSTT:
         self.model_path = Path(model_path) if model_path is not None else bundled_whisper_path()
         self.cpu_threads = cpu_threads
         self.full_window = full_window
+        self.hotwords = hotwords
         started = time.perf_counter()
         try:
             # two decodes may run at once (num_workers): a turn's final must not queue behind a partial
@@ -146,6 +149,7 @@ class WhisperSTT:
                 without_timestamps=not words,
                 word_timestamps=words,
                 initial_prompt=prompt or None,
+                hotwords=self.hotwords or None,
                 temperature=0.0,  # no fallback re-decodes at higher temperatures: predictable latency
                 max_new_tokens=max_new_tokens(seconds),
             )

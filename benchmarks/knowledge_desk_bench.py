@@ -152,13 +152,13 @@ def make_wavs(folder: Path, questions: tuple[DeskQuestion, ...]) -> list[dict[st
     return made
 
 
-def transcribe(wavs: list[dict[str, Any]], hotwords: str = "") -> list[str]:
-    """What Whisper tiny.en (the server's recogniser) hears in each WAV, told to expect `hotwords`."""
+def transcribe(wavs: list[dict[str, Any]], context: str = "") -> list[str]:
+    """What Whisper tiny.en (the server's recogniser) hears in each WAV, told `context` was said before."""
     import wave
 
     from lipstream.talk.stt import WhisperSTT
 
-    stt = WhisperSTT(cpu_threads=2, workers=1, hotwords=hotwords)
+    stt = WhisperSTT(cpu_threads=2, workers=1, context=context)
     out = []
     for wav in wavs:
         with wave.open(str(wav["path"])) as f:
@@ -168,14 +168,17 @@ def transcribe(wavs: list[dict[str, Any]], hotwords: str = "") -> list[str]:
 
 
 def recognition(folder: Path, notes: Path) -> dict[str, Any]:
-    """WER of Whisper with and without the notes' names as hotwords, in the held-out espeak-ng voices: on
-    the questions about the notes, and on general questions (conversation_bench's held-out ones)."""
+    """WER of Whisper with and without the listening context (the persona's greeting and the notes' names,
+    grounding.listening_context), in the held-out espeak-ng voices: on the questions about the notes, and on
+    general questions (conversation_bench's held-out ones)."""
     from conversation_bench import HELDOUT_QUESTIONS
 
+    from lipstream.talk.grounding import listening_context
     from lipstream.talk.knowledge import KnowledgeBase
+    from lipstream.talk.persona import Persona
 
     kb = KnowledgeBase(notes, home=folder / "home")
-    hotwords = f"Ada {kb.hotwords()}"
+    context = listening_context(kb, Persona.load(notes.parent / "ada.toml"))
     kb.close()
     sets: dict[str, list[dict[str, Any]]] = {"notes": [], "general": []}
     texts = {"notes": [q.text for q in QUESTIONS], "general": list(HELDOUT_QUESTIONS)}
@@ -187,8 +190,8 @@ def recognition(folder: Path, notes: Path) -> dict[str, Any]:
             path = folder / f"r_{name}_{i:02d}.wav"
             _write_wav(path, pcm)
             sets[name].append({"text": text, "voice": voice, "path": path})
-    out: dict[str, Any] = {"hotwords": hotwords, "voices": [v for v, _ in HELDOUT_VOICES]}
-    for label, words_ in (("without", ""), ("with hotwords", hotwords)):
+    out: dict[str, Any] = {"context": context, "voices": [v for v, _ in HELDOUT_VOICES]}
+    for label, words_ in (("without", ""), ("with the context", context)):
         for name, wavs in sets.items():
             heard = transcribe(wavs, words_)
             out[f"{name}, {label}"] = {
@@ -295,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--limit", type=int, default=None, help="ask only the first N questions")
     parser.add_argument("--recognition", action="store_true",
-                        help="only Whisper's WER with and without the notes' names as hotwords")  # fmt: skip
+                        help="only Whisper's WER with and without the listening context")  # fmt: skip
     parser.add_argument("--out", type=Path, default=None, help="the raw JSON (default by mode)")
     args = parser.parse_args(argv)
     questions = QUESTIONS[: args.limit] if args.limit else QUESTIONS
@@ -389,7 +392,7 @@ def record_recognition(result: dict[str, Any], args: argparse.Namespace, argv: l
     """Write the recognition comparison and record its WERs."""
     from benchmarks.results import Figure, record
 
-    out = args.out or RESULTS / "knowledge_desk_recognition.json"
+    out = args.out or RESULTS / "knowledge_desk_recognition_raw.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     wers = {key: value["wer"] for key, value in result.items() if isinstance(value, dict)}
     figures = [Figure(f"WER, {key} (held-out espeak-ng voices)", v, "ratio") for key, v in wers.items() if v]

@@ -103,7 +103,7 @@ def test_a_name_beside_the_wrong_role_is_not_spoken() -> None:
     from lipstream.talk.grounding import names_agree
     from lipstream.talk.knowledge_text import sentences
 
-    notes_text = "The head librarian is Marguerite Okafor. Questions about the archive go to Tobias Lindqvist."
+    notes_text = "The head librarian is Marguerite Okafor. The archive's contact is Tobias Lindqvist."
     notes = [set(terms(s)) for s in sentences(notes_text)]
     assert names_agree("The head librarian is Marguerite Okafor.", notes)
     assert not names_agree("The head librarian is Tobias Lindqvist.", notes)

@@ -227,9 +227,9 @@ def _warm_judge(detector: TextTurnDetector, system_prompt: str) -> None:
         log.error("the text turn detector could not warm up: %s", exc)
 
 
-def _recognisers(config: AgentConfig) -> tuple[SpeechToText, SpeechToText]:
+def _recognisers(config: AgentConfig, context: str = "") -> tuple[SpeechToText, SpeechToText]:
     """The final-transcript and partial recognisers: an endpoint (one client serves both), or Whisper's
-    child process (it serves both too)."""
+    child process (it serves both too), told `context` (the persona's greeting and the notes' names)."""
     if config.stt_url:
         from lipstream.talk.stt_openai import OpenAITranscriber
 
@@ -238,7 +238,9 @@ def _recognisers(config: AgentConfig) -> tuple[SpeechToText, SpeechToText]:
     # Whisper in a process of its own: inside the server's it took 1.5-3x its time alone (the GIL; see
     # docs/conversation.md). Two decodes at once (a final beside a partial), one thread each: on 2 cores one
     # thread decodes as fast as two. Started now; `load_agent` waits for it after starting the model too.
-    whisper = EmbeddedWhisper(config.stt_model, threads=1, workers=2, window=config.stt_window)
+    whisper = EmbeddedWhisper(
+        config.stt_model, threads=1, workers=2, window=config.stt_window, context=context
+    )
     return whisper, whisper
 
 
@@ -255,7 +257,9 @@ def load_agent(config: AgentConfig) -> AgentServices:
         stats = knowledge.stats()
         log.info("knowledge: %d documents, %d chunks (%s)", stats.documents, stats.chunks, stats.index)
     # the final transcript is on the answer's critical path: two decodes at once, never behind a partial
-    stt, partial_stt = _recognisers(config)
+    from lipstream.talk.grounding import listening_context
+
+    stt, partial_stt = _recognisers(config, listening_context(knowledge, config.persona))
     if config.llm_url:
         from lipstream.talk.llm_openai import OpenAIChatModel, ReadingAheadChatModel, is_loopback
 

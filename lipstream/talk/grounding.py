@@ -164,6 +164,20 @@ class KnowledgeGrounding:
             yield best
 
 
+def listening_context(knowledge: KnowledgeBase | None, persona: Persona | None) -> str:
+    """What the recogniser is told was said before a question: the persona's greeting (or its name) and
+    the notes' names, as a sentence ("Hello, I am Ada. ... Marguerite Okafor, Tobias Lindqvist, Libby.").
+    Whisper tiny.en heard espeak-ng's held-out voices better with it, on the notes' questions and general
+    ones alike; a bare list of words made it worse (docs/knowledge.md)."""
+    parts = []
+    if persona is not None:
+        parts.append(persona.greeting or f"I am {persona.name}.")
+    names = knowledge.names() if knowledge is not None else []
+    if names:
+        parts.append(", ".join(names) + ".")
+    return " ".join(parts)
+
+
 def _rule(unknown: str) -> str:
     """How to use the notes: the same words every turn (a model's prompt cache keeps them)."""
     return (

@@ -48,7 +48,7 @@ RERANK_POOL = 8  # BM25's best chunks the re-ranker orders
 # a chunk BM25 did not find is a candidate only when the re-ranker reads this much of the question in it
 # (under it: "Does the library sell coffee?" would find every chunk that says "library")
 MIN_UNMATCHED_COVERAGE = 0.4
-SCHEMA = 7  # bump when the index's layout or the chunking changes: older caches are rebuilt
+SCHEMA = 8  # bump when the index's layout or the chunking changes: older caches are rebuilt
 
 
 class KnowledgeError(LipstreamError):
@@ -263,7 +263,7 @@ class KnowledgeBase:
             db.executemany("INSERT INTO files VALUES (?, ?, ?)", stamps)
             meta = {"schema": SCHEMA, "chunk_chars": self.chunk_chars, "root": str(self.root.resolve()),
                     "built_at": time.time(), "documents": len(files)}  # fmt: skip
-            meta["hotwords"] = " ".join(_names(chunks))
+            meta["names"] = "|".join(_names(chunks))
             db.executemany("INSERT INTO meta VALUES (?, ?)", [(k, str(v)) for k, v in meta.items()])
             db.execute("INSERT INTO chunks(chunks) VALUES ('optimize')")
             db.commit()
@@ -358,11 +358,11 @@ class KnowledgeBase:
         df = self._df(wanted)
         return {t: math.log((self._chunks + 1) / (df.get(t, 0) + 0.5)) for t in wanted}
 
-    def hotwords(self) -> str:
-        """The notes' names and heading words, most frequent first (~40): for the recogniser to hear them."""
+    def names(self) -> list[str]:
+        """The notes' names (people, places, products, codes), most frequent first: for the recogniser."""
         with self._lock:
-            row = self._db.execute("SELECT value FROM meta WHERE key = 'hotwords'").fetchone()
-        return "" if row is None else str(row[0])
+            row = self._db.execute("SELECT value FROM meta WHERE key = 'names'").fetchone()
+        return [] if row is None or not row[0] else str(row[0]).split("|")
 
     def stats(self) -> KnowledgeStats:
         """Documents, chunks and when the index was built."""
@@ -377,21 +377,33 @@ class KnowledgeBase:
             self._db.close()
 
 
-def _names(chunks: list[Chunk], limit: int = 40) -> list[str]:
-    """The words a listener would not guess, most frequent first: capitalised inside a sentence (names,
-    places, products) and words with a digit ("bluefern42"); then the headings' words."""
-    names: dict[str, int] = {}
-    heads: dict[str, int] = {}
+# capitalised, but every listener knows them: not names worth telling the recogniser
+CALENDAR = frozenset(
+    "monday tuesday wednesday thursday friday saturday sunday mondays tuesdays wednesdays thursdays fridays "
+    "saturdays sundays january february march april may june july august september october november "
+    "december".split()
+)
+
+
+def _names(chunks: list[Chunk], limit: int = 12) -> list[str]:
+    """The names a listener would not guess, most frequent first: runs of capitalised words inside a sentence
+    ("Marguerite Okafor", "Mill Street"), and words with a digit ("bluefern42")."""
+    counts: dict[str, int] = {}
     for chunk in chunks:
-        said = [w for s in sentences(chunk.text) for w in words(s)[1:] if w[:1].isupper() and w != "I"]
-        said += [w for w in chunk.text.split() if any(c.isdigit() for c in w) and any(c.isalpha() for c in w)]
-        for counts, found in ((names, said), (heads, words(chunk.heading))):
-            for word in found:
-                word = word.strip(".,;:!?()\"'")
-                if len(word) > 1 and word.lower() not in STOP_WORDS and not word.isdigit():
-                    counts[word] = counts.get(word, 0) + 1
-    ordered = sorted(names, key=lambda w: -names[w]) + sorted(heads, key=lambda w: -heads[w])
-    return list({w.lower(): w for w in reversed(ordered)}.values())[::-1][:limit]
+        for sentence in sentences(chunk.text):
+            run: list[str] = []
+            for word in [*words(sentence)[1:], ""]:
+                if word[:1].isupper() and word != "I" and word.lower() not in CALENDAR | STOP_WORDS:
+                    run.append(word)
+                    continue
+                if run and len(" ".join(run)) > 2:
+                    counts[" ".join(run)] = counts.get(" ".join(run), 0) + 1
+                run = []
+        for word in chunk.text.split():
+            word = word.strip(".,;:!?()\"'")
+            if any(c.isdigit() for c in word) and any(c.isalpha() for c in word) and len(word) > 3:
+                counts[word] = counts.get(word, 0) + 1
+    return sorted(counts, key=lambda w: -counts[w])[:limit]
 
 
 def _surface_words(chunks: list[Chunk]) -> dict[str, str]:

@@ -96,6 +96,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=1, help="CPU threads a decode uses")
     parser.add_argument("--workers", type=int, default=2, help="decodes that run at once")
     parser.add_argument("--window", choices=("audio", "full"), default="audio")
+    parser.add_argument("--context", default="", help="text heard before any question (Whisper's prompt)")
     parser.add_argument("--name", default="embedded-whisper", help="model name in responses")
     return parser
 
@@ -108,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from lipstream.talk.stt import WhisperSTT
 
         stt = WhisperSTT(args.model, cpu_threads=args.threads, workers=args.workers,
-                         full_window=args.window == "full")  # fmt: skip (it warms up as it loads)
+                         full_window=args.window == "full", context=args.context)  # fmt: skip (it warms up)
         ready = {"load_seconds": round(stt.load_seconds, 3), "warm_seconds": round(stt.warm_up_seconds, 3)}
         return create_child_app(stt, key, args.name), ready
 

@@ -34,10 +34,11 @@ class EmbeddedWhisper:
     def __init__(
         self, model_path: str | Path | None = None, threads: int = 1, workers: int = 2, window: str = "audio",
         timeout: float = 10.0, turn_wait_seconds: float = 15.0, restart: RestartPolicy | None = None,
-        python: str = sys.executable,
+        python: str = sys.executable, context: str = "",
     ) -> None:  # fmt: skip
         """`threads` per decode (on 2 cores one decodes as fast as two), `workers` decodes at once (a
-        partial beside a final), `window`: "audio" or "full" (`WhisperSTT.full_window`)."""
+        partial beside a final), `window`: "audio" or "full" (`WhisperSTT.full_window`), `context`: text
+        heard before any question (`WhisperSTT.context`)."""
         self.model_path = Path(model_path) if model_path is not None else None
         self.timeout = timeout
         self.turn_wait_seconds = turn_wait_seconds
@@ -45,6 +46,8 @@ class EmbeddedWhisper:
                 "--workers", str(workers), "--window", window]  # fmt: skip
         if self.model_path is not None:
             argv += ["--model", str(self.model_path)]
+        if context:
+            argv += ["--context", context]
         label = f"recogniser {self.model_path.name if self.model_path else 'whisper tiny.en'}"
         self.process = SupervisedProcess(ChildCommand(argv, label), restart)
         self._client_of: tuple[int, OpenAITranscriber] | None = None  # (child generation, its client)

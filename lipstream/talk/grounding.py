@@ -276,7 +276,7 @@ def best_sentence(
     score, index, said, heading = best
     chosen = [_ended(said[index])]
     held = set(terms(said[index]))
-    weighty = max(weights.values(), default=0.0) / 2
+    weighty = 0.75 * max(weights.values(), default=0.0)  # "library" in a library's notes: not what was asked
     if score[1] > 0 and index + 1 < len(said):
         follows = set(terms(said[index + 1]))
         if any(weights.get(term, 0.0) >= weighty > 0 for term in follows - held):

@@ -108,3 +108,14 @@ def test_a_name_beside_the_wrong_role_is_not_spoken() -> None:
     assert names_agree("The head librarian is Marguerite Okafor.", notes)
     assert not names_agree("The head librarian is Tobias Lindqvist.", notes)
     assert names_agree("Ask Tobias Lindqvist about the archive.", notes)
+
+
+def test_the_first_phrase_is_judged_with_the_rest_of_its_sentence(kb: KnowledgeBase) -> None:
+    grounding = KnowledgeGrounding(kb, Persona(name="Ada"))
+    # the conversation hands over "The library opens" first; the sentence it begins mixes the hours up
+    said = _guarded(
+        grounding, "When does the library open?", ["The library opens", "at 9 am and closes at 6 pm."]
+    )
+    assert said == "The library opens at 9 am."
+    kept = _guarded(grounding, "When does the library open?", ["The library opens", "at 9 am."])
+    assert kept == "The library opens at 9 am."

@@ -32,13 +32,14 @@ def open_or_build_avatar(name: str) -> AvatarBundle:
 
 
 def start_server(
-    args: list[str], cwd: Path, env: dict[str, str] | None = None
+    args: list[str], cwd: Path, env: dict[str, str] | None = None, launcher: list[str] | None = None
 ) -> tuple[subprocess.Popen, str, float]:
     """`lipstream serve --port 0 ARGS` run from `cwd`; the process, its http://HOST:PORT and the seconds until
-    it listened (RuntimeError with its stderr when it does not start)."""
+    it listened (RuntimeError with its stderr when it does not start). `launcher`: what runs the CLI instead
+    of `python -m lipstream` (a script that wraps the server, e.g. first_frame_trace.py)."""
     started = time.perf_counter()
     log = tempfile.TemporaryFile("w+")
-    cmd = [sys.executable, "-m", "lipstream", "serve", "--port", "0", *args]
+    cmd = [*(launcher or [sys.executable, "-m", "lipstream"]), "serve", "--port", "0", *args]
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=log, text=True)
     for line in proc.stdout:  # type: ignore[union-attr]
         match = re.search(r"(http://[\d.]+:\d+)", line)

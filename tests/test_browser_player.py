@@ -24,6 +24,13 @@ def test_speak_plays_frames_and_audio_in_sync(live_server: ServerProcess) -> Non
     assert snap["speechFramesShown"] > 20 and snap["audioChunks"] >= snap["framesShown"]
     assert snap["decodeErrors"] == 0
     assert snap["ttffMs"] is not None and snap["ttffMs"] < 3000
+    # the first speech frame's way through the page (player.firstSpeech, read by first_frame_bench), in order;
+    # it is shown when the audio clock reaches its sound (due), not when it arrives
+    stage = snap["firstSpeech"]
+    assert stage["received"] <= stage["decoded"] <= stage["shown"], stage
+    assert stage["audioReceived"] <= stage["scheduled"] <= stage["due"], stage
+    assert stage["due"] - 5 <= stage["shown"] <= stage["due"] + 80, stage
+    assert abs(stage["shown"] - snap["ttffMs"]) < 1, stage
     offset = snap["avOffsetMs"]
     assert offset["count"] > 30 and 0 <= offset["p50"] <= offset["p95"]
     assert offset["p95"] < 80, offset  # benchmarks/browser_bench.py measures the real figure

@@ -1,6 +1,7 @@
 // Drives the live player page (whole-frame or patch stream) in headless Debian Chromium: speaks each text of
 // `texts` in turn, `repeats` times, and reads the page's own speak -> first speech frame shown time; each text
-// is interrupted once its first speech frame is on screen. Prints one JSON result line.
+// is interrupted once its first speech frame is on screen. Prints one JSON result line (with each speak's page
+// stages, `stages`, and the player's A/V offset, `avOffsetMs`).
 // Usage: node first_frame.mjs '{"url": "http://127.0.0.1:PORT", "avatar": "sample", "stream": "full",
 //                              "texts": ["Good evening.", ...], "repeats": 3}'
 // For benchmarks/first_frame_bench.py.
@@ -10,6 +11,7 @@ const opts = JSON.parse(process.argv[2] || '{}');
 const timeoutMs = opts.timeoutMs || 60000;
 const browser = await launchChromium();
 const problems = [];
+const stages = []; // per speak, in order: the page's marks (player.firstSpeech)
 
 async function openPage() {
   const page = await browser.newPage({ viewport: { width: 1000, height: 1000 } });
@@ -32,6 +34,8 @@ async function firstFrame(page, text) {
   await page.click('#speak');
   await page.waitForFunction(() => window.lipstreamPlayer.stats.ttffMs != null, null, { timeout: timeoutMs, polling: 20 });
   const ms = await page.evaluate(() => window.lipstreamPlayer.stats.ttffMs);
+  await page.waitForTimeout(200); // a late mark (the first speech patch decoded after a rest note) comes in
+  stages.push(await page.evaluate(() => ({ ...window.lipstreamPlayer.firstSpeech.marks })));
   await page.click('#interrupt');
   await page.waitForFunction(
     (n) => window.lipstreamPlayer.stats.events.slice(n).some((e) => e.type === 'playback_finished'),
@@ -46,7 +50,8 @@ try {
   for (let r = 0; r < (opts.repeats || 3); r++) {
     for (let i = 0; i < opts.texts.length; i++) runs[i].push(await firstFrame(page, opts.texts[i]));
   }
-  printResult({ stream: await page.evaluate(() => window.lipstreamPlayer.ready.stream), runs }, problems);
+  printResult({ stream: await page.evaluate(() => window.lipstreamPlayer.ready.stream), runs, stages,
+    avOffsetMs: await page.evaluate(() => window.lipstreamPlayer.offsetSummary()) }, problems);
 } catch (err) {
   printFailure(err, problems);
 } finally {

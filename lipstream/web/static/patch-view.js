@@ -135,6 +135,7 @@ export class PatchView {
       this.stats.patches += 1;
       this.compositor.addPatch({ frame: entry.frame, rgba: msg.rgba, sourceFrame: entry.sourceFrame, pts: entry.pts, flags: entry.flags,
         blink: entry.blink });
+      if ((entry.flags & Flag.SPEAKING) && this.onSpeechPatch) this.onSpeechPatch(); // the player's first-speech probe
     } else if (msg.type === 'skipped') {
       this.entries.delete(msg.timestamp);
     } else if (msg.type === 'error') {

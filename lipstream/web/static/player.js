@@ -1,5 +1,6 @@
 // LivePlayer: one WebSocket session, audio scheduled on an AudioContext (the master clock), video decoded in a
 // Worker and each frame drawn when its pts comes due on that clock. Protocol: docs/protocol.md.
+import { FirstSpeech } from './first-speech.js';
 import { OpusMicEncoder, canEncodeOpus } from './mic-opus.js';
 import { OpusAudio, canDecodeOpus } from './opus-audio.js';
 import { PatchView, canComposite } from './patch-view.js';
@@ -44,6 +45,7 @@ export class LivePlayer extends EventTarget {
     this.ac = null;
     this.ws = null;
     this.ready = null;
+    this.firstSpeech = new FirstSpeech(); // where a speech start's time goes (benchmarks read it)
     this.resetStats();
   }
 
@@ -174,6 +176,7 @@ export class LivePlayer extends EventTarget {
       },
     });
     this.patchView = view;
+    view.onSpeechPatch = () => this.firstSpeech.mark('decoded');
     view.load().then(() => {
       this.stats.baseLoadMs = view.stats.baseLoadMs;
       this.stats.baseBytes = view.stats.baseBytes;
@@ -225,9 +228,16 @@ export class LivePlayer extends EventTarget {
     if (this.ws && this.ws.readyState === WebSocket.OPEN) this.ws.send(typeof obj === 'string' || obj instanceof ArrayBuffer ? obj : JSON.stringify(obj));
   }
 
+  /** A request whose speech start is timed (TTFF and the stages of firstSpeech) starts now. */
+  _request() {
+    this._requestAt = performance.now();
+    this.firstSpeech.begin(this._requestAt);
+    this._firstSpeechPts = null;
+  }
+
   /** Ask the server to speak text. */
   speak(text) {
-    this._requestAt = performance.now();
+    this._request();
     this.stats.ttffMs = null;
     this.stats.ttffReceivedMs = null;
     this._send({ type: 'speak', text });
@@ -235,7 +245,7 @@ export class LivePlayer extends EventTarget {
 
   /** Upload a whole audio file (ArrayBuffer) to be spoken. */
   upload(bytes) {
-    this._requestAt = performance.now();
+    this._request();
     this.stats.ttffMs = null;
     this.stats.ttffReceivedMs = null;
     this._send(buildMedia(Kind.UPLOAD, new Uint8Array(bytes)));
@@ -243,7 +253,7 @@ export class LivePlayer extends EventTarget {
 
   /** Push live PCM (Int16Array at `rate` Hz); `flush()` ends the utterance. */
   pushPcm(int16, rate) {
-    if (this._requestAt == null) this._requestAt = performance.now();
+    if (this._requestAt == null) this._request();
     this._send(buildMedia(Kind.PCM, int16, { aux: rate }));
   }
 
@@ -338,6 +348,8 @@ export class LivePlayer extends EventTarget {
     if (msg.flags & Flag.SPEAKING) { // what speech costs on the wire, whatever the idle/speech mix of a session
       this.stats.speechBytes += buffer.byteLength;
       if (msg.kind === Kind.AUDIO) this.stats.speechAudioFrames += 1;
+      this.firstSpeech.mark(msg.kind === Kind.AUDIO ? 'audioReceived' : 'received');
+      if (msg.kind === Kind.AUDIO && this._firstSpeechPts == null) this._firstSpeechPts = msg.pts;
     }
     if (msg.kind === Kind.VIDEO) {
       this.stats.framesReceived += 1;
@@ -384,7 +396,9 @@ export class LivePlayer extends EventTarget {
       if (at != null) this.stats.audioLate += 1;
       at = now + this.jitter;
       this._anchor = { pts, time: at };
+      if (pts === this._firstSpeechPts) this.firstSpeech.marks.reanchored = true;
     }
+    if (pts === this._firstSpeechPts) this._markDue(at + shift);
     this._audioEnd = Math.max(this._audioEnd, pts + ((samples.length - lead) / rate) * SAMPLE_RATE);
     this.stats.audioSamples += ((samples.length - trim) / rate) * SAMPLE_RATE; // in 16 kHz samples, as pts
     for (let i = 0; i < samples.length; i += 1) if (Math.abs(samples[i]) > this.stats.audioPeak) this.stats.audioPeak = Math.abs(samples[i]);
@@ -399,11 +413,22 @@ export class LivePlayer extends EventTarget {
     node.start(at + shift, trim / rate);
   }
 
+  /** The first speech audio was scheduled to be heard at AudioContext time `at`: when that is on performance.now(). */
+  _markDue(at) {
+    const ts = this.ac.getOutputTimestamp ? this.ac.getOutputTimestamp() : null;
+    const due = ts && ts.contextTime > 0 && ts.performanceTime > 0
+      ? ts.performanceTime + (at - ts.contextTime) * 1000
+      : performance.now() + (at - this.ac.currentTime + (this.ac.outputLatency || 0)) * 1000;
+    this.firstSpeech.mark('scheduled');
+    this.firstSpeech.mark('due', due);
+  }
+
   _onWorker(msg) {
     if (msg.type === 'frame') {
       const meta = this._meta.shift();
       this.stats.framesDecoded += 1;
       if (!meta || meta.drop) { msg.frame.close(); return; }
+      if (meta.flags & Flag.SPEAKING) this.firstSpeech.mark('decoded');
       this._frames.push({ frame: msg.frame, pts: meta.pts, aux: meta.aux, flags: meta.flags });
     } else if (msg.type === 'error') {
       this.stats.decodeErrors += 1;
@@ -495,6 +520,7 @@ export class LivePlayer extends EventTarget {
       this.stats.speechFramesShown += 1;
       this.stats.lastSpeechShownAt = now;
       if (this.stats.ttffMs == null && this._requestAt != null) this.stats.ttffMs = now - this._requestAt;
+      this.firstSpeech.mark('shown', now);
       if (this._interruptAt != null) this._lastSpeechShownAt = now;
     }
     this.lastShownPts = item.pts;
@@ -524,7 +550,7 @@ export class LivePlayer extends EventTarget {
       compositorMs: view.stats.compositorMs.slice(-1000), patches: view.stats.patches, restFrames: view.stats.restFrames,
       baseLoadMs: view.stats.baseLoadMs, baseBytes: view.stats.baseBytes, seeks: view.stats.seeks, log: view.cstats.log.slice(-300),
     } : null;
-    return { ...rest, stream: this.ready?.stream ?? null, audioCodec: this.ready ? (this.ready.audio_codec ?? 'pcm') : null, micCodec: this.ready ? this._micCodec : null, patch, avOffsetMs: this.offsetSummary(), clockPts: this.clockPts(), audioState: this.ac?.state };
+    return { ...rest, stream: this.ready?.stream ?? null, audioCodec: this.ready ? (this.ready.audio_codec ?? 'pcm') : null, micCodec: this.ready ? this._micCodec : null, patch, firstSpeech: { ...this.firstSpeech.marks }, avOffsetMs: this.offsetSummary(), clockPts: this.clockPts(), audioState: this.ac?.state };
   }
 
   _reportStats() {

@@ -30,7 +30,7 @@ from lipstream.render.accel import AccelConfig, PatchScheduler, codebook_path, l
 from lipstream.render.compositor import Compositor
 from lipstream.render.offline import render_speech_to_mp4
 from lipstream.render.seed import seed_codebook
-from lipstream.talk.tts import create_tts
+from lipstream.talk.voices.tts import create_tts
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from lipstream.audio.timeline import SAMPLE_RATE
     from lipstream.avatar.sample import presenter_frame, write_sample_video
-    from lipstream.talk.espeak_tts import EspeakTTS
+    from lipstream.talk.voices.espeak_tts import EspeakTTS
 
     work = Path(tempfile.mkdtemp(prefix="blink-bench-"))
     before = Path(f"/tmp/before37-{os.getpid()}")

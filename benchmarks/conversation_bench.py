@@ -39,7 +39,7 @@ from paused_speech import PAUSED_QUESTIONS, paused_question  # noqa: E402
 
 import lipstream
 from lipstream.server.client import ClientError
-from lipstream.talk.stt import word_edits
+from lipstream.talk.hearing.stt import word_edits
 
 try:
     from lipstream.server.converse_client import ConverseReport, run_converse
@@ -131,14 +131,15 @@ def start_fake_llm() -> tuple[subprocess.Popen, str]:
 
 
 def start_local_llm() -> tuple[subprocess.Popen, str, str]:
-    """The embedded SmolLM2 behind its OpenAI-compatible endpoint (lipstream.talk.llm_child) as a server of
+    """The embedded SmolLM2 behind its OpenAI-compatible endpoint (lipstream.talk.models.llm_child) as a
+    server of
     its own, as a user's local llama.cpp server would be: the process, its URL and its key."""
     import secrets
 
-    from lipstream.talk.llm_llama import bundled_gguf_path
+    from lipstream.talk.models.llm_llama import bundled_gguf_path
 
     key = secrets.token_hex(16)
-    cmd = [sys.executable, "-m", "lipstream.talk.llm_child", "--model", str(bundled_gguf_path()),
+    cmd = [sys.executable, "-m", "lipstream.talk.models.llm_child", "--model", str(bundled_gguf_path()),
            "--parent-pid", str(os.getpid()), "--threads", "1", "--name", "local-smollm2"]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=TREE, env={**os.environ, "LIPSTREAM_MODEL_KEY": key},
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)  # fmt: skip
@@ -221,7 +222,7 @@ def _write_wav(path: Path, pcm: np.ndarray) -> None:
 def make_paused_questions(folder: Path, count: int) -> list[dict[str, Any]]:
     """WAVs of questions with a 0.5-0.8 s pause after an unfinished clause (tests/paused_speech.py), Piper
     and espeak-ng alternately: answering before the second part is an early answer."""
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.voices.tts import create_tts
 
     voices = {"piper": create_tts("piper", fallback=False), "espeak": create_tts("espeak")}
     made = []
@@ -266,7 +267,7 @@ def make_heldout_questions(folder: Path, count: int) -> list[dict[str, Any]]:
 
 def make_questions(folder: Path, count: int) -> list[dict[str, Any]]:
     """WAVs of the scripted questions, Piper and espeak-ng alternately, with silence before and after."""
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.voices.tts import create_tts
 
     voices = {"piper": create_tts("piper", fallback=False), "espeak": create_tts("espeak")}
     made = []

@@ -23,9 +23,9 @@ sys.path.append(str(REPO))  # after PYTHONPATH: a before/after run names its own
 
 from bench_common import cpu_model  # noqa: E402
 
-from lipstream.talk.echo import EchoCanceller  # noqa: E402
-from lipstream.talk.tts import create_tts  # noqa: E402
-from lipstream.talk.vad import SileroModel, VoiceActivityDetector  # noqa: E402
+from lipstream.talk.hearing.echo import EchoCanceller  # noqa: E402
+from lipstream.talk.hearing.vad import SileroModel, VoiceActivityDetector  # noqa: E402
+from lipstream.talk.voices.tts import create_tts  # noqa: E402
 
 SR = 16000
 CHUNK = 320

@@ -30,9 +30,9 @@ from bench_common import cpu_model  # noqa: E402
 from echo_bench import AVATAR_TEXT, CHUNK, FRAME, LEAD, SETTLED, SR, echo_of, room, speech_starts  # noqa: E402
 from test_talk_echo import retimed  # noqa: E402
 
-from lipstream.talk.echo import EchoCanceller  # noqa: E402
-from lipstream.talk.tts import create_tts  # noqa: E402
-from lipstream.talk.vad import SileroModel  # noqa: E402
+from lipstream.talk.hearing.echo import EchoCanceller  # noqa: E402
+from lipstream.talk.hearing.vad import SileroModel  # noqa: E402
+from lipstream.talk.voices.tts import create_tts  # noqa: E402
 
 USER_TEXTS = (
     "Wait, stop, I have a question.",

@@ -64,7 +64,7 @@ def install(trace: Trace) -> None:
     from lipstream.render import session as render_session
     from lipstream.render.utterance import Utterance
     from lipstream.server import connection
-    from lipstream.talk import speaker
+    from lipstream.talk.voices import speaker
 
     queue_speak = connection.Connection._queue_speak
 

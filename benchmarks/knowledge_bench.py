@@ -34,9 +34,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.append(str(REPO))  # after PYTHONPATH: a before/after run names its own lipstream there
 
 from benchmarks.results import Figure, cpu_model, record  # noqa: E402
-from lipstream.talk.grounding import KnowledgeGrounding  # noqa: E402
-from lipstream.talk.knowledge import KnowledgeBase  # noqa: E402
-from lipstream.talk.persona import Persona  # noqa: E402
+from lipstream.talk.knowledge.grounding import KnowledgeGrounding  # noqa: E402
+from lipstream.talk.knowledge.index import KnowledgeBase  # noqa: E402
+from lipstream.talk.knowledge.persona import Persona  # noqa: E402
 
 PAGE_CHARS = 3000
 FAQ = {
@@ -171,8 +171,8 @@ def bench_index(pages: int, root: Path) -> tuple[list[Figure], KnowledgeBase]:
 
 def spoken_questions(questions: list[str], voice: str) -> list[str]:
     """Each question spoken by `voice` (piper or espeak) and transcribed by Whisper, as a user's would be."""
-    from lipstream.talk.stt import WhisperSTT
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.hearing.stt import WhisperSTT
+    from lipstream.talk.voices.tts import create_tts
 
     tts, stt = create_tts(voice, fallback=False), WhisperSTT(cpu_threads=2, workers=1)
     out = []
@@ -187,7 +187,7 @@ async def answer(
 ) -> tuple[str, str, float]:
     """(the model's reply, what is spoken after the guard, ms to the model's first token)."""
     from lipstream.talk.answers import answer_prompt
-    from lipstream.talk.sentences import SentenceStream, speakable
+    from lipstream.talk.voices.sentences import SentenceStream, speakable
 
     messages, grounded = answer_prompt(persona.system_prompt(), [], question, grounding)  # as a conversation
     raw: list[str] = []
@@ -238,7 +238,7 @@ async def first_token_ms(
 
 async def bench_answers(root: Path, voice: str | None) -> tuple[list[Figure], dict]:
     """The FAQ questions through grounding, the real SmolLM2 and the guard."""
-    from lipstream.talk.llm_embedded import EmbeddedChatModel
+    from lipstream.talk.models.llm_embedded import EmbeddedChatModel
 
     faq = root / "faq"
     faq.mkdir()

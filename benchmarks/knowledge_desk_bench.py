@@ -134,7 +134,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def make_wavs(folder: Path, questions: tuple[DeskQuestion, ...]) -> list[dict[str, Any]]:
     """Each question as a WAV in its voice (round robin over VOICES), with silence around it."""
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.voices.tts import create_tts
 
     piper = create_tts("piper", fallback=False)
     made = []
@@ -156,7 +156,7 @@ def transcribe(wavs: list[dict[str, Any]], context: str = "") -> list[str]:
     """What Whisper tiny.en (the server's recogniser) hears in each WAV, told `context` was said before."""
     import wave
 
-    from lipstream.talk.stt import WhisperSTT
+    from lipstream.talk.hearing.stt import WhisperSTT
 
     stt = WhisperSTT(cpu_threads=2, workers=1, context=context)
     out = []
@@ -173,9 +173,9 @@ def recognition(folder: Path, notes: Path) -> dict[str, Any]:
     general questions (conversation_bench's held-out ones)."""
     from conversation_bench import HELDOUT_QUESTIONS
 
-    from lipstream.talk.grounding import listening_context
-    from lipstream.talk.knowledge import KnowledgeBase
-    from lipstream.talk.persona import Persona
+    from lipstream.talk.knowledge.grounding import listening_context
+    from lipstream.talk.knowledge.index import KnowledgeBase
+    from lipstream.talk.knowledge.persona import Persona
 
     kb = KnowledgeBase(notes, home=folder / "home")
     context = listening_context(kb, Persona.load(notes.parent / "ada.toml"))
@@ -207,9 +207,9 @@ def recognition(folder: Path, notes: Path) -> dict[str, Any]:
 
 def ask_offline(notes: Path, persona_file: Path, heard: list[str], home: Path) -> list[dict[str, Any]]:
     """Retrieval and the guard's own sentence for each transcript (no model): reply, sources, search ms."""
-    from lipstream.talk.grounding import KnowledgeGrounding
-    from lipstream.talk.knowledge import KnowledgeBase
-    from lipstream.talk.persona import Persona
+    from lipstream.talk.knowledge.grounding import KnowledgeGrounding
+    from lipstream.talk.knowledge.index import KnowledgeBase
+    from lipstream.talk.knowledge.persona import Persona
 
     persona = Persona.load(persona_file)
     started = time.perf_counter()

@@ -72,8 +72,8 @@ CASES = (
 
 def speech_of(voice: str, seconds: float) -> Speech:
     """The bulletin spoken by a held-out voice, cut to at most `seconds`."""
-    from lipstream.talk.espeak_tts import EspeakTTS
-    from lipstream.talk.piper_tts import PiperTTS
+    from lipstream.talk.voices.espeak_tts import EspeakTTS
+    from lipstream.talk.voices.piper_tts import PiperTTS
 
     tts = PiperTTS(length_scale=PIPER_RATE) if voice == "piper" else EspeakTTS(ESPEAK_VOICE)
     speech = tts.synthesize(TEXT)

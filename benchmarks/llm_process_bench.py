@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 from bench_common import child_pids, cpu_model, rss_mib, start_server
 
-from lipstream.talk.llm import ChatMessage
-from lipstream.talk.llm_llama import bundled_gguf_path
+from lipstream.talk.models.llm import ChatMessage
+from lipstream.talk.models.llm_llama import bundled_gguf_path
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
@@ -45,8 +45,8 @@ PLAYER_BUFFER_SECONDS = 0.15  # the page's jitter buffer
 
 IN_PROCESS = """
 import json, sys, threading, time
-from lipstream.talk.llm import ChatMessage
-from lipstream.talk.llm_llama import LlamaChat, compiled_features
+from lipstream.talk.models.llm import ChatMessage
+from lipstream.talk.models.llm_llama import LlamaChat, compiled_features
 chat = LlamaChat(sys.argv[1], threads=1)
 chat.warm_up()
 messages = [ChatMessage("user", sys.argv[2])]
@@ -101,7 +101,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def measure_speed(args: argparse.Namespace) -> dict[str, Any]:
     """Portable in-process, portable through the model process, native in-process: alternating rounds."""
-    from lipstream.talk.llm_embedded import EmbeddedChatModel
+    from lipstream.talk.models.llm_embedded import EmbeddedChatModel
 
     model = EmbeddedChatModel()
     model.warm_up()
@@ -121,8 +121,8 @@ def measure_speed(args: argparse.Namespace) -> dict[str, Any]:
 
 def measure_recovery(args: argparse.Namespace) -> dict[str, Any]:
     """SIGSEGV mid-answer, then the next question's first token: seconds."""
-    from lipstream.talk.llm import LLMError
-    from lipstream.talk.llm_embedded import EmbeddedChatModel
+    from lipstream.talk.models.llm import LLMError
+    from lipstream.talk.models.llm_embedded import EmbeddedChatModel
 
     model = EmbeddedChatModel()
     model.warm_up()

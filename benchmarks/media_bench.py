@@ -24,7 +24,7 @@ from skimage.data import astronaut
 from lipstream.media.h264 import H264StreamEncoder
 from lipstream.media.mp4 import Mp4Writer
 from lipstream.media.yuv import rgb_to_yuv420p
-from lipstream.talk.tts import EspeakTTS, PiperTTS
+from lipstream.talk.voices.tts import EspeakTTS, PiperTTS
 
 PRESETS = ("veryfast", "superfast", "ultrafast")  # compared side by side with the default "fast"
 SIZES = {"1080x1920": (1080, 1920), "540x960": (540, 960)}

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from lipstream.talk import phrase_seam
-from lipstream.talk.speaker import Speaker
-from lipstream.talk.tts import create_tts
+from lipstream.talk.voices import phrase_seam
+from lipstream.talk.voices.speaker import Speaker
+from lipstream.talk.voices.tts import create_tts
 
 REPO = Path(__file__).resolve().parent.parent
 TEXT = "The museum on the hill will open late on Fridays this summer with live music in the garden."

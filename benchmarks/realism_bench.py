@@ -584,8 +584,8 @@ def main(argv: list[str] | None = None) -> int:
     from lipstream.engines.viseme.engine import VisemeEngine
     from lipstream.render.compositor import Compositor
     from lipstream.render.offline import render_speech_to_mp4
-    from lipstream.talk.espeak_tts import EspeakTTS
-    from lipstream.talk.piper_tts import PiperTTS
+    from lipstream.talk.voices.espeak_tts import EspeakTTS
+    from lipstream.talk.voices.piper_tts import PiperTTS
 
     work = Path(tempfile.mkdtemp(prefix="realism-bench-"))
     from before_after import before_tree

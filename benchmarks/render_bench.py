@@ -33,7 +33,7 @@ from lipstream.engines.registry import create_engine
 from lipstream.render.accel import AccelConfig
 from lipstream.render.compositor import Compositor
 from lipstream.render.offline import DEFAULT_QUALITY, QUALITY_LEVELS, H264Settings, render_speech_to_mp4
-from lipstream.talk.tts import create_tts
+from lipstream.talk.voices.tts import create_tts
 
 RESULTS = Path(__file__).resolve().parent / "results"
 OLD = "old"

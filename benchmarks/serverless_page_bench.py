@@ -44,7 +44,7 @@ PARAGRAPH = (
 
 def speech_clip(seconds: float, path: Path) -> np.ndarray:
     """An espeak paragraph repeated to exactly `seconds`, as a 16 kHz WAV."""
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.voices.tts import create_tts
 
     pcm = create_tts("espeak").synthesize(PARAGRAPH).pcm
     n = int(seconds * 16000)

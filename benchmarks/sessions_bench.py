@@ -38,7 +38,7 @@ from lipstream.engines.registry import create_engine
 from lipstream.render.accel import AccelConfig
 from lipstream.render.frames import AvatarFrame
 from lipstream.render.session import RenderSession, SessionConfig
-from lipstream.talk.tts import create_tts
+from lipstream.talk.voices.tts import create_tts
 
 RESULTS = Path(__file__).resolve().parent / "results"
 JITTER_SECONDS = 0.15  # the browser player's buffer before it starts playing

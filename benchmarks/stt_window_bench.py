@@ -4,7 +4,8 @@
 Speaks a set of questions in Piper's voice and an espeak-ng voice no test uses (en-us+m3), places each with
 0, 0.2 and 0.5 s of silence before and 0, 0.1 and 0.3 s after (where a turn's cut may fall), adds the
 conversation bench's held-out questions in its four held-out espeak-ng voices, and transcribes every clip
-with each encoder window (lipstream.talk.whisper_window; one thread, as `serve --agent` decodes): time per
+with each encoder window (lipstream.talk.hearing.whisper_window; one thread, as `serve --agent` decodes):
+time per
 transcript, the word error rate against the text spoken, and the clips whose words differ.
 
     .venv/bin/python -m benchmarks stt_window [--floors 10 5]
@@ -39,8 +40,8 @@ BEFORE_S, AFTER_S = (0.0, 0.2, 0.5), (0.0, 0.1, 0.3)
 
 def spoken(texts: tuple[str, ...]) -> list[tuple[str, str, np.ndarray]]:
     """(voice, text, 16 kHz float32 PCM) for each text in Piper's voice and in espeak-ng's en-us+m3."""
-    from lipstream.talk.espeak_tts import EspeakTTS
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.voices.espeak_tts import EspeakTTS
+    from lipstream.talk.voices.tts import create_tts
 
     voices = {"piper": create_tts("piper"), "espeak": EspeakTTS(voice="en-us+m3")}
     return [
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--floors", type=float, nargs="+", default=[10.0, 5.0],
                         help="the audio window's floors to compare, seconds")  # fmt: skip
     args = parser.parse_args(argv)
-    from lipstream.talk.stt import WhisperSTT, word_edits
+    from lipstream.talk.hearing.stt import WhisperSTT, word_edits
 
     cases = []
     for voice, text, pcm in spoken(QUESTIONS):

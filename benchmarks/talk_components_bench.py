@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_common import cpu_model  # noqa: E402
 
 from lipstream.audio.timeline import SAMPLE_RATE  # noqa: E402
-from lipstream.talk.llm import ChatMessage  # noqa: E402
+from lipstream.talk.models.llm import ChatMessage  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "talk_components.json"
 SPEECH_TEXT = (
@@ -64,14 +64,14 @@ def load_average() -> float:
 
 def piper_speech() -> np.ndarray:
     """About 7 s of the bundled Piper voice."""
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.voices.tts import create_tts
 
     return create_tts("piper").synthesize(SPEECH_TEXT).pcm
 
 
 def bench_vad(speech: np.ndarray) -> dict[str, Any]:
     """VAD cost per 32 ms window over speech with silences, fed in 20 ms chunks."""
-    from lipstream.talk.vad import WINDOW, SileroModel, VoiceActivityDetector
+    from lipstream.talk.hearing.vad import WINDOW, SileroModel, VoiceActivityDetector
 
     started = time.perf_counter()
     model = SileroModel()
@@ -100,7 +100,7 @@ def bench_vad(speech: np.ndarray) -> dict[str, Any]:
 
 def bench_stt(speech: np.ndarray) -> dict[str, Any]:
     """Whisper tiny.en int8: load, warm-up, and the time to transcribe 1, 3 and 6 s (median of 3)."""
-    from lipstream.talk.stt import WhisperSTT
+    from lipstream.talk.hearing.stt import WhisperSTT
 
     out: dict[str, Any] = {}
     for threads in (1, 2):
@@ -143,7 +143,7 @@ async def _stream_stats(model: Any, question: str) -> tuple[float, float, int, s
 def bench_llama_cpp() -> dict[str, Any]:
     """SmolLM2 on llama.cpp through EmbeddedChatModel (its own process since issue 19; the async stream API,
     as the conversation uses it)."""
-    from lipstream.talk.llm_embedded import EmbeddedChatModel
+    from lipstream.talk.models.llm_embedded import EmbeddedChatModel
 
     out: dict[str, Any] = {}
     for threads in (1, 2):
@@ -203,7 +203,7 @@ def bench_transformers() -> dict[str, Any]:
 
     import torch
 
-    from lipstream.talk.llm_llama import bundled_gguf_path
+    from lipstream.talk.models.llm_llama import bundled_gguf_path
 
     torch.set_num_threads(2)
     gguf = bundled_gguf_path()

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from paused_speech import PAUSED_QUESTIONS, paused_question  # noqa: E402
 
 from lipstream.talk.conversation_types import DEFAULT_SYSTEM_PROMPT  # noqa: E402
-from lipstream.talk.llm import ChatMessage  # noqa: E402
+from lipstream.talk.models.llm import ChatMessage  # noqa: E402
 from lipstream.talk.turn_rule import TurnEndConfig  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -36,10 +36,10 @@ TRAILING = np.zeros(int(0.2 * 16000), np.float32)  # the silence a detector hear
 
 def judge_all(pause_s: float) -> dict:
     """Every question, both moments, both detectors."""
-    from lipstream.talk.llm_embedded import EmbeddedChatModel
-    from lipstream.talk.smart_turn import SmartTurnModel
-    from lipstream.talk.stt import WhisperSTT
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.hearing.smart_turn import SmartTurnModel
+    from lipstream.talk.hearing.stt import WhisperSTT
+    from lipstream.talk.models.llm_embedded import EmbeddedChatModel
+    from lipstream.talk.voices.tts import create_tts
 
     stt = WhisperSTT(cpu_threads=2, workers=1)
     audio_model = SmartTurnModel()

@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     from lipstream.avatar.sample import presenter_frame, write_sample_video
     from lipstream.engines.viseme.edges import EdgeConfig
     from lipstream.engines.viseme.engine import VisemeEngine
-    from lipstream.talk.espeak_tts import EspeakTTS
+    from lipstream.talk.voices.espeak_tts import EspeakTTS
 
     work = Path(tempfile.mkdtemp(prefix="edges-bench-"))
     pcm = EspeakTTS("en-us").synthesize(TEXT).pcm.astype(np.float32)

@@ -63,7 +63,7 @@ def speech_sides(before_commit: str, avatar_name: str, prefix: str) -> tuple[Pat
     from bench_common import open_or_build_avatar
     from realism_bench import save_speech
 
-    from lipstream.talk.piper_tts import PiperTTS
+    from lipstream.talk.voices.piper_tts import PiperTTS
 
     before = before_tree(before_commit)  # a worktree of that commit, made once
     avatar = Path(open_or_build_avatar(avatar_name).path)

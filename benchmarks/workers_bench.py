@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     bundle = open_or_build_avatar(args.avatar)
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.voices.tts import create_tts
 
     speech = create_tts("piper").synthesize(TEXT)
     pcm = (np.clip(speech.pcm, -1, 1) * 32767).astype("<i2").tobytes()

@@ -13,7 +13,7 @@ from typing import Any
 from lipstream.audio.speech import Speech
 from lipstream.render import session as render_session
 from lipstream.render.session_types import SessionConfig, SessionEvent
-from lipstream.talk.speaker import Speaker
+from lipstream.talk.voices.speaker import Speaker
 
 __all__ = ["Session", "SessionConfig", "SessionEvent"]
 

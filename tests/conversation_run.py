@@ -23,7 +23,7 @@ from talk_fakes import (
 
 from lipstream.talk.conversation import Conversation
 from lipstream.talk.conversation_types import ConversationConfig
-from lipstream.talk.speaker import Speaker
+from lipstream.talk.voices.speaker import Speaker
 
 
 @dataclass

@@ -18,9 +18,9 @@ import numpy as np
 from lipstream.audio.speech import Speech
 from lipstream.audio.timeline import SAMPLE_RATE
 from lipstream.errors import ModelError
-from lipstream.talk.llm import ChatMessage, LLMError
-from lipstream.talk.stt import Transcript
-from lipstream.talk.vad import VadEvent
+from lipstream.talk.hearing.stt import Transcript
+from lipstream.talk.hearing.vad import VadEvent
+from lipstream.talk.models.llm import ChatMessage, LLMError
 
 VOCABULARY = (
     "what time does the library open today please tell me um how far is moon from earth and a short joke"

@@ -28,7 +28,7 @@ def engine():
 
 @pytest.fixture(scope="module")
 def speech():
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.voices.tts import create_tts
 
     return create_tts("espeak").synthesize(
         "Tonight the bridge reopened. Thousands walked across it, and the mayor thanked the workers."
@@ -119,7 +119,7 @@ def _wav(path: Path, pcm: np.ndarray) -> Path:
 
 @pytest.mark.slow
 def test_seeded_codebook_is_persisted_and_reused(own_avatar, speech, tmp_path: Path) -> None:
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.voices.tts import create_tts
 
     wav = _wav(tmp_path / "seed.wav", speech.pcm)
     other = create_tts("espeak").synthesize("The bridge reopened tonight, and the workers walked across it.")

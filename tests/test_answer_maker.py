@@ -12,9 +12,9 @@ from talk_fakes import FixedJudge, RecordingSession, ScriptedLLM, ToneVoice
 
 from lipstream.talk.answers import AnswerMaker, PreparedAnswer
 from lipstream.talk.conversation_types import ConversationConfig, TurnReport
-from lipstream.talk.mic_buffer import MicBuffer
-from lipstream.talk.speaker import Speaker
+from lipstream.talk.hearing.mic_buffer import MicBuffer
 from lipstream.talk.turn_rule import TurnEndConfig
+from lipstream.talk.voices.speaker import Speaker
 
 JUDGED = ConversationConfig(turn=TurnEndConfig(detector="text", finished_ms=200, max_wait_ms=1600))
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from talk_fakes import RecordingSession  # noqa: E402
 
-from lipstream.server.agent import AgentConfig, AgentServices
-from lipstream.talk.voices import SharedVoices
+from lipstream.talk.agent import AgentConfig, AgentServices
+from lipstream.talk.voices.shared import SharedVoices
 
 pytestmark = pytest.mark.slow  # loads Piper twice
 

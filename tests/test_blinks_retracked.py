@@ -63,7 +63,7 @@ def drawn_blinks(bundle, frames: int, phrase_starts: list[int]) -> list[int]:
 
 @pytest.fixture(scope="module")
 def speech():
-    from lipstream.talk.espeak_tts import EspeakTTS
+    from lipstream.talk.voices.espeak_tts import EspeakTTS
 
     return EspeakTTS("en-us").synthesize(TEXT)
 

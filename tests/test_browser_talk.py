@@ -35,7 +35,7 @@ ANSWER = (
 
 def write_mic_wav(path: Path, *parts: str | float) -> dict[str, float]:
     """A 16 kHz 16-bit WAV of silences (float s) and Piper-spoken texts; returns each text's onset in s."""
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.voices.tts import create_tts
 
     tts = create_tts("piper")
     chunks: list[np.ndarray] = []

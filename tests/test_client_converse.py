@@ -53,7 +53,7 @@ def write_wav(path: Path, pcm: np.ndarray) -> Path:
 @pytest.fixture(scope="module")
 def question(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A spoken question in the bundled Piper voice, with the room's silence around it."""
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.voices.tts import create_tts
 
     speech = create_tts("piper").synthesize("When does the museum open on Sunday?").pcm
     pcm = np.concatenate([np.zeros(8000, np.float32), speech, np.zeros(3200, np.float32)])

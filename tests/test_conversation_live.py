@@ -48,7 +48,7 @@ def agent_server(avatars_root: Path, fake_llm: str) -> Iterator[ServerProcess]:
 @pytest.fixture(scope="module")
 def voices():
     """The Piper voice (the user's questions) and espeak-ng (a second speaker)."""
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.voices.tts import create_tts
 
     return create_tts("piper"), create_tts("espeak")
 

@@ -12,7 +12,7 @@ from conversation_run import Run, finish, make, question, say
 from talk_fakes import FixedJudge, ScriptedLLM, silence, spoken
 
 from lipstream.talk.conversation_types import ConversationConfig
-from lipstream.talk.grounding_port import GroundedPrompt
+from lipstream.talk.knowledge.grounding_port import GroundedPrompt
 from lipstream.talk.turn_rule import TurnEndConfig
 
 

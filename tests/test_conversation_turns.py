@@ -15,8 +15,8 @@ from lipstream.engines.registry import create_engine
 from lipstream.render.session import RenderSession, SessionConfig
 from lipstream.talk.conversation import Conversation
 from lipstream.talk.conversation_types import ConversationConfig
-from lipstream.talk.llm_openai import OpenAIChatModel
-from lipstream.talk.stt import WhisperSTT
+from lipstream.talk.hearing.stt import WhisperSTT
+from lipstream.talk.models.llm_openai import OpenAIChatModel
 
 pytestmark = pytest.mark.slow
 
@@ -78,7 +78,7 @@ async def converse(
 
 
 def test_a_monologue_is_cut_at_the_turn_limit_and_answered(small_avatar, stt) -> None:
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.voices.tts import create_tts
 
     speech = create_tts("piper").synthesize(
         "I want to tell you about my trip to the mountains last summer, when we walked for days along the "

@@ -10,10 +10,10 @@ import asyncio
 import numpy as np
 import pytest
 
-from lipstream.talk.echo import EchoCanceller
-from lipstream.talk.listener import MicListener
-from lipstream.talk.tts import create_tts
-from lipstream.talk.vad import VadEvent, VoiceActivityDetector
+from lipstream.talk.hearing.echo import EchoCanceller
+from lipstream.talk.hearing.listener import MicListener
+from lipstream.talk.hearing.vad import VadEvent, VoiceActivityDetector
+from lipstream.talk.voices.tts import create_tts
 
 SR = 16000
 CHUNK = 320  # 20 ms of microphone audio, as the browser's worklet sends it

@@ -49,7 +49,7 @@ def voiced_server(voiced_export: Path) -> Iterator[StaticServer]:
 def piper_voice():
     from piper import PiperVoice
 
-    from lipstream.talk.piper_tts import bundled_voice_path
+    from lipstream.talk.voices.piper_tts import bundled_voice_path
 
     return PiperVoice.load(bundled_voice_path())
 
@@ -93,7 +93,7 @@ def test_browser_phoneme_ids_equal_piper_tts(voiced_server: StaticServer, piper_
 def test_browser_audio_matches_piper_tts(voiced_server: StaticServer, piper_voice, tmp_path: Path) -> None:
     from piper import SynthesisConfig
 
-    from lipstream.talk.piper_tts import PiperTTS
+    from lipstream.talk.voices.piper_tts import PiperTTS
 
     result = run_browser_script(
         "edge_tts.mjs",

@@ -54,7 +54,7 @@ def write_wav(path: Path, pcm: np.ndarray) -> np.ndarray:
 @pytest.fixture(scope="module")
 def speech_wav(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, np.ndarray]:
     """An espeak sentence as a WAV file and its PCM."""
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.voices.tts import create_tts
 
     speech = create_tts("espeak").synthesize(SPEECH_TEXT)
     path = tmp_path_factory.mktemp("edge_audio") / "speech.wav"
@@ -350,7 +350,7 @@ def test_the_export_carries_eye_points_and_the_blink_machine(photo_export, small
 
 @pytest.mark.browser
 def test_the_page_blinks_at_a_phrase_end_and_lowers_the_lids(photo_export, tmp_path: Path) -> None:
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.voices.tts import create_tts
 
     folder, manifest = photo_export
     tts = create_tts("espeak")

@@ -49,7 +49,7 @@ def test_rendered_speech_is_in_sync_and_closed_in_silence(small_avatar, tmp_path
     from lipstream.engines.base import Speech
     from lipstream.engines.registry import create_engine
     from lipstream.render.offline import render_speech_to_mp4
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.voices.tts import create_tts
 
     said = create_tts("espeak").synthesize("Hello, my name is Bob. What a wonderful day.")
     pause = np.zeros(16000 // 2, dtype=np.float32)

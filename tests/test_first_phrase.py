@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from lipstream.audio.speech import PhonemeTiming, Speech
-from lipstream.talk import phrase_seam
-from lipstream.talk.sentences import FIRST_MAX_WORDS, SentenceStream, split_first_phrase
-from lipstream.talk.speaker import Speaker
-from lipstream.talk.tts import EspeakTTS, PiperTTS
+from lipstream.talk.voices import phrase_seam
+from lipstream.talk.voices.sentences import FIRST_MAX_WORDS, SentenceStream, split_first_phrase
+from lipstream.talk.voices.speaker import Speaker
+from lipstream.talk.voices.tts import EspeakTTS, PiperTTS
 
 LONG = (
     "The museum on the hill will open late on Fridays this summer with live music in the garden and free "

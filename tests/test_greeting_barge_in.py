@@ -56,7 +56,7 @@ def question(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A short spoken question (espeak-ng). Chosen among a few: the echo canceller's delay search, comparing
     the question with the greeting, takes it for the greeting's echo at none of 19 offsets (0.3-1.2 s); "When
     do you open on Sunday?" was taken for it at one (docs/protocol.md: such a start stays held)."""
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.voices.tts import create_tts
 
     speech = create_tts("espeak").synthesize("Can I borrow a bicycle?").pcm
     lead = np.zeros(int(LEAD_SECONDS * 16000), np.float32)

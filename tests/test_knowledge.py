@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from lipstream.errors import LipstreamError
-from lipstream.talk.knowledge import KnowledgeBase, KnowledgeError, index_path
-from lipstream.talk.knowledge_text import chunk_document, sentences, stem, terms
+from lipstream.talk.knowledge.index import KnowledgeBase, KnowledgeError, index_path
+from lipstream.talk.knowledge.text import chunk_document, sentences, stem, terms
 
 LIBRARY = """# Riverside Library
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from lipstream.talk.grounding import NOTES_OPEN
-from lipstream.talk.knowledge import KnowledgeBase
-from lipstream.talk.persona import Persona
+from lipstream.talk.knowledge.grounding import NOTES_OPEN
+from lipstream.talk.knowledge.index import KnowledgeBase
+from lipstream.talk.knowledge.persona import Persona
 
 pytestmark = pytest.mark.slow  # imports Pipecat and LiveKit Agents (seconds)
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from lipstream.talk.grounding import KnowledgeGrounding, best_sentence
-from lipstream.talk.knowledge import KnowledgeBase, Passage
-from lipstream.talk.knowledge_match import Query, Vocabulary, word_model
-from lipstream.talk.knowledge_text import stem, terms
-from lipstream.talk.persona import Persona
+from lipstream.talk.knowledge.grounding import KnowledgeGrounding, best_sentence
+from lipstream.talk.knowledge.index import KnowledgeBase, Passage
+from lipstream.talk.knowledge.match import Query, Vocabulary, word_model
+from lipstream.talk.knowledge.persona import Persona
+from lipstream.talk.knowledge.text import stem, terms
 
 NOTES = {
     "fees.md": "# Late fees\n\nA book returned late costs 20 cents a day. A cancellation costs 5 dollars.\n",
@@ -100,8 +100,8 @@ def test_the_fallback_adds_the_next_sentence_when_it_holds_what_was_asked() -> N
 
 
 def test_a_name_beside_the_wrong_role_is_not_spoken() -> None:
-    from lipstream.talk.grounding import names_agree
-    from lipstream.talk.knowledge_text import sentences
+    from lipstream.talk.knowledge.grounding import names_agree
+    from lipstream.talk.knowledge.text import sentences
 
     notes_text = "The head librarian is Marguerite Okafor. The archive's contact is Tobias Lindqvist."
     notes = [set(terms(s)) for s in sentences(notes_text)]

@@ -11,11 +11,11 @@ from lipstream.cli import build_parser, main
 from lipstream.commands.doctor import doctor
 from lipstream.commands.doctor_checks import knowledge_check, persona_check
 from lipstream.errors import LipstreamError
-from lipstream.server.agent import AgentConfig, AgentServices
 from lipstream.server.cli import _agent_config
-from lipstream.talk.grounding import KnowledgeGrounding
-from lipstream.talk.knowledge import KnowledgeBase
-from lipstream.talk.persona import PersonaError
+from lipstream.talk.agent import AgentConfig, AgentServices
+from lipstream.talk.knowledge.grounding import KnowledgeGrounding
+from lipstream.talk.knowledge.index import KnowledgeBase
+from lipstream.talk.knowledge.persona import PersonaError
 
 PERSONA = """name = "Ada"
 greeting = "Hello, I am Ada."

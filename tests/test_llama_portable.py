@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lipstream.talk.llm_llama import PORTABLE_FEATURES, compiled_features
+from lipstream.talk.models.llm_llama import PORTABLE_FEATURES, compiled_features
 
 # AVX-512 registers (zmm, opmask k1-k7) and AMX tile instructions, as objdump prints them
 BEYOND_BASELINE = re.compile(r"%zmm\d|\{%k[1-7]\}|\btile(?:loadd|stored|zero|release)|\btdpb")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from lipstream.talk.model_process import (
+from lipstream.talk.models.model_process import (
     ChildCommand,
     ProcessState,
     RestartPolicy,
@@ -110,7 +110,7 @@ def test_the_model_child_dies_with_its_parent_even_on_sigkill() -> None:
     parent_code = textwrap.dedent(
         """
         import time
-        from lipstream.talk.llm_embedded import EmbeddedChatModel
+        from lipstream.talk.models.llm_embedded import EmbeddedChatModel
         model = EmbeddedChatModel()
         model.warm_up()
         print(model.status().pid, flush=True)
@@ -123,7 +123,7 @@ def test_the_model_child_dies_with_its_parent_even_on_sigkill() -> None:
         child_pid = int(parent.stdout.readline())  # type: ignore[union-attr]
         cmdline = Path(f"/proc/{child_pid}/cmdline").read_bytes().split(b"\0")
         # an operator sees the model in `ps`, never the key
-        assert b"lipstream.talk.llm_child" in cmdline and any(b"SmolLM2" in part for part in cmdline)
+        assert b"lipstream.talk.models.llm_child" in cmdline and any(b"SmolLM2" in part for part in cmdline)
         assert not any(b"KEY" in part for part in cmdline)
         parent.kill()
         parent.wait()
@@ -142,7 +142,7 @@ def broken_model(tmp_path_factory: pytest.TempPathFactory):
     the tests that need a model that cannot come up)."""
     import asyncio
 
-    from lipstream.talk.llm_embedded import EmbeddedChatModel
+    from lipstream.talk.models.llm_embedded import EmbeddedChatModel
 
     broken = tmp_path_factory.mktemp("broken") / "broken.gguf"
     broken.write_bytes(b"this is not a model" * 100)
@@ -157,7 +157,7 @@ def test_a_model_that_cannot_start_makes_every_turn_say_unavailable_at_once(brok
     import asyncio
 
     from lipstream.errors import ModelError
-    from lipstream.talk.llm import ChatMessage, LLMError
+    from lipstream.talk.models.llm import ChatMessage, LLMError
 
     with pytest.raises(ModelError, match="could not start: exit code 2"):
         broken_model.warm_up()
@@ -209,8 +209,8 @@ def test_the_model_yields_its_core_for_a_moment_and_loses_nothing() -> None:
     for meanwhile starts when it resumes (by `resume` or by the pause's own timer), whole."""
     import asyncio
 
-    from lipstream.talk.llm import ChatMessage, YieldsCores
-    from lipstream.talk.llm_embedded import EmbeddedChatModel
+    from lipstream.talk.models.llm import ChatMessage, YieldsCores
+    from lipstream.talk.models.llm_embedded import EmbeddedChatModel
 
     async def scenario(model: EmbeddedChatModel) -> None:
         pid = model.status().pid

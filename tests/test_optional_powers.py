@@ -1,4 +1,4 @@
-"""Optional powers are declared Protocols asked for with isinstance (engines/base.py, talk/llm.py,
+"""Optional powers are declared Protocols asked for with isinstance (engines/base.py, talk/models/llm.py,
 talk/turn_end.py), and the batched engine's wrappers declare Engine and forward it member by member."""
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from lipstream.engines.batched import BatchedEngine, SessionEngine
 from lipstream.engines.batcher import BatchConfig
 from lipstream.engines.musetalk.engine import MuseTalkEngine
 from lipstream.engines.viseme.engine import VisemeEngine
-from lipstream.talk.llm import ReportsProcess
-from lipstream.talk.llm_embedded import EmbeddedChatModel
-from lipstream.talk.llm_openai import OpenAIChatModel, ReadingAheadChatModel
+from lipstream.talk.models.llm import ReportsProcess
+from lipstream.talk.models.llm_embedded import EmbeddedChatModel
+from lipstream.talk.models.llm_openai import OpenAIChatModel, ReadingAheadChatModel
 from lipstream.talk.turn_end import EndOfTurnModel
 
 PACKAGE = Path(__file__).resolve().parent.parent / "lipstream"

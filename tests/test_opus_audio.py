@@ -45,7 +45,7 @@ MIN_SNR_DB = 10.0
 @pytest.fixture(scope="module")
 def speech_wav(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, np.ndarray]:
     """About 3 s of Piper speech as a 16 kHz WAV, and its samples."""
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.voices.tts import create_tts
 
     speech = create_tts("piper").synthesize(
         "Good evening. Tonight the weather along the coast is calm and mild."

@@ -40,7 +40,7 @@ def base_loop_built(avatars_root: Path) -> None:
 @pytest.fixture(scope="module")
 def speech_wav(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An espeak sentence as a 16 kHz WAV file."""
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.voices.tts import create_tts
 
     speech = create_tts("espeak").synthesize(SPEECH_TEXT)
     path = tmp_path_factory.mktemp("patch_audio") / "speech.wav"

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from lipstream.talk.conversation_types import ConversationConfig
-from lipstream.talk.grounding import NOTES_CLOSE, NOTES_OPEN, GroundingConfig, KnowledgeGrounding
-from lipstream.talk.grounding_port import Grounding
-from lipstream.talk.knowledge import KnowledgeBase
-from lipstream.talk.persona import Persona, PersonaError
+from lipstream.talk.knowledge.grounding import NOTES_CLOSE, NOTES_OPEN, GroundingConfig, KnowledgeGrounding
+from lipstream.talk.knowledge.grounding_port import Grounding
+from lipstream.talk.knowledge.index import KnowledgeBase
+from lipstream.talk.knowledge.persona import Persona, PersonaError
 
 PERSONA = """
 name = "Ada"

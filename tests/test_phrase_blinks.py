@@ -124,7 +124,7 @@ def test_the_compositor_lowers_the_lids_and_touches_nothing_else(small_avatar, i
 @pytest.fixture(scope="module")
 def phrased_speech() -> np.ndarray:
     """Three espeak-ng sentences with 0.7 s pauses between them and after (16 kHz float32)."""
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.voices.tts import create_tts
 
     tts = create_tts("espeak")
     pause = np.zeros(int(0.7 * 16000), np.float32)

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lipstream.talk import piper_aligned
-from lipstream.talk.piper_tts import PiperTTS, bundled_voice_path
+from lipstream.talk.voices import piper_aligned
+from lipstream.talk.voices.piper_tts import PiperTTS, bundled_voice_path
 
 pytestmark = pytest.mark.slow  # Piper loads
 TEXT = "Hello there, how are you today?"

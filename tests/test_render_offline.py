@@ -47,7 +47,7 @@ def _probe(path: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def speech_wav(tmp_path_factory) -> tuple[Path, float]:
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.voices.tts import create_tts
 
     speech = create_tts("espeak").synthesize("Good evening. The bridge reopened today after three years.")
     path = _write_wav(tmp_path_factory.mktemp("speech") / "speech.wav", speech.pcm)

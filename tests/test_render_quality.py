@@ -37,7 +37,7 @@ def x264_options(mp4: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def speech():
     """About 1.5 s of speech from espeak-ng (fast, no model download)."""
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.voices.tts import create_tts
 
     return create_tts("espeak").synthesize("Good evening. The bridge reopened today.")
 

@@ -23,7 +23,7 @@ def engine():
 
 @pytest.fixture(scope="module")
 def speech():
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.voices.tts import create_tts
 
     return create_tts("espeak").synthesize("Good evening, the bridge reopened today.")
 
@@ -79,7 +79,7 @@ def test_pushed_audio_plays_on_the_audio_clock(small_avatar, engine, speech) -> 
 
 
 def test_interrupt_stops_speech_and_resumes_ahead_of_playback(small_avatar, engine) -> None:
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.voices.tts import create_tts
 
     long_speech = create_tts("espeak").synthesize("This sentence is long enough to be cut off. " * 4)
 

@@ -24,7 +24,7 @@ def engine():
 
 @pytest.fixture(scope="module")
 def sentences():
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.voices.tts import create_tts
 
     tts = create_tts("espeak")
     return list(tts.synthesize_sentences("Good evening. The bridge reopened today."))

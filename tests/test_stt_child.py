@@ -1,4 +1,5 @@
-"""The embedded recogniser in its own supervised process (lipstream.talk.stt_child / stt_embedded): it hears
+"""The embedded recogniser in its own supervised process (lipstream.talk.hearing.stt_child / stt_embedded):
+it hears
 a spoken question as the in-process Whisper does, with word timings when asked; its endpoint answers only
 the key holder and names bad audio; a killed child is replaced and the next decode works; one that cannot
 load says why."""
@@ -16,11 +17,11 @@ import numpy as np
 import pytest
 
 from lipstream.errors import ModelError
-from lipstream.talk.model_process import RestartPolicy
-from lipstream.talk.stt import WhisperSTT, word_edits
-from lipstream.talk.stt_embedded import EmbeddedWhisper
-from lipstream.talk.stt_openai import wav_bytes
-from lipstream.talk.tts import create_tts
+from lipstream.talk.hearing.stt import WhisperSTT, word_edits
+from lipstream.talk.hearing.stt_embedded import EmbeddedWhisper
+from lipstream.talk.hearing.stt_openai import wav_bytes
+from lipstream.talk.models.model_process import RestartPolicy
+from lipstream.talk.voices.tts import create_tts
 
 pytestmark = pytest.mark.slow  # a model process
 

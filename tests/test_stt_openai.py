@@ -1,5 +1,5 @@
 """A user's own recogniser behind an OpenAI-compatible transcription endpoint: the real client
-(lipstream.talk.stt_openai) against a local stand-in that speaks the same protocol (multipart WAV in,
+(lipstream.talk.hearing.stt_openai) against a local stand-in that speaks the same protocol (multipart WAV in,
 verbose_json with word timings out) and transcribes with the bundled Whisper; the streaming recogniser
 commits words from it; bad answers are clear errors."""
 
@@ -20,9 +20,9 @@ from fastapi.responses import JSONResponse
 
 from lipstream.audio.timeline import SAMPLE_RATE
 from lipstream.errors import ModelError
-from lipstream.talk.stt import WhisperSTT, WordTimingSpeechToText, word_error_rate
-from lipstream.talk.stt_openai import OpenAITranscriber, transcriptions_url
-from lipstream.talk.transcriber import TurnRecogniser
+from lipstream.talk.hearing.stt import WhisperSTT, WordTimingSpeechToText, word_error_rate
+from lipstream.talk.hearing.stt_openai import OpenAITranscriber, transcriptions_url
+from lipstream.talk.hearing.transcriber import TurnRecogniser
 
 pytestmark = pytest.mark.slow  # a server thread and a Whisper load
 
@@ -74,7 +74,7 @@ def standin() -> Iterator[tuple[str, list[dict]]]:
 
 @pytest.fixture(scope="module")
 def question() -> np.ndarray:
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.voices.tts import create_tts
 
     # Piper's voice: espeak-ng's, decoded in streaming pieces by tiny.en, read the question's last words as
     # "The Nonsense Day More Again" on an AMD EPYC (and passed on a Xeon): the client and protocol are what

@@ -9,8 +9,8 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from lipstream.talk.echo import EchoCanceller
-from lipstream.talk.tts import create_tts
+from lipstream.talk.hearing.echo import EchoCanceller
+from lipstream.talk.voices.tts import create_tts
 
 SR = 16000
 CHUNK = 320  # 20 ms of microphone audio per call, as the browser's worklet sends it
@@ -89,7 +89,7 @@ def _db(x: np.ndarray) -> float:
 def _speech_starts(pcm: np.ndarray) -> list[float]:
     """Seconds where silero VAD (≥ 200 ms of speech, as for barge-in) says speech starts."""
     try:
-        from lipstream.talk.vad import VoiceActivityDetector
+        from lipstream.talk.hearing.vad import VoiceActivityDetector
     except ImportError:  # the streaming VAD is someone else's file: fall back to the bare model
         return _bare_silero_starts(pcm)
     vad = VoiceActivityDetector(start_ms=200)

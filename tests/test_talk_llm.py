@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from lipstream.errors import LipstreamError
-from lipstream.talk.llm import ChatMessage, LanguageModel, LLMError, ReadsAhead
-from lipstream.talk.llm_openai import (
+from lipstream.talk.models.llm import ChatMessage, LanguageModel, LLMError, ReadsAhead
+from lipstream.talk.models.llm_openai import (
     OpenAIChatModel,
     ReadingAheadChatModel,
     chat_completions_url,
@@ -195,7 +195,7 @@ def embedded():
     """The embedded SmolLM2 model in its supervised process, started once for the whole test session.
 
     A crash of llama.cpp ends that process and fails these tests with the model's error, not the run."""
-    from lipstream.talk.llm_embedded import EmbeddedChatModel
+    from lipstream.talk.models.llm_embedded import EmbeddedChatModel
 
     model = EmbeddedChatModel(threads=1)
     model.warm_up()

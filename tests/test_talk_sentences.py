@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lipstream.talk.sentences import SentenceStream, speakable
 from lipstream.talk.text import split_sentences
+from lipstream.talk.voices.sentences import SentenceStream, speakable
 
 
 def _stream(text: str, step: int = 3, quick_start: bool = True) -> list[str]:

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from lipstream.audio.timeline import SAMPLE_RATE
-from lipstream.talk.stt import SpeechToText, WhisperSTT, word_error_rate
-from lipstream.talk.transcriber import TurnRecogniser
+from lipstream.talk.hearing.stt import SpeechToText, WhisperSTT, word_error_rate
+from lipstream.talk.hearing.transcriber import TurnRecogniser
 
 pytestmark = pytest.mark.slow  # Whisper tiny.en and the Piper voice load
 
@@ -27,7 +27,7 @@ def stt() -> WhisperSTT:
 
 @pytest.fixture(scope="module")
 def spoken() -> list[np.ndarray]:
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.voices.tts import create_tts
 
     tts = create_tts("piper")
     return [tts.synthesize(text).pcm for text in SENTENCES]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from lipstream.audio.timeline import SAMPLE_RATE
-from lipstream.talk.vad import WINDOW, SileroModel, VadEvent, VoiceActivityDetector
+from lipstream.talk.hearing.vad import WINDOW, SileroModel, VadEvent, VoiceActivityDetector
 
 TOLERANCE = int(0.1 * SAMPLE_RATE)  # ±100 ms
 
@@ -20,7 +20,7 @@ def model() -> SileroModel:
 
 @pytest.fixture(scope="module")
 def utterances() -> list[np.ndarray]:
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.voices.tts import create_tts
 
     tts = create_tts("piper")
     texts = ["Hello there, what is the weather like today?", "Tell me a short story about the sea."]

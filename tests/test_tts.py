@@ -8,9 +8,9 @@ import pytest
 from lipstream.audio.levels import frame_rms
 from lipstream.engines.base import Speech
 from lipstream.errors import SpeechError
-from lipstream.talk.phonemes import PAUSE, RawPhone, merge_phones, to_timings
 from lipstream.talk.text import MAX_TEXT_CHARS, split_sentences
-from lipstream.talk.tts import TTS, EspeakTTS, PiperTTS, create_tts
+from lipstream.talk.voices.phonemes import PAUSE, RawPhone, merge_phones, to_timings
+from lipstream.talk.voices.tts import TTS, EspeakTTS, PiperTTS, create_tts
 
 TEXT = "Bob met Pam at the bridge. Good evening!"
 

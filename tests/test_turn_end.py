@@ -19,13 +19,13 @@ from lipstream.errors import ModelError
 from lipstream.render.session import RenderSession, SessionConfig
 from lipstream.talk.conversation import Conversation
 from lipstream.talk.conversation_types import ConversationConfig
-from lipstream.talk.llm import ChatMessage
-from lipstream.talk.llm_embedded import EmbeddedChatModel
-from lipstream.talk.llm_openai import OpenAIChatModel
-from lipstream.talk.smart_turn import WHEEL_MEMBER, SmartTurnModel, find_model, install_model
-from lipstream.talk.stt import WhisperSTT
+from lipstream.talk.hearing.smart_turn import WHEEL_MEMBER, SmartTurnModel, find_model, install_model
+from lipstream.talk.hearing.stt import WhisperSTT
+from lipstream.talk.hearing.turn_features import TurnFeatures
+from lipstream.talk.models.llm import ChatMessage
+from lipstream.talk.models.llm_embedded import EmbeddedChatModel
+from lipstream.talk.models.llm_openai import OpenAIChatModel
 from lipstream.talk.turn_end import TextTurnDetector
-from lipstream.talk.turn_features import TurnFeatures
 from lipstream.talk.turn_rule import TurnEndConfig
 
 # the hard cap well above what a loaded 2-core machine takes to transcribe and judge a pause (1.4-2.3 s in
@@ -167,7 +167,7 @@ def _of(events: list[dict], kind: str) -> list[dict]:
 def test_a_question_paused_mid_clause_is_answered_once_whole_after_the_user_finishes(
     small_avatar, stt, judge
 ) -> None:
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.voices.tts import create_tts
 
     question = paused_question(
         create_tts("piper"), "Could you please tell me", "which planet is the largest?", 0.7
@@ -192,7 +192,7 @@ def test_a_question_paused_mid_clause_is_answered_once_whole_after_the_user_fini
 @pytest.mark.slow
 @pytest.mark.realtime  # its clock is checked: it runs with no other worker's test beside it
 def test_a_complete_question_is_answered_after_a_short_pause(small_avatar, stt, judge) -> None:
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.voices.tts import create_tts
 
     speech = create_tts("piper").synthesize("What is the capital city of Australia?").pcm
     events, _ = asyncio.run(_talk(small_avatar, stt, judge, speech, PATIENT))
@@ -216,7 +216,7 @@ def test_a_wrong_finished_call_is_repaired_the_continuation_joins_the_question(
 ) -> None:
     """A judge that calls every pause finished (threshold almost 0, a 1 s cap) answers the first half; the
     user goes on: the answer stops, and the whole question is answered once, in the same turn."""
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.voices.tts import create_tts
 
     question = paused_question(
         create_tts("piper"), "Could you please tell me", "which planet is the largest?", 1.5

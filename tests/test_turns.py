@@ -28,9 +28,9 @@ from talk_fakes import (
 )
 
 from lipstream.talk.conversation_types import STAGES, ConversationConfig, same_words
-from lipstream.talk.speaker import Speaker
-from lipstream.talk.transcriber import StreamingTranscript, TimedWord
+from lipstream.talk.hearing.transcriber import StreamingTranscript, TimedWord
 from lipstream.talk.turn_rule import TurnEndConfig
+from lipstream.talk.voices.speaker import Speaker
 
 
 def test_a_question_is_transcribed_and_answered_once() -> None:

@@ -71,7 +71,7 @@ def test_an_engine_without_edges_passes_through_and_a_drawn_row_is_what_is_relea
 @pytest.fixture(scope="module")
 def quiet_ended_speech() -> np.ndarray:
     """espeak-ng speech with 0.3 s of silence before and after it (16 kHz float32)."""
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.voices.tts import create_tts
 
     pcm = create_tts("espeak").synthesize("The bridge reopened today.").pcm.astype(np.float32)
     pause = np.zeros(int(0.3 * 16000), np.float32)

@@ -22,7 +22,7 @@ def engine() -> VisemeEngine:
 @pytest.fixture(scope="module")
 def espeak_speech() -> Speech:
     """A sentence the model was not trained on, from espeak-ng with its phoneme timings."""
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.voices.tts import create_tts
 
     return create_tts("espeak").synthesize("Maybe the weather will be warmer on Thursday, said Bob.")
 
@@ -409,7 +409,7 @@ def talking_avatar(small_avatar, tmp_path_factory):
     Its mouths are drawn ones, so this checks selection and placement, not photo-realism."""
     from lipstream.avatar.prepare import prepare_avatar
     from lipstream.render.offline import render_speech_to_mp4
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.voices.tts import create_tts
 
     speech = create_tts("espeak").synthesize(
         "Maybe the weather will be warmer on Thursday, said Bob. Five wide blue moons rose over the sea."

@@ -121,7 +121,7 @@ def test_closure_gate_needs_confidence_and_a_quiet_frame() -> None:
 def test_audio_only_on_piper_has_no_flood_of_false_closures() -> None:
     """Piper at a rate the model never trained on: audio-only closures stay about as rare as the real ones."""
     from lipstream.engines.viseme.articulation import frames_from_phonemes
-    from lipstream.talk.piper_tts import PiperTTS
+    from lipstream.talk.voices.piper_tts import PiperTTS
 
     speech = PiperTTS(length_scale=1.1).synthesize(
         "Maybe the bus will be late this morning, but the market opens at ten."

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lipstream.talk.whisper_window import MIN_FRAMES, context_frames, loop_start, without_loop
+from lipstream.talk.hearing.whisper_window import MIN_FRAMES, context_frames, loop_start, without_loop
 
 
 @pytest.mark.parametrize(

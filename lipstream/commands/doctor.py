@@ -16,7 +16,7 @@ from pathlib import Path
 
 from lipstream.commands.doctor_checks import Check, default_checks, knowledge_check, persona_check
 from lipstream.native_logs import quiet_native_logs
-from lipstream.talk.model_process import describe_exit
+from lipstream.talk.models.model_process import describe_exit
 
 CHECK_TIMEOUT_SECONDS = 180.0
 

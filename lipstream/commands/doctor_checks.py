@@ -115,7 +115,7 @@ def check_x264() -> str:
 
 def check_espeak() -> str:
     """espeak-ng speaks a word (the fallback voice and the phonemizer)."""
-    from lipstream.talk.espeak_tts import EspeakTTS
+    from lipstream.talk.voices.espeak_tts import EspeakTTS
 
     speech = EspeakTTS().synthesize("Hello.")
     return f"'Hello.' -> {len(speech.pcm) / speech.sample_rate:.2f} s of audio"
@@ -123,7 +123,7 @@ def check_espeak() -> str:
 
 def check_piper() -> str:
     """The bundled Piper voice speaks a word."""
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.voices.tts import create_tts
 
     started = time.perf_counter()
     speech = create_tts("piper", fallback=False, threads=1).synthesize("Hello.")
@@ -133,7 +133,7 @@ def check_piper() -> str:
 
 def check_vad() -> str:
     """silero VAD tells a tone-free silence from speech-shaped noise without failing."""
-    from lipstream.talk.vad import SileroModel
+    from lipstream.talk.hearing.vad import SileroModel
 
     model = SileroModel()
     state = model.initial_state()
@@ -143,10 +143,10 @@ def check_vad() -> str:
 
 def check_whisper() -> str:
     """faster-whisper transcribes a second of speech (Piper's, else a tone)."""
-    from lipstream.talk.stt import WhisperSTT
+    from lipstream.talk.hearing.stt import WhisperSTT
 
     try:
-        from lipstream.talk.tts import create_tts
+        from lipstream.talk.voices.tts import create_tts
 
         pcm = create_tts("piper", threads=1).synthesize("Hello world.").pcm
     except Exception:  # the Piper line reports that failure; here only recognition is checked
@@ -159,7 +159,7 @@ def check_whisper() -> str:
 
 def check_llama_build() -> str:
     """The installed llama.cpp uses only instructions every supported x86-64 CPU has, and this one has."""
-    from lipstream.talk.llm_llama import PORTABLE_FEATURES, compiled_features
+    from lipstream.talk.models.llm_llama import PORTABLE_FEATURES, compiled_features
 
     features = compiled_features()
     used = sorted(name for name, on in features.items() if on)
@@ -181,8 +181,8 @@ def check_language_model() -> str:
     """The embedded model starts in its own process and answers; tokens per second."""
     import asyncio
 
-    from lipstream.talk.llm import ChatMessage
-    from lipstream.talk.llm_embedded import EmbeddedChatModel
+    from lipstream.talk.models.llm import ChatMessage
+    from lipstream.talk.models.llm_embedded import EmbeddedChatModel
 
     async def ask() -> tuple[str, float, list[float], list[float]]:
         model = EmbeddedChatModel(restart=None)
@@ -213,7 +213,7 @@ def check_language_model() -> str:
 
 def check_smart_turn() -> str:
     """The Smart Turn v3.2 end-of-turn model (optional: `--turn-detector smart-turn`) loads and scores."""
-    from lipstream.talk.smart_turn import SmartTurnModel
+    from lipstream.talk.hearing.smart_turn import SmartTurnModel
 
     model = SmartTurnModel()
     score = model(np.zeros(16000, np.float32))
@@ -253,7 +253,7 @@ def knowledge_check(path: Path) -> Check:
     """A line for `doctor --knowledge PATH`: the index's documents, chunks and age (built now if stale)."""
 
     def run() -> str:
-        from lipstream.talk.knowledge import KnowledgeBase
+        from lipstream.talk.knowledge.index import KnowledgeBase
 
         kb = KnowledgeBase(path)
         try:
@@ -271,7 +271,7 @@ def persona_check(path: Path) -> Check:
     """A line for `doctor --persona FILE`: the persona's name, voice and language, or what is wrong."""
 
     def run() -> str:
-        from lipstream.talk.persona import Persona
+        from lipstream.talk.knowledge.persona import Persona
 
         persona = Persona.load(path)
         return f"{persona.name} ({persona.voice} voice, {persona.language_name}; {path})"

@@ -59,7 +59,7 @@ def run_render(args: argparse.Namespace) -> int:
     from lipstream.engines.registry import create_engine
     from lipstream.render.accel import AccelConfig
     from lipstream.render.offline import check_speech, render_speech_to_mp4
-    from lipstream.talk.speech_input import load_speech
+    from lipstream.talk.hearing.speech_input import load_speech
 
     out = Path(args.output)
     _check_writable(out, "output")

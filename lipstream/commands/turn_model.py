@@ -20,7 +20,7 @@ def register(models_commands: argparse._SubParsersAction) -> None:
 
 def run_install(args: argparse.Namespace) -> int:
     """Install (or confirm) the model file; print where it is."""
-    from lipstream.talk.smart_turn import install_model
+    from lipstream.talk.hearing.smart_turn import install_model
 
     print(f"Smart Turn model: {install_model(args.dest, args.wheel)}")
     return 0

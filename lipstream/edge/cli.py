@@ -86,7 +86,7 @@ def _export_web(args: argparse.Namespace) -> int:
 
     voice = None
     if args.voice == "bundled":
-        from lipstream.talk.piper_tts import bundled_voice_path
+        from lipstream.talk.voices.piper_tts import bundled_voice_path
 
         voice = bundled_voice_path()
     elif args.voice:

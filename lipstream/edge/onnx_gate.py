@@ -100,7 +100,7 @@ def face_crops(scales: tuple[float, ...] = CROP_SCALES) -> np.ndarray:
 
 def default_inputs() -> GateInputs:
     """The astronaut's face crops and the bundled Piper voice saying GATE_SENTENCE."""
-    from lipstream.talk.tts import create_tts
+    from lipstream.talk.voices.tts import create_tts
 
     speech = create_tts("piper", fallback=True).synthesize(GATE_SENTENCE)
     return GateInputs(crops=face_crops(), pcm=np.asarray(speech.pcm, dtype=np.float32).reshape(-1))

@@ -24,9 +24,9 @@ except ImportError as exc:  # the adapter is optional; say how to get it
     ) from exc
 
 from lipstream.talk.conversation_types import DEFAULT_SYSTEM_PROMPT
-from lipstream.talk.grounding import GroundingConfig, KnowledgeGrounding
-from lipstream.talk.knowledge import KnowledgeBase
-from lipstream.talk.persona import Persona
+from lipstream.talk.knowledge.grounding import GroundingConfig, KnowledgeGrounding
+from lipstream.talk.knowledge.index import KnowledgeBase
+from lipstream.talk.knowledge.persona import Persona
 
 
 class LipstreamKnowledge(FrameProcessor):

@@ -28,11 +28,11 @@ from lipstream.server.metrics import CONTENT_TYPE, ServerMetrics
 from lipstream.server.poster import add_poster_route
 from lipstream.server.session_registry import SessionRegistry
 from lipstream.server.tts_http import add_tts_routes
-from lipstream.talk.speaker import Speaker
-from lipstream.talk.voices import SharedVoices
+from lipstream.talk.voices.shared import SharedVoices
+from lipstream.talk.voices.speaker import Speaker
 
 if TYPE_CHECKING:  # the agent is built (and its talk/ modules imported) only with --agent
-    from lipstream.server.agent import AgentServices
+    from lipstream.talk.agent import AgentServices
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "web" / "static"
 EDGE_PAGE_DIR = STATIC_DIR.parent / "edge"

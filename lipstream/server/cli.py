@@ -226,10 +226,10 @@ def _token(args: argparse.Namespace) -> str | None:
 
 def run_serve(args: argparse.Namespace) -> int:
     """Start uvicorn with one shared engine, or `--workers N` processes each with its own."""
-    from lipstream.server.agent import load_agent
     from lipstream.server.app import create_app
     from lipstream.server.config import MIB, Limits, ServerConfig
     from lipstream.server.launch import load_serving, uvicorn_server
+    from lipstream.talk.agent import load_agent
 
     if args.max_sessions < 1 or args.max_message_mb <= 0 or args.max_upload_seconds <= 0:
         raise LipstreamError("--max-sessions, --max-message-mb and --max-upload-seconds must be positive")
@@ -344,7 +344,7 @@ def _agent_config(args: argparse.Namespace):
     """The conversation's settings from the command line (checked; nothing loaded yet)."""
     from pydantic import ValidationError
 
-    from lipstream.server.agent import AgentConfig, read_system_prompt
+    from lipstream.talk.agent import AgentConfig, read_system_prompt
 
     options = {
         "llm_url": args.llm_url,
@@ -368,7 +368,7 @@ def _agent_config(args: argparse.Namespace):
         conversation["system_prompt"] = read_system_prompt(args.system_prompt)
     options["conversation"] = conversation
     if args.persona is not None:
-        from lipstream.talk.persona import Persona
+        from lipstream.talk.knowledge.persona import Persona
 
         if args.system_prompt:
             raise LipstreamError("--system-prompt and --persona both give the instructions; use one")

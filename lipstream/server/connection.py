@@ -39,13 +39,13 @@ from lipstream.server.protocol import (
     parse_control,
 )
 from lipstream.server.session_registry import SessionRecord, SessionRegistry
-from lipstream.talk.speaker import Speaker
+from lipstream.talk.voices.speaker import Speaker
 
 if TYPE_CHECKING:  # types only: the server imports these rooms' heavy parts where it builds them
     from lipstream.engines.base import Engine
     from lipstream.render.session import RenderSession
-    from lipstream.server.agent import AgentServices
     from lipstream.server.edge_routes import EdgeExports
+    from lipstream.talk.agent import AgentServices
     from lipstream.talk.conversation import Conversation
 
 log = logging.getLogger(__name__)

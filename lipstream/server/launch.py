@@ -29,7 +29,7 @@ def load_serving(config: ServerConfig, engine_options: dict[str, Any]) -> Loaded
     """Tune the heap, load the engine and the voice (not on the first request), make the session factory."""
     from lipstream.engines.registry import create_engine
     from lipstream.server.app import render_session_factory
-    from lipstream.talk.voices import SharedVoices
+    from lipstream.talk.voices.shared import SharedVoices
 
     heap = HeapTrimmer()
     heap.tune()  # before any worker thread exists

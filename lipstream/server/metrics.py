@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 # render stages timed by lipstream.render (StageTimer names); anything else is counted as "other"
 STAGES = ("features", "planner", "engine", "codebook", "infill", "compositor", "encode")
-# the states of the embedded language model's process (lipstream.talk.model_process.ProcessState)
+# the states of the embedded language model's process (lipstream.talk.models.model_process.ProcessState)
 MODEL_STATES = ("starting", "up", "restarting", "failed", "stopped")
 # why a session was refused before `ready` (the protocol's error codes)
 REFUSALS = ("busy", "unknown_avatar", "unauthorized", "version", "bad_message", "too_large", "internal")

@@ -22,8 +22,8 @@ from typing import Any
 from pydantic import BaseModel, Field, model_validator
 
 from lipstream.errors import LipstreamError
-from lipstream.server.agent import AgentConfig
 from lipstream.server.config import ServerConfig
+from lipstream.talk.agent import AgentConfig
 
 log = logging.getLogger(__name__)
 
@@ -194,10 +194,10 @@ def _replica_class(serve: Any) -> Any:
             self._reporter = asyncio.get_running_loop().create_task(self._report_metrics())
 
         def _build(self) -> tuple[Any, Any]:
-            from lipstream.server.agent import load_agent
             from lipstream.server.app import create_app
             from lipstream.server.launch import load_serving
             from lipstream.server.warmup import warm_up
+            from lipstream.talk.agent import load_agent
 
             config = self.spec.config.model_copy(update={"replica_id": self.replica_id})
             loaded = load_serving(config, self.spec.engine_options)  # heap, engine, voice, metrics, factory

@@ -100,7 +100,7 @@ async def serve_worker(spec: WorkerSpec) -> int:
 def main() -> int:
     """The worker's entry point: read the spec, die with the supervisor, serve."""
     spec = WorkerSpec.model_validate_json(sys.stdin.read())
-    from lipstream.talk.child_serving import die_with_parent
+    from lipstream.talk.models.child_serving import die_with_parent
 
     die_with_parent(spec.parent_pid)  # a worker never outlives its supervisor, even one killed with -9
     logging.basicConfig(level=spec.log_level, format=LOG_FORMAT)

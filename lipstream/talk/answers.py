@@ -18,14 +18,14 @@ import numpy as np
 from lipstream.audio.timeline import SAMPLE_RATE
 from lipstream.errors import LipstreamError
 from lipstream.talk.conversation_types import ConversationConfig, Emit, TurnReport, same_words
-from lipstream.talk.grounding_port import GroundedPrompt, Grounding
-from lipstream.talk.llm import ChatMessage, LanguageModel, LLMError, ReadsAhead, YieldsCores, as_spoken
-from lipstream.talk.mic_buffer import MicBuffer
-from lipstream.talk.sentences import SentenceStream, speakable
+from lipstream.talk.hearing.mic_buffer import MicBuffer
+from lipstream.talk.hearing.transcriber import LiveTranscription
+from lipstream.talk.knowledge.grounding_port import GroundedPrompt, Grounding
+from lipstream.talk.models.llm import ChatMessage, LanguageModel, LLMError, ReadsAhead, YieldsCores, as_spoken
 from lipstream.talk.session_port import SessionPort
-from lipstream.talk.speaker import Speaker
-from lipstream.talk.transcriber import LiveTranscription
 from lipstream.talk.turn_end import TurnDetector
+from lipstream.talk.voices.sentences import SentenceStream, speakable
+from lipstream.talk.voices.speaker import Speaker
 
 log = logging.getLogger(__name__)
 

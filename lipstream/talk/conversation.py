@@ -24,14 +24,14 @@ from lipstream.audio.timeline import SAMPLE_RATE
 from lipstream.errors import LipstreamError
 from lipstream.talk.answers import AnswerMaker, PreparedAnswer
 from lipstream.talk.conversation_types import ConversationConfig, ConversationObserver, Emit, TurnReport
-from lipstream.talk.echo import EchoCanceller
-from lipstream.talk.grounding_port import Grounding
-from lipstream.talk.listener import MicListener
-from lipstream.talk.llm import ChatMessage, LanguageModel, as_spoken
+from lipstream.talk.hearing.echo import EchoCanceller
+from lipstream.talk.hearing.listener import MicListener
+from lipstream.talk.hearing.stt import SpeechToText
+from lipstream.talk.hearing.transcriber import LiveTranscription, TurnRecogniser
+from lipstream.talk.hearing.vad import VadEvent, VoiceActivityDetector
+from lipstream.talk.knowledge.grounding_port import Grounding
+from lipstream.talk.models.llm import ChatMessage, LanguageModel, as_spoken
 from lipstream.talk.session_port import SessionPort
-from lipstream.talk.speaker import Speaker
-from lipstream.talk.stt import SpeechToText
-from lipstream.talk.transcriber import LiveTranscription, TurnRecogniser
 from lipstream.talk.turn_end import TurnDetector
 from lipstream.talk.turns import (
     AgentState,
@@ -48,7 +48,7 @@ from lipstream.talk.turns import (
     TurnTiming,
     UserState,
 )
-from lipstream.talk.vad import VadEvent, VoiceActivityDetector
+from lipstream.talk.voices.speaker import Speaker
 from lipstream.threads import background_pool
 
 log = logging.getLogger(__name__)

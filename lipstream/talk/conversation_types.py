@@ -10,8 +10,8 @@ from typing import Any, Literal, Protocol, get_args
 
 from pydantic import BaseModel, Field
 
+from lipstream.talk.hearing.vad import END_SILENCE_MS, PAUSE_MS, START_MS, VoiceActivityDetector
 from lipstream.talk.turn_rule import TurnEndConfig, TurnRule
-from lipstream.talk.vad import END_SILENCE_MS, PAUSE_MS, START_MS, VoiceActivityDetector
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a friendly presenter who answers out loud. Always reply in English, in one to three short "
@@ -30,7 +30,7 @@ class ConversationConfig(BaseModel):
     max_turn_seconds: float = Field(30.0, gt=1)  # a longer monologue is cut there and answered
     partial_every_seconds: float = Field(0.5, gt=0)  # re-decode the growing turn this often
     # commit stable words while the user speaks and decode only each turn's tail at the end
-    # (lipstream.talk.transcriber); off: every decode reads the whole turn, as before
+    # (lipstream.talk.hearing.transcriber); off: every decode reads the whole turn, as before
     streaming_recognition: bool = False
     preroll_seconds: float = Field(0.25, ge=0)  # audio before the detected onset given to STT
     start_ms: float = Field(START_MS, gt=0)  # speech shorter than this (a cough, a click) never starts a turn

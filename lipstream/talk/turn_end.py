@@ -18,7 +18,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from lipstream.talk.llm import ChatMessage
+from lipstream.talk.models.llm import ChatMessage
 
 
 class TurnDetector(Protocol):

@@ -20,9 +20,9 @@ from __future__ import annotations
 from typing import Any
 
 from lipstream.talk.conversation_types import DEFAULT_SYSTEM_PROMPT
-from lipstream.talk.grounding import GroundingConfig, KnowledgeGrounding
-from lipstream.talk.knowledge import KnowledgeBase
-from lipstream.talk.persona import Persona
+from lipstream.talk.knowledge.grounding import GroundingConfig, KnowledgeGrounding
+from lipstream.talk.knowledge.index import KnowledgeBase
+from lipstream.talk.knowledge.persona import Persona
 
 
 class LiveKitKnowledge:

@@ -1,0 +1,1 @@
+"""Speech in: the microphone listener, voice activity, echo cancellation, recognition, turn features."""

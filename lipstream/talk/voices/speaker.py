@@ -1,0 +1,86 @@
+"""Text in, speech out: sentences synthesised one at a time, as the consumer pulls them.
+
+A live session pulls the next sentence only when it has room for it (its TTS look-ahead), so a long text
+costs CPU and memory only as fast as it is spoken, and an interrupt simply stops the pulling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator
+from concurrent.futures import Executor
+from typing import Any, TypeVar
+
+from lipstream.audio.speech import Speech
+from lipstream.talk.voices.phrase_seam import end_at_cut, phrase_for_voice, start_at_cut
+from lipstream.talk.voices.sentences import split_first_phrase
+from lipstream.talk.voices.shared import SharedVoices
+from lipstream.talk.voices.tts import TTS
+
+T = TypeVar("T")
+
+
+async def one_text(text: str) -> AsyncIterator[str]:
+    """A text stream of one piece."""
+    yield text
+
+
+class Speaker:
+    """Turns text (whole, or arriving in pieces) into a stream of sentence Speech on a worker pool."""
+
+    def __init__(
+        self,
+        voices: Callable[[str], TTS] | None = None,
+        executor: Executor | None = None,
+        default_voice: str = "piper",
+    ) -> None:
+        """`voices`: name -> loaded TTS (a server's SharedVoices); `executor`: where synthesis runs (a
+        server's low-priority speech pool; None: asyncio's default executor)."""
+        self.voices = voices or SharedVoices(threads=0, warm_up=False)
+        self.executor = executor
+        self.default_voice = default_voice
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.executor, functools.partial(fn, *args))
+
+    async def speak(
+        self,
+        texts: AsyncIterable[str] | str,
+        voice: str | None = None,
+        on_speech: Callable[[Speech], None] | None = None,
+        quick_start: bool = False,
+    ) -> AsyncIterator[Speech]:
+        """Load the voice now (an unknown one raises here), then return the sentence stream of `texts`;
+        `on_speech` sees each sentence as it is handed on. With `quick_start`, the first text's first phrase
+        is synthesised alone (`split_first_phrase`), and the rest while it plays, joined without a seam."""
+        tts = await self._run(self.voices, voice or self.default_voice)
+        stream = one_text(texts) if isinstance(texts, str) else texts
+        return self._sentences(tts, stream, on_speech, quick_start)
+
+    async def _sentences(
+        self,
+        tts: TTS,
+        texts: AsyncIterable[str],
+        on_speech: Callable[[Speech], None] | None,
+        quick_start: bool,
+    ) -> AsyncIterator[Speech]:
+        async for text in texts:
+            pieces = split_first_phrase(text) if quick_start else [text]
+            quick_start = False  # the first text only: later ones are synthesised while earlier ones play
+            for index, piece in enumerate(pieces):
+                cut_after, cut_before = len(pieces) == 2 and index == 0, len(pieces) == 2 and index == 1
+                spoken = phrase_for_voice(piece) if cut_after else piece
+                sentences: Iterator[Speech]
+                sentences = await self._run(lambda t=spoken: iter(tts.synthesize_sentences(t)))
+                while True:
+                    speech = await self._run(next, sentences, None)
+                    if speech is None:
+                        break
+                    if cut_after:
+                        speech = end_at_cut(speech, piece)
+                    elif cut_before:
+                        speech, cut_before = start_at_cut(speech), False
+                    if on_speech is not None:
+                        on_speech(speech)
+                    yield speech

@@ -1,0 +1,55 @@
+"""Offline text-to-speech: the TTS interface and the factory that picks a voice."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Protocol, runtime_checkable
+
+from lipstream.audio.speech import Speech
+from lipstream.errors import SpeechError
+from lipstream.talk.text import MAX_TEXT_CHARS
+from lipstream.talk.voices.espeak_tts import EspeakTTS
+from lipstream.talk.voices.piper_tts import PiperTTS
+
+log = logging.getLogger(__name__)
+
+VOICES = ("piper", "espeak")
+
+__all__ = ["MAX_TEXT_CHARS", "VOICES", "EspeakTTS", "PiperTTS", "TTS", "create_tts"]
+
+
+@runtime_checkable
+class TTS(Protocol):
+    """A voice that turns text into 16 kHz Speech with IPA phoneme timings.
+
+    Text must hold at least one letter or digit and at most MAX_TEXT_CHARS characters (SpeechError otherwise).
+    """
+
+    name: str
+
+    def synthesize(self, text: str) -> Speech:
+        """Speak the whole text as one utterance."""
+
+    def synthesize_sentences(self, text: str) -> Iterator[Speech]:
+        """Speak sentence by sentence, yielding each Speech as soon as it is ready."""
+
+
+def create_tts(
+    voice: str = "piper", fallback: bool = True, threads: int = 0, keep_arena: bool = False
+) -> TTS:
+    """Make a TTS: "piper" (bundled neural voice; falls back to espeak-ng if it cannot load) or "espeak".
+
+    `threads`: CPU threads one Piper synthesis may use (0: onnxruntime's default, all cores); `keep_arena`:
+    Piper keeps onnxruntime's memory arena (PiperTTS)."""
+    if voice == "espeak":
+        return EspeakTTS()
+    if voice != "piper":
+        raise SpeechError(f"unknown voice {voice!r}; choose one of {', '.join(VOICES)}")
+    try:
+        return PiperTTS(threads=threads, keep_arena=keep_arena)
+    except SpeechError as exc:
+        if not fallback:
+            raise
+        log.warning("Piper voice unavailable (%s); using espeak-ng instead", exc)
+        return EspeakTTS()

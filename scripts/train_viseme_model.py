@@ -28,8 +28,8 @@ from lipstream.engines.base import Speech
 from lipstream.engines.viseme.acoustic import AcousticConfig, AcousticFrontEnd
 from lipstream.engines.viseme.articulation import CLOSURE, LABIODENTAL, OPEN, WIDTH, frames_from_phonemes
 from lipstream.engines.viseme.model import DEFAULT_MODEL_PATH, ArticulationModel
-from lipstream.talk.espeak_tts import EspeakTTS
-from lipstream.talk.piper_tts import PiperTTS
+from lipstream.talk.voices.espeak_tts import EspeakTTS
+from lipstream.talk.voices.piper_tts import PiperTTS
 
 TRAIN_VOICES = ("en-us", "en-us+m3", "en-us+f2", "en-us+f4", "en-gb-x-rp", "en-us+klatt2", "en+m7")
 PIPER_TRAIN_SCALES = (0.8, 0.95, 1.25)  # Piper length_scale (speaking rate) of the training speech

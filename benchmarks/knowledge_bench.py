@@ -326,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "benchmarks/knowledge_bench.py " + " ".join(argv if argv is not None else sys.argv[1:])
     # typed questions, or spoken ones (by piper, or espeak)
     scenario = "knowledge_bench_text" if args.no_speech else f"knowledge_bench_{args.question_voice}"
+    scenario = "knowledge_bench_index" if args.no_model else scenario  # index and search alone
     record(scenario, figures, command.strip(), extra)
     return 0
 

@@ -119,3 +119,11 @@ def test_the_first_phrase_is_judged_with_the_rest_of_its_sentence(kb: KnowledgeB
     assert said == "The library opens at 9 am."
     kept = _guarded(grounding, "When does the library open?", ["The library opens", "at 9 am."])
     assert kept == "The library opens at 9 am."
+
+
+def test_a_first_sentence_must_answer_what_the_best_sentence_answers(kb: KnowledgeBase) -> None:
+    grounding = KnowledgeGrounding(kb, Persona(name="Ada"))
+    question = "When does the library open?"
+    assert _guarded(grounding, question, ["The library opens at 10 am."]) == "The library opens at 9 am."
+    assert _guarded(grounding, question, ["The library is open to all."]) == "The library opens at 9 am."
+    assert _guarded(grounding, question, ["It opens at 9 am."]) == "It opens at 9 am."

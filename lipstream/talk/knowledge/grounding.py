@@ -140,6 +140,10 @@ class KnowledgeGrounding:
         allowed = keys | set(grounded.question_terms) | {t for p in grounded.found for t in terms(p.heading)}
         notes = [set(terms(s)) for p in grounded.found for s in sentences(p.text)]
         best = best_sentence(grounded.found, grounded.weights, grounded.sentence_scores)
+        # the model's first sentence answers what the best sentence answers: it says one of the words that
+        # sentence adds to the question, and no number that sentence does not state ("A reserved book held
+        # for 5 days" where the notes hold it 7 days; "The large meeting room is a business.")
+        answer = set(terms(best)) - set(grounded.question_terms)
         first = True
         async for sentence in sentences_in:
             if not terms(sentence):  # "Sure!", "Yes,": nothing to judge yet
@@ -151,7 +155,8 @@ class KnowledgeGrounding:
                 return
             agree = numbers_agree(sentence, notes) and names_agree(sentence, notes)
             held = agree and supported(sentence, allowed, self.config.min_support)
-            if first and not (held and holds_any(sentence, keys)):
+            answers = holds_any(sentence, answer or keys) and _numbers_within(sentence, best)
+            if first and not (held and answers):
                 await _close(sentences_in)
                 yield best
                 return
@@ -234,6 +239,11 @@ def numbers_agree(sentence: str, notes: list[set[str]]) -> bool:
     pm on Saturdays" mixes a weekday's opening with a Saturday's closing)."""
     said = {t for t in terms(sentence) if t.isdigit()}
     return len(said) < 2 or any(said <= held for held in notes)
+
+
+def _numbers_within(sentence: str, best: str) -> bool:
+    """Every number the sentence states is one `best` states."""
+    return {t for t in terms(sentence) if t.isdigit()} <= {t for t in terms(best) if t.isdigit()}
 
 
 def names_agree(sentence: str, notes: list[set[str]]) -> bool:

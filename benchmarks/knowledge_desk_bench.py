@@ -304,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     questions = QUESTIONS[: args.limit] if args.limit else QUESTIONS
     mode = f"offline_{args.offline}" if args.offline else "spoken"
     out = args.out or RESULTS / (
-        "knowledge_desk_bench.json" if mode == "spoken" else f"knowledge_desk_{mode}.json"
+        "knowledge_desk_bench.json" if mode == "spoken" else f"knowledge_desk_{mode}_raw.json"
     )
     print(f"CPU: {cpu_model()} ({os.cpu_count()} cores), load average {os.getloadavg()}", flush=True)
     started = time.perf_counter()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from benchmarks.scenarios import SCENARIOS, TOOLS, by_name
+from benchmarks.registry import SCENARIOS, TOOLS, by_name
 
 USAGE = """usage: python -m benchmarks NAME [options]    run a scenario (its script's options: NAME --help)
        python -m benchmarks list                 the scenarios
@@ -15,11 +15,12 @@ USAGE = """usage: python -m benchmarks NAME [options]    run a scenario (its scr
 
 def list_scenarios() -> int:
     """Print every scenario with its module and description; a module not present is marked missing."""
-    from benchmarks.runner import module_path
+    from benchmarks.runner import REPO, module_path
 
     width = max(len(s.name) for s in SCENARIOS)
     for scenario in SCENARIOS:
-        mark = "" if module_path(scenario).exists() else "  [missing: benchmarks/" + scenario.module + ".py]"
+        path = module_path(scenario)
+        mark = "" if path.exists() else f"  [missing: {path.relative_to(REPO)}]"
         needs = f"\n{'':<{width}}    e.g. {scenario.usage}" if scenario.usage else ""
         print(f"{scenario.name:<{width}}  {scenario.description}{mark}{needs}")
     print("\ntools: " + "; ".join(f"{name}: {what}" for name, what in TOOLS.items()))

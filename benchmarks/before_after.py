@@ -1,7 +1,8 @@
 """Run one benchmark on two trees of this repository, alternating, and print every figure side by side.
 
 Run: .venv/bin/python -m benchmarks before_after --before REV [--rounds 2] -- NAME ARGS...
-(NAME: a scenario of `python -m benchmarks list`, or a script under benchmarks/, e.g. sessions_bench.py)
+(NAME: a scenario of `python -m benchmarks list`, or a script's file name, e.g. sessions.py or an older
+tree's sessions_bench.py)
 
 The "before" tree is a git worktree of REV (made once under /tmp, with this checkout's npm folders linked);
 "after" is this checkout. Each round runs the benchmark in both trees, in alternating order, with the same
@@ -26,8 +27,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run as a file: `benchmarks` is a package at the repository root (appended:
     sys.path.append(str(REPO))  # a PYTHONPATH naming another tree keeps its lipstream first)
 
+from benchmarks.registry import by_name  # noqa: E402
 from benchmarks.results import cpu_model  # noqa: E402
-from benchmarks.scenarios import by_name  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 NPM_FOLDERS = ("tests/browser/node_modules", "lipstream/web/edge/musetalk/node_modules",
@@ -48,22 +49,44 @@ def before_tree(rev: str) -> Path:
     return tree
 
 
-def script_of(bench: str) -> tuple[str, list[str]]:
-    """A scenario name or a script file name: the script under benchmarks/ and its leading arguments."""
+# runs a scenario's module of one tree (SCRIPT_TREE) with the lipstream of another (TREE), as `python -m`
+# would: argv = SCRIPT_TREE TREE MODULE ARGS...; sys.argv[0] becomes the module's file
+LAUNCH = ("import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); import benchmarks.scenarios; "
+          "sys.path.insert(0, sys.argv.pop(1)); runpy.run_module(sys.argv.pop(1), run_name='__main__', "
+          "alter_sys=True)")  # fmt: skip
+
+
+def former_script(tree: Path, name: str) -> Path:
+    """A scenario's script in a tree from before benchmarks/scenarios/: its own registry names the module."""
+    code = "import sys; from benchmarks.scenarios import by_name; print(by_name(sys.argv[1]).module)"
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    module = subprocess.run([sys.executable, "-c", code, name], cwd=tree, env=env, capture_output=True,
+                            text=True, check=False).stdout.strip()  # fmt: skip
+    return tree / "benchmarks" / f"{module}.py"
+
+
+def command_in(tree: Path, bench: str, script_tree: Path) -> list[str]:
+    """The command that runs `bench` (a scenario, or a script's file name) from `script_tree` with the
+    lipstream of `tree`: the scenario's module (benchmarks/scenarios/), or a file of an older layout."""
     if bench.endswith(".py"):
-        return bench, []
-    scenario = by_name(bench)
-    return f"{scenario.module}.py", list(scenario.args)
+        for folder in (script_tree / "benchmarks" / "scenarios", script_tree / "benchmarks"):
+            if (folder / bench).exists():
+                return [sys.executable, str(folder / bench)]
+        raise SystemExit(f"{script_tree} has no benchmarks/{bench} nor benchmarks/scenarios/{bench}")
+    module = by_name(bench).module
+    if (script_tree / "benchmarks" / "scenarios" / f"{module}.py").exists():
+        return [sys.executable, "-c", LAUNCH, str(script_tree), str(tree), f"benchmarks.scenarios.{module}"]
+    script = former_script(script_tree, bench)
+    if not script.exists():
+        raise SystemExit(f"{script_tree} has no script for {bench!r} (renamed since?); pass the script's old "
+                         "file name, e.g. edge_bench.py, instead of the scenario")
+    return [sys.executable, str(script)]
 
 
 def run_once(tree: Path, bench: str, args: list[str], out: Path, script_tree: Path | None = None) -> dict:
-    """Run the benchmark script of `tree` (or of `script_tree`) with the lipstream of `tree`; its JSON."""
-    script_tree = script_tree or tree
-    if not (script_tree / "benchmarks" / bench).exists():
-        raise SystemExit(f"{tree} has no benchmarks/{bench} (renamed since?); pass the script's old name, "
-                         "e.g. edge_bench.py, instead of the scenario")
+    """Run the benchmark of `tree` (or of `script_tree`) with the lipstream of `tree`; its JSON."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    cmd = [sys.executable, str(script_tree / "benchmarks" / bench), *args, "--out", str(out)]
+    cmd = [*command_in(tree, bench, script_tree or tree), *args, "--out", str(out)]
     started = time.monotonic()
     subprocess.run(cmd, cwd=tree, env=env, check=True)
     print(f"  {tree.name}: {time.monotonic() - started:.0f} s", flush=True)
@@ -107,12 +130,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--script-from-after", action="store_true",
         help="run this checkout's script in both trees (each with its own lipstream): the same questions and "
-        "options for both, where the script measures the lipstream it imports (conversation_bench.py)",
+        "options for both, where the script measures the lipstream it imports (conversation.py)",
     )
-    parser.add_argument("bench", help="a scenario (python -m benchmarks list) or a script: sessions_bench.py")
+    parser.add_argument("bench", help="a scenario (python -m benchmarks list) or a script: sessions.py")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="its arguments (no --out)")
     opts = parser.parse_args(argv)
-    script, leading = script_of(opts.bench)
+    leading = [] if opts.bench.endswith(".py") else list(by_name(opts.bench).args)
     args = leading + [a for a in opts.args if a != "--"]
     trees = {"before": before_tree(opts.before), "after": REPO}
     runs: dict[str, list[dict]] = {"before": [], "after": []}
@@ -125,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             extra = opts.after_arg if name == "after" else []
             out = scratch / f"{name}{round_}.json"
             script_tree = REPO if opts.script_from_after else None
-            runs[name].append(run_once(trees[name], script, args + extra, out, script_tree))
+            runs[name].append(run_once(trees[name], opts.bench, args + extra, out, script_tree))
     rows = compare(runs["before"], runs["after"])
     print(f"\n{'figure':60s} {'before':>12s} {'after':>12s} {'after/before':>12s}")
     for row in rows:

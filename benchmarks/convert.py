@@ -8,9 +8,9 @@ import subprocess
 from dataclasses import asdict
 from pathlib import Path
 
+from benchmarks.registry import Scenario
 from benchmarks.results import REPO, RESULTS_DIR, is_result, result_path, write
 from benchmarks.runner import command_for, headline_figures
-from benchmarks.scenarios import Scenario
 
 # Machines a raw JSON does not name (or names as "x86_64 vm"), as docs/benchmarks-history.md states them
 DOC_MACHINES = {

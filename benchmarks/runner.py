@@ -10,31 +10,42 @@ import time
 from pathlib import Path
 from types import ModuleType
 
+from benchmarks.registry import Scenario
 from benchmarks.results import REPO, RESULTS_DIR, Figure, record
-from benchmarks.scenarios import Scenario
 
 BENCH_DIR = REPO / "benchmarks"
+SCENARIOS_DIR = BENCH_DIR / "scenarios"
 
 
 def ensure_paths() -> None:
-    """Put benchmarks/ and the repository root on sys.path: the scripts import their siblings by bare name."""
+    """Put benchmarks/ and the repository root on sys.path: the scripts import the helpers by bare name."""
     for folder in (str(REPO), str(BENCH_DIR)):
         if folder not in sys.path:
             sys.path.insert(0, folder)
 
 
 def module_path(scenario: Scenario) -> Path:
-    """The file of a scenario's module."""
-    return BENCH_DIR / f"{scenario.module}.py"
+    """The file of a scenario's module: benchmarks/scenarios/<module>.py (benchmarks/<module>.py for a script
+    not moved there yet)."""
+    moved = SCENARIOS_DIR / f"{scenario.module}.py"
+    return moved if moved.exists() or not (BENCH_DIR / f"{scenario.module}.py").exists() else (
+        BENCH_DIR / f"{scenario.module}.py")
+
+
+def import_name(scenario: Scenario) -> str:
+    """The name a scenario's module is imported by: benchmarks.scenarios.<module> (bare at the top)."""
+    path = module_path(scenario)
+    return f"benchmarks.scenarios.{scenario.module}" if path.parent == SCENARIOS_DIR else scenario.module
 
 
 def load_module(scenario: Scenario) -> ModuleType:
     """Import a scenario's module (FileNotFoundError when another change has not added it yet)."""
-    if not module_path(scenario).exists():
-        raise FileNotFoundError(f"scenario {scenario.name!r}: benchmarks/{scenario.module}.py does not exist "
+    path = module_path(scenario)
+    if not path.exists():
+        raise FileNotFoundError(f"scenario {scenario.name!r}: {path.relative_to(REPO)} does not exist "
                                 "(yet); `python -m benchmarks list` marks such scenarios as missing")
     ensure_paths()
-    return importlib.import_module(scenario.module)
+    return importlib.import_module(import_name(scenario))
 
 
 def call_main(module: ModuleType, argv: list[str], prog: str | None = None) -> int:
@@ -42,7 +53,7 @@ def call_main(module: ModuleType, argv: list[str], prog: str | None = None) -> i
     `prog` stands in sys.argv[0] meanwhile, so that usage messages name the command that was typed."""
     main = getattr(module, "main", None)
     if main is None:
-        raise AttributeError(f"benchmarks/{module.__name__}.py has no main(argv); add one to run it by name")
+        raise AttributeError(f"{module.__file__} has no main(argv); add one to run it by name")
     saved = sys.argv
     sys.argv = [prog or str(module.__file__), *argv]
     try:

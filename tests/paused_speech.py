@@ -1,6 +1,7 @@
 """Spoken questions with a pause in the middle of a clause, made from one synthesis of the whole sentence
 (so the words before the pause keep the intonation of a sentence that goes on, unlike a fragment spoken on
-its own, which a TTS ends like a finished sentence). Used by the turn tests and benchmarks/conversation_bench.
+its own, which a TTS ends like a finished sentence). Used by the turn tests and
+benchmarks/scenarios/conversation.py.
 """
 
 from __future__ import annotations

@@ -12,9 +12,9 @@ import pytest
 
 from benchmarks.__main__ import main as runner_main
 from benchmarks.convert import converted
+from benchmarks.registry import SCENARIOS, by_name
 from benchmarks.results import RESULTS_DIR, Figure, is_result, load, record
 from benchmarks.runner import dig, headline_figures, module_path
-from benchmarks.scenarios import SCENARIOS, by_name
 from benchmarks.table import DOC, current_table, load_results, render_table, with_table
 
 REPO = Path(__file__).resolve().parent.parent
@@ -67,14 +67,24 @@ def test_every_scenario_module_is_there_with_a_main_or_is_shown_missing(capsys):
         assert "[missing:" not in line
 
 
-def test_every_benchmark_script_is_a_scenario():
-    """Each benchmarks/*_bench.py (and the GPU and equality scripts) is registered, so `list` shows it."""
+def test_every_benchmark_script_is_a_scenario_named_after_it():
+    """Each script under benchmarks/scenarios/ is a scenario's module, named after it, or one's helper; only
+    the runner's parts (and scripts not moved there yet) stay at the top of benchmarks/."""
     registered = {s.module for s in SCENARIOS}
-    # first_frame_trace wraps the server that first_frame --stages starts: a helper, not a measurement
+    helpers = {"__init__", "first_frame_trace", "conversation_questions", "conversation_servers",
+               "conversation_figures", "realism_measure"}  # fmt: skip
+    scripts = {p.stem for p in (REPO / "benchmarks" / "scenarios").glob("*.py")} - helpers
+    assert scripts - registered == set(), "register these in benchmarks/registry.py"
+    shared = {"sessions", "serverless_page"}  # the modules of sessions_patch and serverless_musetalk too
+    for scenario in SCENARIOS:
+        if module_path(scenario).parent.name == "scenarios" and scenario.module not in shared:
+            assert scenario.module == scenario.name, f"{scenario.name}: its file is {scenario.module}.py"
     runner_parts = {"__init__", "__main__", "bench_common", "before_after", "convert", "results", "runner",
-                    "scenarios", "table", "first_frame_trace"}  # fmt: skip
-    scripts = {p.stem for p in (REPO / "benchmarks").glob("*.py")} - runner_parts
-    assert scripts - registered == set(), "register these in benchmarks/scenarios.py"
+                    "registry", "table", "siblings", "conversation_bench"}  # fmt: skip
+    # not moved yet: another change is working on them
+    waiting = {"knowledge_bench", "knowledge_desk_bench", "knowledge_desk_corpus"}
+    top = {p.stem for p in (REPO / "benchmarks").glob("*.py")} - runner_parts
+    assert top <= waiting, f"move these to benchmarks/scenarios/: {sorted(top - waiting)}"
 
 
 def test_scenario_names_are_unique_and_not_a_raw_file():
@@ -158,12 +168,12 @@ def test_every_present_scenario_module_imports():
     """Each registered module that exists imports (in one child process: they pull in lipstream, cv2, av)."""
     code = (
         "import importlib, sys\n"
-        "from benchmarks.runner import ensure_paths, module_path\n"
-        "from benchmarks.scenarios import SCENARIOS\n"
+        "from benchmarks.runner import ensure_paths, import_name, module_path\n"
+        "from benchmarks.registry import SCENARIOS\n"
         "ensure_paths()\n"
         "for s in SCENARIOS:\n"
         "    if module_path(s).exists():\n"
-        "        assert callable(importlib.import_module(s.module).main), s.module\n"
+        "        assert callable(importlib.import_module(import_name(s)).main), s.module\n"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

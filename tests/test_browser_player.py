@@ -24,7 +24,7 @@ def test_speak_plays_frames_and_audio_in_sync(live_server: ServerProcess) -> Non
     assert snap["speechFramesShown"] > 20 and snap["audioChunks"] >= snap["framesShown"]
     assert snap["decodeErrors"] == 0
     assert snap["ttffMs"] is not None and snap["ttffMs"] < 3000
-    # the first speech frame's way through the page (player.firstSpeech, read by first_frame_bench), in order;
+    # the first speech frame's way through the page (player.firstSpeech, read by first_frame), in order;
     # it is shown when the audio clock reaches its sound (due), not when it arrives
     stage = snap["firstSpeech"]
     assert stage["received"] <= stage["decoded"] <= stage["shown"], stage
@@ -33,7 +33,7 @@ def test_speak_plays_frames_and_audio_in_sync(live_server: ServerProcess) -> Non
     assert abs(stage["shown"] - snap["ttffMs"]) < 1, stage
     offset = snap["avOffsetMs"]
     assert offset["count"] > 30 and 0 <= offset["p50"] <= offset["p95"]
-    assert offset["p95"] < 80, offset  # benchmarks/browser_bench.py measures the real figure
+    assert offset["p95"] < 80, offset  # benchmarks/scenarios/browser.py measures the real figure
     assert snap["framesDropped"] <= snap["framesShown"] * 0.1
     started = next(e for e in snap["events"] if e["type"] == "speech_started")
     finished = next(e for e in snap["events"] if e["type"] == "playback_finished")
@@ -81,6 +81,6 @@ def test_opus_and_pcm_audio_play_on_the_clock(live_server: ServerProcess, audio:
     per_frame = snap["audioBytes"] / snap["audioChunks"]
     assert per_frame == 1280 if audio == "pcm" else per_frame < 200  # 256 kbit/s vs ~24 kbit/s
     offset = snap["avOffsetMs"]
-    assert offset["count"] > 30 and offset["p95"] < 80, offset  # browser_bench.py measures the real figure
+    assert offset["count"] > 30 and offset["p95"] < 80, offset  # browser.py measures the real figure
     started = next(e for e in snap["events"] if e["type"] == "speech_started")
     assert started["clock"] >= started["position_samples"]

@@ -1,4 +1,4 @@
-"""benchmarks/gpu_musetalk.py runs on a CPU with --tiny, without cv2/av/mediapipe/pydantic."""
+"""benchmarks/scenarios/musetalk_on_gpu.py runs on a CPU with --tiny, without cv2/av/mediapipe/pydantic."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ def test_gpu_benchmark_runs_tiny_on_cpu_without_media_stack(repo_root: Path, tmp
     out = tmp_path / "gpu.json"
     args = ["--device", "cpu", "--tiny", "--batches", "2", "--variants", "eager", "--stream-seconds", "0.2"]
     args += ["--out", str(out)]
-    run = "runpy.run_path('benchmarks/gpu_musetalk.py', run_name='__main__')"
-    code = BLOCK + f"sys.argv = ['gpu_musetalk.py'] + {args!r}\n{run}"
+    run = "runpy.run_path('benchmarks/scenarios/musetalk_on_gpu.py', run_name='__main__')"
+    code = BLOCK + f"sys.argv = ['musetalk_on_gpu.py'] + {args!r}\n{run}"
     proc = subprocess.run(
         [sys.executable, "-c", code], cwd=repo_root, capture_output=True, text=True, timeout=300
     )

@@ -58,7 +58,7 @@ def test_clients_connecting_at_once_are_all_served_from_shared_passes(musetalk_s
     reports = asyncio.run(four())
     for report in reports:
         assert report.frames_received > 25 and report.speech_frames > 10 and report.pts_continuous
-        assert report.ready_ms < 5000, report.ready_ms  # the figure itself: benchmarks/sessions_bench.py
+        assert report.ready_ms < 5000, report.ready_ms  # the figure itself: benchmarks/scenarios/sessions.py
     print("hello -> ready ms:", [r.ready_ms for r in reports])
     batching = json.loads(_get(f"{musetalk_server.http}/healthz"))["batching"]
     assert batching["passes"] > 0 and set(batching["passes_by_size"]) <= {"4", "8", "16", 4, 8, 16}

@@ -78,7 +78,7 @@ def question() -> np.ndarray:
 
     # Piper's voice: espeak-ng's, decoded in streaming pieces by tiny.en, read the question's last words as
     # "The Nonsense Day More Again" on an AMD EPYC (and passed on a Xeon): the client and protocol are what
-    # this module tests; recognition quality on espeak-ng is conversation_bench's and stt_window's to measure
+    # this module tests; recognition quality on espeak-ng is conversation's and stt_window's to measure
     return create_tts("piper").synthesize(QUESTION).pcm
 
 

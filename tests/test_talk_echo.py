@@ -157,7 +157,7 @@ def _loud(pcm: np.ndarray, window: int = 320) -> np.ndarray:
 def retimed(avatar: np.ndarray, rate: float, skip: int) -> np.ndarray:
     """The same voice resampled by `rate` and started `skip` samples in, as long as before: other syllables
     of the echo under the user's first words (another CPU's Piper differs like this; the rule must not hang
-    on one). Also benchmarks/echo_double_talk_bench.py's."""
+    on one). Also benchmarks/scenarios/barge_in.py's."""
     if (rate, skip) == (1.0, 0):
         return avatar
     from scipy.signal import resample

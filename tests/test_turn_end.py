@@ -199,7 +199,7 @@ def test_a_complete_question_is_answered_after_a_short_pause(small_avatar, stt, 
     ended = _of(events, "user_speech_ended")
     assert len(ended) == 1 and ended[0]["rule"] == "detector" and ended[0]["score"] >= 0.015
     finals = [e for e in _of(events, "transcript") if e["kind"] == "final"]
-    # one final transcript of the whole question (its words are the WER tests' and stt_window_bench's job:
+    # one final transcript of the whole question (its words are the WER tests' and stt_window's job:
     # Whisper on the audio's own window hears "Australia" as "bosh trail yeah" in some placements of this
     # Piper clip, and "What time" right where the 30 s window heard "Well, time")
     assert len(finals) == 1 and "capital city" in finals[0]["text"].lower()

@@ -446,7 +446,7 @@ def test_atlas_chooses_the_mouths_that_were_filmed(talking_avatar) -> None:
     ids = np.arange(n)
     patches = eng.render(bundle, features[:n], ids)
     crops = np.asarray(cache.crops)[:n]
-    # Speaking frames, as realism_bench's fidelity figure (silent ones show a filmed closed mouth too).
+    # Speaking frames, as realism's fidelity figure (silent ones show a filmed closed mouth too).
     masks = (np.asarray(bundle.masks)[:n] > 128) & features[:n].any(axis=1)[:, None, None]
     mse = np.mean((patches.astype(np.float64)[masks] - crops.astype(np.float64)[masks]) ** 2)
     psnr = 10 * np.log10(255.0**2 / mse)

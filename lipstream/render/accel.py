@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 # plain SimHash, which only sees direction. Appending a constant coordinate hashes the point itself
 # (the sign of a·f + b), so "half open" and "wide open" land far apart. LIFT_GAIN sets how far: with
 # 4.0, a change of about 0.025 in a feature in [0, 1] flips about 2 of 64 bits. Gain and hit threshold
-# (1 bit for these features, see AccelConfig) were chosen on benchmarks/accel_bench.py's seed clip.
+# (1 bit for these features, see AccelConfig) were chosen on benchmarks/scenarios/accel.py's seed clip.
 LOW_DIM = 16
 LIFT_GAIN = 4.0
 

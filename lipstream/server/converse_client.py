@@ -27,7 +27,7 @@ from lipstream.server.client import (
 from lipstream.server.protocol import Flags, Kind, MediaMessage, decode_media
 
 CHUNK = 320  # 20 ms of microphone at 16 kHz, what the page sends
-JITTER_SECONDS = 0.15  # the player's buffer before it starts playing (the page's, and sessions_bench's)
+JITTER_SECONDS = 0.15  # the player's buffer before it starts playing (the page's, and sessions's)
 POSITION_EVERY = 0.1  # seconds between `position` reports (the protocol asks for 100-250 ms)
 EARLY_END_SAMPLES = 4800  # a turn ended 0.3 s or more before the question's speech did ended early
 METRICS_GRACE = 3.0  # seconds to wait for turn_metrics once the answer has finished playing

@@ -4,7 +4,7 @@
 // stages, `stages`, and the player's A/V offset, `avOffsetMs`).
 // Usage: node first_frame.mjs '{"url": "http://127.0.0.1:PORT", "avatar": "sample", "stream": "full",
 //                              "texts": ["Good evening.", ...], "repeats": 3}'
-// For benchmarks/first_frame_bench.py.
+// For benchmarks/scenarios/first_frame.py.
 import { launchChromium, printFailure, printResult } from './chromium.mjs';
 
 const opts = JSON.parse(process.argv[2] || '{}');

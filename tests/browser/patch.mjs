@@ -3,7 +3,7 @@
 // Usage: node patch.mjs '{"url": "http://127.0.0.1:PORT", "avatar": "small", "scenario": "speak", "wav": "/x.wav"}'
 // Scenarios: speak (upload a WAV; captures of composited frames), stall (the base video held on one frame while
 // speech plays), interrupt, bad_mode (hello asks a stream mode the server lacks), base_fails (the base loop 404s),
-// bench (speak a text; stats only, for benchmarks/browser_bench.py).
+// bench (speak a text; stats only, for benchmarks/scenarios/browser.py).
 import { launchChromium, printFailure, printResult } from './chromium.mjs';
 
 const opts = JSON.parse(process.argv[2] || '{}');

@@ -66,7 +66,7 @@ try {
     const readies = await Promise.all(pages.map((p) => p.evaluate(() => window.lipstreamPlayer.ready)));
     result = { snaps, readies };
   } else if (scenario === 'pages') {
-    // benchmarks/opus_bench.py: N pages at once; a snapshot before speaking and one after, per page
+    // benchmarks/scenarios/opus.py: N pages at once; a snapshot before speaking and one after, per page
     const pages = await Promise.all(opts.avatars.map((a) => openPage(a)));
     await Promise.all(pages.map((p) => p.waitForFunction(() => window.lipstreamPlayer.stats.framesShown > 10, null, { timeout: 30000 })));
     const slim = ({ patch, events, ...rest }) => ({ ...rest, events: events.length, compositorMs: patch?.compositorMs ?? [] });

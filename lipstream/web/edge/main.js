@@ -105,7 +105,7 @@ async function start() {
 function onPatch(patch) {
   stats.patches += 1;
   for (const [stage, ms] of Object.entries(patch.timing || {})) {
-    (stats.stages[stage] ||= []).push(ms); // per-stage engine figures for benchmarks/serverless_page_bench.py
+    (stats.stages[stage] ||= []).push(ms); // per-stage engine figures for benchmarks/scenarios/serverless_page.py
     if (stage === 'render') stats.renderMs.push(ms);
   }
   const playing = app.playing;

@@ -14,10 +14,15 @@ from benchmarks.runner import command_for, headline_figures
 
 # Machines a raw JSON does not name (or names as "x86_64 vm"), as docs/benchmarks-history.md states them
 DOC_MACHINES = {
-    "serve": {"cpu_model": "x86_64 (model not recorded)", "cores": 2},
-    "browser": {"cpu_model": "x86_64 (model not recorded)", "cores": 2},
-    "musetalk_on_cpu": {"cpu_model": "AMD EPYC (avx512_bf16), load average 6.5-9", "cores": 2},
-    "lipsync": {"cpu_model": "AMD EPYC (re-measured 2026-12-01 03:10, quiet)", "cores": 2},
+    "serve": {"cpu_model": "not recorded", "cores": 2},
+    "browser": {"cpu_model": "not recorded", "cores": 2},
+    "musetalk_on_cpu": {"cpu_model": "AMD EPYC", "cores": 2},
+    "lipsync": {"cpu_model": "AMD EPYC", "cores": 2},
+}
+# what the history doc says of those runs' machines beyond the pure fields: remarks, for the result's extra
+DOC_REMARKS = {
+    "musetalk_on_cpu": "avx512_bf16; load average 6.5-9",
+    "lipsync": "re-measured 2026-12-01 03:10, quiet",
 }
 
 
@@ -37,8 +42,10 @@ def raw_machine(scenario: Scenario, raw: dict) -> dict:
     if not isinstance(cores, int) and isinstance(raw.get("machine"), str):
         found = re.search(r"(\d+) (?:cpus|CPUs|cores)", raw["machine"])
         cores = int(found.group(1)) if found else None
+    if isinstance(cpu, str) and cpu.startswith(("x86_64", "aarch64")):
+        cpu = None  # "x86_64 2 cpus": an architecture and a count, not a model
     machine = {"cpu_model": cpu or "not recorded", "cores": cores if isinstance(cores, int) else None,
-               "python": raw.get("python")}  # fmt: skip
+               "load_start": None, "load_end": None}  # fmt: skip
     if scenario.name in DOC_MACHINES:
         machine.update(DOC_MACHINES[scenario.name])
     return machine
@@ -59,6 +66,8 @@ def converted(scenario: Scenario, raw_path: Path) -> dict | None:
         date, extra["date_from"] = git_last(raw_path, "%cI") or "not recorded", "the commit of the raw JSON"
     if raw.get("command"):
         extra["original_command"] = raw["command"]
+    if scenario.name in DOC_REMARKS:
+        extra["machine_remarks"] = DOC_REMARKS[scenario.name]
     if missing:
         extra["headlines_not_in_raw"] = missing
     return {

@@ -36,9 +36,16 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+# the load average when this process started (the runner imports this module first): a result's machine
+# holds it beside the load at the end
+LOAD_AT_START = round(os.getloadavg()[0], 2)
+
+
 def machine() -> dict:
-    """The machine a figure was measured on: CPU model, cores, Python version."""
-    return {"cpu_model": cpu_model(), "cores": os.cpu_count(), "python": platform.python_version()}
+    """The machine a figure was measured on, as pure fields: CPU model (/proc/cpuinfo), cores, and the
+    1-minute load average at the start and at the end of the run; remarks go in the result's `extra`."""
+    return {"cpu_model": cpu_model(), "cores": os.cpu_count(), "load_start": LOAD_AT_START,
+            "load_end": round(os.getloadavg()[0], 2)}  # fmt: skip
 
 
 def git_commit(repo: Path = REPO) -> str:

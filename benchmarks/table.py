@@ -34,10 +34,10 @@ def number(value: float) -> str:
 
 
 def machine_cell(machine: dict) -> str:
-    """CPU model and cores as one cell."""
+    """CPU model and cores as one cell (and the GPU, where the run had one)."""
     cores = machine.get("cores")
-    return f"{machine.get('cpu_model', 'not recorded')}, {cores} cores" if cores else str(
-        machine.get("cpu_model", "not recorded"))
+    cell = str(machine.get("cpu_model", "not recorded")) + (f", {cores} cores" if cores else "")
+    return f"{machine['gpu']} ({cell})" if machine.get("gpu") else cell
 
 
 def render_table(documents: list[dict]) -> str:

@@ -118,3 +118,18 @@ def test_no_module_is_over_500_lines() -> None:
     # an allowance ends with the split: it is removed once its module is back under the limit
     stale = sorted(rel for rel in OVERSIZE if lines.get(rel, 0) <= MAX_LINES)
     assert not stale, f"these modules are {MAX_LINES} lines or fewer now; drop them from OVERSIZE: {stale}"
+
+
+ROOT = PACKAGE.parent
+# benchmarks/ and tests/ keep the cap too; a file here may be longer until it is split (one today)
+OVERSIZE_OUTSIDE: dict[str, int] = {"tests/test_protocol_fuzz.py": 533}
+
+
+def test_no_benchmark_or_test_is_over_500_lines() -> None:
+    lines = {str(path.relative_to(ROOT)): len(path.read_text().splitlines())
+             for folder in ("benchmarks", "tests") for path in (ROOT / folder).rglob("*.py")
+             if "node_modules" not in path.parts}  # fmt: skip
+    over = {rel: n for rel, n in sorted(lines.items()) if n > OVERSIZE_OUTSIDE.get(rel, MAX_LINES)}
+    assert not over, f"files over {MAX_LINES} lines (split them by job): {over}"
+    stale = sorted(rel for rel in OVERSIZE_OUTSIDE if lines.get(rel, 0) <= MAX_LINES)
+    assert not stale, f"{MAX_LINES} lines or fewer now; drop them from OVERSIZE_OUTSIDE: {stale}"

@@ -180,11 +180,14 @@ def test_guard_stops_where_the_reply_leaves_the_notes(grounding: KnowledgeGround
         grounding, "How much does printing cost?", "Printing is 10 dollars with a gold membership card."
     )
     assert said == ["Printing costs 10 cents a page."]
-    # a first phrase is judged with the rest of its sentence: mixing numbers up, the notes' own sentence
+    # a first phrase that answers, then a continuation mixing numbers up: the notes' own sentence follows
     said = _guarded(
         grounding, "When does the library open?", "It opens at 9 am,", "and closes at 4 pm, 10 pm on Fridays."
     )
-    assert said == ["The library opens at 9 am and closes at 8 pm from Monday to Friday."]
+    assert said == [
+        "It opens at 9 am,",
+        "The library opens at 9 am and closes at 8 pm from Monday to Friday.",
+    ]
     # a later sentence mixing numbers up: the notes' own sentence follows what was right
     said = _guarded(
         grounding, "When does the library open?", "It opens at 9 am.", "It closes at 4 pm, 10 pm on Fridays."

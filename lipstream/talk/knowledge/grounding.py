@@ -135,7 +135,6 @@ class KnowledgeGrounding:
             await _close(sentences_in)  # the model's guess is never spoken
             yield self.config.unknown_answer
             return
-        sentences_in = _first_sentence_whole(sentences_in)
         keys = key_terms(grounded.found, grounded.question_terms)
         allowed = keys | set(grounded.question_terms) | {t for p in grounded.found for t in terms(p.heading)}
         notes = [set(terms(s)) for p in grounded.found for s in sentences(p.text)]
@@ -310,26 +309,6 @@ def _is_unknown_answer(sentence: str, unknown: str) -> bool:
         return " ".join(re.findall(r"[a-z']+", text.lower().replace("’", "'")))
 
     return bool(norm(unknown)) and norm(unknown) in norm(sentence)
-
-
-async def _first_sentence_whole(stream: AsyncIterator[str]) -> AsyncIterator[str]:
-    """The reply with its first sentence whole: the conversation hands over a sentence's first phrase early
-    (to start the voice sooner), and "The main library opens" alone keeps to the notes while the sentence it
-    begins ("... on Saturdays at 9 am") does not; the guard judges the sentence."""
-    pending: str | None = ""
-    try:
-        async for piece in stream:
-            if pending is None:
-                yield piece
-                continue
-            pending = f"{pending} {piece}".strip()
-            if pending[-1:] in ".!?" or not terms(pending):
-                yield pending
-                pending = None
-        if pending:
-            yield pending
-    finally:
-        await _close(stream)
 
 
 async def _close(stream: AsyncIterator[str]) -> None:

@@ -75,7 +75,8 @@ class LlamaChat:
     history only evaluates the new tokens. `threads` defaults to 1: llama.cpp's worker threads spin at
     barriers, and when the cores are also busy with STT, TTS and rendering, 2 threads on 2 cores ran 3-10x
     slower than 1 (measured); a 135M model is fast enough on one core. The weights are mapped once and
-    shared by both contexts; the judge's context costs its KV cache (~50 MB at 2,048 tokens).
+    shared by both contexts (a second `Llama` would load and repack them again: +155 MB); the judge's context
+    costs its KV cache and buffers.
     """
 
     def __init__(
@@ -94,13 +95,11 @@ class LlamaChat:
         self.sampling = sampling or SamplingConfig()
         started = time.perf_counter()
         try:
-            self._llama, self._judge = (
-                Llama(
-                    model_path=str(self.model_path), n_ctx=context_tokens, n_threads=threads,
-                    n_threads_batch=threads, seed=seed, verbose=False,
-                )
-                for _ in range(2)
+            self._llama = Llama(
+                model_path=str(self.model_path), n_ctx=context_tokens, n_threads=threads,
+                n_threads_batch=threads, seed=seed, verbose=False,
             )  # fmt: skip
+            self._judge = SecondContext(self._llama)
         except (ValueError, RuntimeError, OSError) as exc:
             raise ModelError(f"could not load {self.model_path.name} with llama.cpp: {exc}") from exc
         self.load_seconds = time.perf_counter() - started
@@ -206,8 +205,8 @@ class LlamaChat:
     def close(self) -> None:
         """Free both contexts."""
         with self._lock, self._judge_lock:
-            for llama in (self._llama, self._judge):
-                llama.close()
+            self._judge.close()  # before the model it uses
+            self._llama.close()
 
 
 def _chatml(context: list[ChatMessage], role: str, open_text: str) -> str:
@@ -215,3 +214,49 @@ def _chatml(context: list[ChatMessage], role: str, open_text: str) -> str:
     token): the prompt a completion of these messages begins with."""
     prompt = "".join(f"<|im_start|>{m.role}\n{m.content}<|im_end|>\n" for m in context)
     return prompt + f"<|im_start|>{role}\n{open_text}"
+
+
+class SecondContext:
+    """Another llama.cpp context on a loaded `Llama`'s model: its own KV cache and thread, the same weights.
+    It offers the few members of `Llama` that evaluating a prompt needs (`tokenize`, `n_ctx`, `n_vocab`,
+    `input_ids`, `n_tokens`, `eval`, `_ctx.get_logits`); only the last token's logits are kept."""
+
+    BATCH = 64  # tokens decoded at once: a judgement reads a question's few words, or a read-ahead's chunk
+
+    def __init__(self, llama: Any) -> None:
+        from llama_cpp import _internals
+
+        params = type(llama.context_params).from_buffer_copy(llama.context_params)  # the answer's, as a copy
+        params.n_batch = params.n_ubatch = self.BATCH
+        self._ctx = _internals.LlamaContext(model=llama._model, params=params, verbose=False)
+        self._batch = _internals.LlamaBatch(n_tokens=self.BATCH, embd=0, n_seq_max=1, verbose=False)
+        self._llama = llama
+        self.input_ids = np.zeros(llama.n_ctx(), dtype=np.intc)
+        self.n_tokens = 0
+
+    def tokenize(self, text: bytes, add_bos: bool = False, special: bool = False) -> list[int]:
+        """The model's tokens for `text` (its vocabulary is read-only: shared safely)."""
+        return self._llama.tokenize(text, add_bos=add_bos, special=special)
+
+    def n_ctx(self) -> int:
+        """The context's length in tokens."""
+        return self._ctx.n_ctx()
+
+    def n_vocab(self) -> int:
+        """The vocabulary's size."""
+        return self._llama.n_vocab()
+
+    def eval(self, tokens: list[int]) -> None:
+        """Decode `tokens` after the first `n_tokens` (the cache past them is dropped first)."""
+        self._ctx.kv_cache_seq_rm(-1, self.n_tokens, -1)
+        for i in range(0, len(tokens), self.BATCH):
+            batch = tokens[i : i + self.BATCH]
+            self._batch.set_batch(batch=batch, n_past=self.n_tokens, logits_all=False)
+            self._ctx.decode(self._batch)
+            self.input_ids[self.n_tokens : self.n_tokens + len(batch)] = batch
+            self.n_tokens += len(batch)
+
+    def close(self) -> None:
+        """Free the context and its batch (the model stays with its `Llama`)."""
+        self._batch.close()
+        self._ctx.close()

@@ -124,3 +124,19 @@ def test_a_first_sentence_must_answer_what_the_best_sentence_answers(kb: Knowled
     assert _guarded(grounding, question, ["The library opens at 10 am."]) == "The library opens at 9 am."
     assert _guarded(grounding, question, ["The library is open to all."]) == "The library opens at 9 am."
     assert _guarded(grounding, question, ["It opens at 9 am."]) == "It opens at 9 am."
+
+
+def test_the_recogniser_hears_the_greeting_and_the_notes_names(tmp_path: Path) -> None:
+    from lipstream.talk.knowledge.grounding import listening_context
+
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "staff.md").write_text(
+        "# Staff\n\nOn Mondays the head librarian is Marguerite Okafor. The wifi password is bluefern42.\n"
+    )
+    kb = KnowledgeBase(folder, home=tmp_path / "home")
+    assert kb.names() == ["Marguerite Okafor", "bluefern42"]  # "Mondays" is capitalised, but known to all
+    persona = Persona(name="Ada", greeting="Hello, I am Ada.")
+    context = listening_context(kb, persona)
+    assert context.startswith("Hello, I am Ada. ") and "Marguerite Okafor" in context and "Mondays" not in context
+    assert listening_context(None, Persona(name="Ada")) == "I am Ada."

@@ -140,3 +140,15 @@ def test_the_recogniser_hears_the_greeting_and_the_notes_names(tmp_path: Path) -
     context = listening_context(kb, persona)
     assert context == "Hello, I am Ada. Marguerite Okafor, bluefern42."
     assert listening_context(None, Persona(name="Ada")) == "I am Ada."
+
+
+def test_a_first_sentence_must_state_one_of_the_facts_the_best_sentence_states(tmp_path: Path) -> None:
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "staff.md").write_text("# Staff\n\nThe head librarian is Marguerite Okafor.\n")
+    (folder / "hours.md").write_text("# Hours\n\nThe library opens at 9 am.\n")
+    grounding = KnowledgeGrounding(KnowledgeBase(folder, home=tmp_path / "home"), Persona(name="Ada"))
+    best = "The head librarian is Marguerite Okafor."
+    assert _guarded(grounding, "Who is the head librarian?", ["The head is not a librarian."]) == best
+    said = _guarded(grounding, "Who is the head librarian?", ["It is Marguerite Okafor."])
+    assert said == "It is Marguerite Okafor."

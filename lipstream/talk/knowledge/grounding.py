@@ -143,6 +143,9 @@ class KnowledgeGrounding:
         # sentence adds to the question, and no number that sentence does not state ("A reserved book held
         # for 5 days" where the notes hold it 7 days; "The large meeting room is a business.")
         answer = set(terms(best)) - set(grounded.question_terms)
+        # ... and where that sentence states a fact (a number, a name), one of its facts: "The head I'm not a
+        # librarian." holds "librarian" but not who is
+        answer = _facts(best) - set(grounded.question_terms) or answer
         first = True
         async for sentence in sentences_in:
             if not terms(sentence):  # "Sure!", "Yes,": nothing to judge yet
@@ -240,6 +243,23 @@ def numbers_agree(sentence: str, notes: list[set[str]]) -> bool:
     return len(said) < 2 or any(said <= held for held in notes)
 
 
+def _named(sentence: str) -> set[str]:
+    """The terms of the names a sentence states: its capitalised words after the first ("I" is no name)."""
+    said = words(sentence)
+    return {
+        stem(w) for w in said[1:] if w[:1].isupper() and w.rstrip("'’") != "I" and w.lower() not in STOP_WORDS
+    }
+
+
+def _facts(text: str) -> set[str]:
+    """The terms of the numbers and names (capitalised words inside a sentence) that `text` states."""
+    out: set[str] = set()
+    for sentence in sentences(text):
+        out.update(_named(sentence))
+        out.update(t for t in terms(sentence) if t.isdigit())
+    return out
+
+
 def _numbers_within(sentence: str, best: str) -> bool:
     """Every number the sentence states is one `best` states."""
     return {t for t in terms(sentence) if t.isdigit()} <= {t for t in terms(best) if t.isdigit()}
@@ -249,10 +269,7 @@ def names_agree(sentence: str, notes: list[set[str]]) -> bool:
     """Each name the sentence states (a capitalised word inside it) stands in a sentence of the notes beside
     one of the sentence's other content words ("the head librarian Tobias Lindqvist" takes the archive's
     contact for the librarian: the notes say Tobias Lindqvist beside "archive", never beside "librarian")."""
-    said = words(sentence)
-    names = {
-        stem(w) for w in said[1:] if w[:1].isupper() and w.rstrip("'’") != "I" and w.lower() not in STOP_WORDS
-    }
+    names = _named(sentence)
     others = {t for t in terms(sentence) if not t.isdigit()} - names
     if not names or not others:
         return True

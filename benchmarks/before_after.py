@@ -8,7 +8,10 @@ The "before" tree is a git worktree of REV (made once under /tmp, with this chec
 "after" is this checkout. Each round runs the benchmark in both trees, in alternating order, with the same
 virtualenv and arguments; the benchmark's `--out` JSON of each run is kept. The numbers of the two trees
 are then matched by their path in the JSON and printed with their ratio (after / before), median over the
-rounds: on a noisy machine only figures measured side by side in one run are comparable.
+rounds: on a noisy machine only figures measured side by side in one run are comparable. A text whose key ends
+in "digest" (a hash of what was drawn) is compared too: the same in every run of both trees, or not.
+A scenario marked `same_script` in the registry (it measures the lipstream it imports) runs this checkout's
+script on both trees, as --script-from-after does.
 Writes benchmarks/results/before_after_<bench>.json.
 """
 
@@ -106,6 +109,25 @@ def numbers(data, path: str = "") -> dict[str, float]:
     return found
 
 
+def digests(data, path: str = "") -> dict[str, str]:
+    """Every text in a JSON document whose key ends in "digest", by its path."""
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else []
+    found: dict[str, str] = {}
+    for key, value in items:
+        if isinstance(value, str) and str(key).endswith("digest"):
+            found[f"{path}/{key}"] = value
+        else:
+            found.update(digests(value, f"{path}/{key}"))
+    return found
+
+
+def same_digests(before: list[dict], after: list[dict]) -> dict[str, bool]:
+    """For each digest in every run of both trees: whether all runs hold the same one."""
+    runs = [digests(r) for r in before + after]
+    common = set.intersection(*(set(r) for r in runs)) if runs else set()
+    return {key: len({r[key] for r in runs}) == 1 for key in sorted(common)}
+
+
 def compare(before: list[dict], after: list[dict]) -> list[dict]:
     """Figures found in every run of both trees: medians and after/before."""
     b_runs, a_runs = [numbers(r) for r in before], [numbers(r) for r in after]
@@ -135,7 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("bench", help="a scenario (python -m benchmarks list) or a script: sessions.py")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="its arguments (no --out)")
     opts = parser.parse_args(argv)
-    leading = [] if opts.bench.endswith(".py") else list(by_name(opts.bench).args)
+    scenario = None if opts.bench.endswith(".py") else by_name(opts.bench)
+    leading = list(scenario.args) if scenario else []
+    same_script = opts.script_from_after or bool(scenario and scenario.same_script)
     args = leading + [a for a in opts.args if a != "--"]
     trees = {"before": before_tree(opts.before), "after": REPO}
     runs: dict[str, list[dict]] = {"before": [], "after": []}
@@ -147,13 +171,16 @@ def main(argv: list[str] | None = None) -> int:
         for name in order:
             extra = opts.after_arg if name == "after" else []
             out = scratch / f"{name}{round_}.json"
-            script_tree = REPO if opts.script_from_after else None
+            script_tree = REPO if same_script else None
             runs[name].append(run_once(trees[name], opts.bench, args + extra, out, script_tree))
     rows = compare(runs["before"], runs["after"])
     print(f"\n{'figure':60s} {'before':>12s} {'after':>12s} {'after/before':>12s}")
     for row in rows:
         ratio = "" if row["ratio"] is None else f"{row['ratio']:.3f}"
         print(f"{row['figure'][:60]:60s} {row['before']:12.4g} {row['after']:12.4g} {ratio:>12s}")
+    same = same_digests(runs["before"], runs["after"])
+    for key, equal in same.items():
+        print(f"{key[:60]:60s} {'the same in both trees' if equal else 'DIFFERENT'}")
     result = {
         "date": time.strftime("%Y-%m-%d"),
         "cpu": cpu_model(),
@@ -165,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         "after_args": opts.after_arg,
         "rounds": opts.rounds,
         "rows": rows,
+        "same_digests": same,
         "runs": runs,
     }
     out = RESULTS / f"before_after_{Path(opts.bench).stem}.json"

@@ -22,8 +22,10 @@ class Scenario:
     """A named scenario: its module, benchmarks/scenarios/<module>.py (named after the scenario; two scenarios
     may share one), whose `main(argv)` runs it, fixed leading arguments,
     a one-line description, the raw JSON the script writes (relative to benchmarks/results), the
-    headline figures the runner records from it (none: the script records its own), and the arguments a
-    run needs (`usage`, part of the command that reproduces its figures)."""
+    headline figures the runner records from it (none: the script records its own), the arguments a
+    run needs (`usage`, part of the command that reproduces its figures), and whether `before_after` runs this
+    checkout's script on both trees (`same_script`: it measures the lipstream it imports, and an older tree's
+    own script compared two trees itself)."""
 
     name: str
     module: str
@@ -32,6 +34,7 @@ class Scenario:
     raw: str | None = None
     headlines: tuple[Headline, ...] = field(default_factory=tuple)
     usage: str = ""
+    same_script: bool = False
 
 
 H, S = Headline, Scenario
@@ -66,11 +69,13 @@ SCENARIOS: tuple[Scenario, ...] = (
           H("engine passes per frame, viseme, seeded", "engines > 0 > seeded > neural_ratio", "ratio",
             "<= 0.25"),
           H("mouth PSNR vs no-accel, viseme, seeded", "engines > 0 > seeded > psnr_mean_db", "dB", ">= 30"))),
-    S("viseme_speed", "viseme_speed", "weight-free engine ms per frame, before/after (--before REV)",
+    S("viseme_speed", "viseme_speed", "weight-free engine ms per frame (features + render)",
       raw="viseme_speed_bench.json", headlines=(
-          H("weight-free engine per frame (features + render)", "median > after > total_ms", "ms", "<= 2"),)),
+          H("weight-free engine per frame (features + render)", "median > total_ms", "ms", "<= 2"),),
+      same_script=True),
     S("viseme_equality", "viseme_equality",
-      "weight-free engine draws the same patches as another commit; pass/fail", usage="--before REV"),
+      "weight-free engine draws the same patches as another commit (a two-tree check; pass/fail)",
+      usage="--before REV"),
     S("realism", "realism", "weight-free mouth realism before/after: speed, lip-sync, amplitude",
       raw="realism_bench.json", headlines=(
           H("engine per frame, sample, Piper timings", "cases > sample piper timings > after > total_ms",

@@ -1,5 +1,9 @@
 """The weight-free engine draws the same patches as another commit's (issue 22 speed: faster, same picture).
 
+A two-tree check, not a figure: `before_after` compares numbers, and two trees' patches are equal or not
+pixel by pixel, within rounding. The other tree is a worktree of --before made by before_after's
+`before_tree` (the same helper, so the two tools share their worktrees).
+
 Each side renders, in its own subprocess (PYTHONPATH = that checkout), every frame of viseme_speed's
 speech on the 1080×1920 sample avatar through `VisemeEngine.render`, in engine batches, plus --random rows of
 random articulation (open, width ±1, closure, f/v: cues the bench's speech rarely or never holds) on random
@@ -18,6 +22,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -104,9 +109,15 @@ def main(argv: list[str] | None = None) -> int:
         side(*(Path(p) for p in args.side))
         return 0
     sys.path.insert(0, str(REPO / "benchmarks"))
-    from benchmarks.scenarios.viseme_speed import speech_sides
+    from before_after import before_tree
+    from bench_common import open_or_build_avatar
 
-    before, avatar, work = speech_sides(args.before, args.avatar, "viseme-equal-")
+    from benchmarks.scenarios.viseme_speed import held_out_speech
+
+    before = before_tree(args.before)  # a worktree of that commit, made once
+    avatar = Path(open_or_build_avatar(args.avatar).path)
+    work = Path(tempfile.mkdtemp(prefix="viseme-equal-"))
+    held_out_speech(work / "piper.npz")
     np.savez(work / "rows.npz", **random_rows(args.random))
     for name, checkout in (("before", before), ("after", REPO)):
         subprocess.run(

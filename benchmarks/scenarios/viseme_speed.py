@@ -1,11 +1,14 @@
-"""Weight-free engine speed, before and after, side by side in one run (issue 22: ≤ 2 ms a frame).
+"""Weight-free engine speed (issue 22: ≤ 2 ms a frame), of the lipstream this process imports.
 
-Each side renders every frame of the same held-out speech (Piper 1.1, phoneme timings) on the 1080×1920 sample
-avatar in its own subprocess (PYTHONPATH = that checkout), in engine batches, after a warm-up pass; the sides
-alternate for --rounds rounds. Reported per frame: wall ms and the process's CPU ms (features + render), the
-median over rounds, and after / before.
+Renders every frame of held-out speech (Piper 1.1, phoneme timings) on the 1080×1920 sample avatar, in engine
+batches, after a warm-up pass: --rounds rounds of --passes passes. Reported per frame: wall ms and the
+process's CPU ms (features + render), each round's median and the median over rounds.
 
-    OMP_NUM_THREADS=1 LIPSTREAM_HOME=… .venv/bin/python -m benchmarks viseme_speed --before 4c0f546
+    OMP_NUM_THREADS=1 LIPSTREAM_HOME=… .venv/bin/python -m benchmarks viseme_speed
+
+Two trees side by side (this checkout's script on both, each with its own lipstream):
+
+    .venv/bin/python -m benchmarks before_after --before REV -- viseme_speed
 
 Writes benchmarks/results/viseme_speed_bench.json.
 """
@@ -16,7 +19,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,101 +32,81 @@ TEXT = (
 )
 
 
-def side(speech: Path, avatar: Path, passes: int) -> None:
-    """Runs inside one checkout: print {features_ms, render_ms, total_ms, total_cpu_ms} as JSON."""
+def piper_voice():
+    """The held-out Piper voice (length scale 1.1) of whichever lipstream is imported (its older home too)."""
+    try:
+        from lipstream.talk.voices.piper_tts import PiperTTS
+    except ImportError:  # a tree from before talk/ had rooms
+        from lipstream.talk.piper_tts import PiperTTS  # type: ignore[no-redef]
+    return PiperTTS(length_scale=1.1)
+
+
+def held_out_speech(path: Path) -> Path:
+    """TEXT in the held-out Piper voice, saved as an .npz any checkout's engine can read (pcm and timings)."""
+    from benchmarks.scenarios.realism_measure import save_speech
+
+    save_speech(piper_voice().synthesize(TEXT), path)
+    return path
+
+
+def load_speech(path: Path):
+    """The Speech saved by held_out_speech."""
     import numpy as np
 
     from lipstream.audio.speech import PhonemeTiming
-    from lipstream.avatar.bundle import load_avatar
     from lipstream.engines.base import Speech
-    from lipstream.engines.viseme.engine import VisemeEngine
 
-    sys.path.insert(0, str(REPO / "benchmarks"))  # the helpers, by bare name
-    from siblings import scenario_module
-
-    hot_path_ms = scenario_module("lipsync").hot_path_ms
-
-    z = np.load(speech)
+    z = np.load(path)
     phonemes = [
         PhonemeTiming(str(p), int(s), int(e)) for p, s, e in zip(z["ph"], z["start"], z["end"], strict=True)
     ]
-    utterance = Speech(z["pcm"], phonemes=phonemes, text=str(z["text"]))
-    bundle = load_avatar(avatar)
-    engine = VisemeEngine()
-    engine.prepare(bundle)
-    hot_path_ms(engine, bundle, utterance)  # warm caches
-    runs = [hot_path_ms(engine, bundle, utterance) for _ in range(passes)]
-    print(json.dumps({k: statistics.median(r[k] for r in runs) for k in runs[0]}))
-
-
-def speech_sides(before_commit: str, avatar_name: str, prefix: str) -> tuple[Path, Path, Path]:
-    """(a worktree of `before_commit`, the prepared avatar's folder, a work folder holding piper.npz: TEXT
-    in the held-out Piper voice) for a before/after run of the engine on both checkouts."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    from before_after import before_tree
-    from bench_common import open_or_build_avatar
-
-    from benchmarks.scenarios.realism_measure import save_speech
-    from lipstream.talk.voices.piper_tts import PiperTTS
-
-    before = before_tree(before_commit)  # a worktree of that commit, made once
-    avatar = Path(open_or_build_avatar(avatar_name).path)
-    work = Path(tempfile.mkdtemp(prefix=prefix))
-    save_speech(PiperTTS(length_scale=1.1).synthesize(TEXT), work / "piper.npz")
-    return before, avatar, work
+    return Speech(z["pcm"], phonemes=phonemes, text=str(z["text"]))
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Render on both checkouts, alternating, and print the figures side by side."""
+    """Render the speech round after round and write the medians."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--before", default="4c0f546", help="commit of the 'before' engine")
     ap.add_argument("--avatar", default="sample", help="prepared avatar in $LIPSTREAM_HOME")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--passes", type=int, default=2, help="timed passes over the speech per round")
     ap.add_argument("--out", type=Path, default=RESULTS / "viseme_speed_bench.json")
-    ap.add_argument("--side", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.side:
-        side(Path(args.side[0]), Path(args.side[1]), int(args.side[2]))
-        return 0
-    before, avatar, work = speech_sides(args.before, args.avatar, "viseme-speed-")
-    from bench_common import cpu_model  # importable once speech_sides has put benchmarks/ on the path
+    sys.path.append(str(REPO / "benchmarks"))  # the helpers, by bare name (after PYTHONPATH's lipstream)
+    from bench_common import cpu_model, open_or_build_avatar
+    from siblings import scenario_module
+
+    import lipstream
+    from lipstream.engines.viseme.engine import VisemeEngine
+
+    hot_path_ms = scenario_module("lipsync").hot_path_ms
     load_start = os.getloadavg()
-    runs: dict[str, list[dict]] = {"before": [], "after": []}
+    speech = load_speech(held_out_speech(Path(tempfile.mkdtemp(prefix="viseme-speed-")) / "piper.npz"))
+    bundle = open_or_build_avatar(args.avatar)
+    engine = VisemeEngine()
+    engine.prepare(bundle)
+    hot_path_ms(engine, bundle, speech)  # warm caches
+    rounds = []
     for r in range(args.rounds):
-        order = ("before", "after") if r % 2 == 0 else ("after", "before")
-        for name in order:
-            checkout = before if name == "before" else REPO
-            env = {**os.environ, "PYTHONPATH": str(checkout)}
-            done = subprocess.run(
-                [sys.executable, str(Path(__file__).resolve()), "--side", str(work / "piper.npz"),
-                 str(avatar), str(args.passes)],
-                env=env, capture_output=True, text=True, check=True,
-            )  # fmt: skip
-            runs[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
-            print(f"round {r + 1} {name}: {runs[name][-1]}", flush=True)
-    summary = {
-        name: {k: round(statistics.median(x[k] for x in rs), 3) for k in rs[0]} for name, rs in runs.items()
-    }
+        runs = [hot_path_ms(engine, bundle, speech) for _ in range(args.passes)]
+        rounds.append({k: statistics.median(run[k] for run in runs) for k in runs[0]})
+        print(f"round {r + 1}: {rounds[-1]}", flush=True)
+    median = {k: round(statistics.median(x[k] for x in rounds), 3) for k in rounds[0]}
     result = {
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "cpu_model": cpu_model(),
         "cpus": os.cpu_count(),
         "load_average_start": [round(v, 2) for v in load_start],
         "load_average_end": [round(v, 2) for v in os.getloadavg()],
-        "before_commit": args.before,
+        "lipstream": str(Path(lipstream.__file__).resolve().parent.parent),
         "avatar": args.avatar,
-        "rounds": runs,
-        "median": summary,
+        "rounds": rounds,
+        "median": median,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"\n{cpu_model()}, load {result['load_average_start']} -> {result['load_average_end']}")
-    print("| figure (ms per frame) | before | after | after / before |")
-    print("|---|---|---|---|")
-    for k in summary["after"]:
-        b, a = summary["before"][k], summary["after"][k]
-        print(f"| {k} | {b:.2f} | {a:.2f} | {a / b:.2f} |")
+    for k, v in median.items():
+        print(f"{k:14s} {v:.3f} ms per frame")
     print(f"wrote {args.out}")
     return 0
 

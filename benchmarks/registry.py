@@ -223,9 +223,9 @@ SCENARIOS: tuple[Scenario, ...] = (
       args=("--engine", "musetalk", "--seconds", "6"), raw="edge_bench_musetalk.json", headlines=(
           H("serverless MuseTalk: engine passes per frame, wasm",
             "musetalk_tiny > wasm_plain > engine_passes_per_frame", "ratio"),)),
-    S("page_warp", "page_warp", "the page's warp.js in Node: ms per patch, before/after (--before REV)",
+    S("page_warp", "page_warp", "the page's warp.js in Node: ms per patch, a digest of the patches",
       raw="js_warp_bench.json", headlines=(
-          H("page warp.js per patch (Node)", "median_ms_per_patch > after", "ms"),)),
+          H("page warp.js per patch (Node)", "median_ms_per_patch", "ms"),), same_script=True),
     S("onnx_export", "onnx_export", "lipstream export onnx at full size: time, sizes, the gate",
       raw="edge_export.json", headlines=(
           H("ONNX export, full size, float16", "runs > 0 > export_s", "s"),

@@ -190,7 +190,7 @@ SCENARIOS: tuple[Scenario, ...] = (
           H("SmolLM2 through the model process", "speed > portable_model_process > tokens_per_s_median",
             "tokens/s"),
           H("model process crash -> next first token, worst", "recovery > max_seconds", "s", "<= 5"),
-          H("idle memory, server + model process", "idle_memory > now > total_mib", "MiB"))),
+          H("idle memory, server + model process", "idle_memory > total_mib", "MiB")), same_script=True),
     S("turn_detector", "turn_detector", "end-of-turn detectors judged on the same spoken questions",
       raw="turn_detector_bench.json", headlines=(
           H("unfinished pauses answered early, text rule (of 24)", "summary > text/all > early_answers",

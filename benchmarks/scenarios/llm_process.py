@@ -1,7 +1,7 @@
 """The embedded language model out of process (issue 19): build speed, crash recovery and memory.
 
     .venv/bin/python -m benchmarks llm_process [--native-python /tmp/native/bin/python]
-        [--rounds 5] [--crashes 5] [--avatars-dir DIR --avatar NAME] [--before-tree DIR]
+        [--rounds 5] [--crashes 5] [--avatars-dir DIR --avatar NAME]
         [--out benchmarks/results/llm_process_bench.json]
 
 1. **tokens/s**: SmolLM2-135M on llama.cpp, the same prompt and greedy-ish sampling, in alternating rounds:
@@ -13,7 +13,13 @@
 3. **live**: with --avatars-dir, a real `lipstream serve --agent` and a session streaming speech beside it;
    the model process is killed `--crashes` times; the streaming session's largest gap between frames
    and the time until /healthz shows the model up again; the server's idle memory (server + model
-   process), and with --before-tree the same for an older checkout (the model in the server's process).
+   process).
+Every part measures the lipstream this process imports (its tree runs the servers and the in-process
+rounds). Two trees side by side, e.g. the idle memory before and after the model left the server's process
+(this checkout's script on both, each with its own lipstream):
+
+    .venv/bin/python -m benchmarks before_after --before REV -- llm_process --avatars-dir DIR --live-only
+
 Writes JSON and a PNG (recovery times and frame gaps) next to it.
 """
 
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import os
 import signal
@@ -34,10 +41,21 @@ from typing import Any
 import numpy as np
 from bench_common import child_pids, cpu_model, rss_mib, start_server
 
-from lipstream.talk.models.llm import ChatMessage
-from lipstream.talk.models.llm_llama import bundled_gguf_path
+import lipstream
 
+
+def talk_model(name: str) -> Any:
+    """lipstream.talk.models.<name> of the lipstream imported (lipstream.talk.<name> in an older tree)."""
+    try:
+        return importlib.import_module(f"lipstream.talk.models.{name}")
+    except ImportError:
+        return importlib.import_module(f"lipstream.talk.{name}")
+
+
+ChatMessage = talk_model("llm").ChatMessage
+bundled_gguf_path = talk_model("llm_llama").bundled_gguf_path
 REPO = Path(__file__).resolve().parents[2]
+TREE = Path(lipstream.__file__).resolve().parent.parent  # the lipstream measured (before_after: either tree)
 RESULTS = REPO / "benchmarks" / "results"
 PROMPT = "Tell me a long story about a lighthouse keeper and a storm."
 MAX_TOKENS = 128
@@ -45,8 +63,12 @@ PLAYER_BUFFER_SECONDS = 0.15  # the page's jitter buffer
 
 IN_PROCESS = """
 import json, sys, threading, time
-from lipstream.talk.models.llm import ChatMessage
-from lipstream.talk.models.llm_llama import LlamaChat, compiled_features
+try:
+    from lipstream.talk.models.llm import ChatMessage
+    from lipstream.talk.models.llm_llama import LlamaChat, compiled_features
+except ImportError:  # a tree before talk/ had rooms
+    from lipstream.talk.llm import ChatMessage
+    from lipstream.talk.llm_llama import LlamaChat, compiled_features
 chat = LlamaChat(sys.argv[1], threads=1)
 chat.warm_up()
 messages = [ChatMessage("user", sys.argv[2])]
@@ -63,7 +85,7 @@ print(json.dumps({"tokens": tokens, "first_token_ms": (first - started) * 1000,
 
 def in_process_round(python: str) -> dict[str, Any]:
     """One generation in a fresh interpreter `python` (its own llama-cpp-python build)."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(TREE)}
     argv = [python, "-c", textwrap.dedent(IN_PROCESS), str(bundled_gguf_path()), PROMPT, str(MAX_TOKENS)]
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
     if done.returncode != 0:
@@ -101,7 +123,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def measure_speed(args: argparse.Namespace) -> dict[str, Any]:
     """Portable in-process, portable through the model process, native in-process: alternating rounds."""
-    from lipstream.talk.models.llm_embedded import EmbeddedChatModel
+    EmbeddedChatModel = talk_model("llm_embedded").EmbeddedChatModel
 
     model = EmbeddedChatModel()
     model.warm_up()
@@ -121,8 +143,8 @@ def measure_speed(args: argparse.Namespace) -> dict[str, Any]:
 
 def measure_recovery(args: argparse.Namespace) -> dict[str, Any]:
     """SIGSEGV mid-answer, then the next question's first token: seconds."""
-    from lipstream.talk.models.llm import LLMError
-    from lipstream.talk.models.llm_embedded import EmbeddedChatModel
+    LLMError = talk_model("llm").LLMError
+    EmbeddedChatModel = talk_model("llm_embedded").EmbeddedChatModel
 
     model = EmbeddedChatModel()
     model.warm_up()
@@ -151,17 +173,17 @@ def measure_recovery(args: argparse.Namespace) -> dict[str, Any]:
 # ----- live: a real server, a streaming session beside the crashes ----------------------------------------
 
 
-def start_agent_server(avatars_dir: Path, tree: str | None = None) -> tuple[subprocess.Popen, str]:
-    """`lipstream serve --agent` on these avatars, from this checkout or an older `tree`; process, its URL."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", **({"PYTHONPATH": tree} if tree else {})}
+def start_agent_server(avatars_dir: Path) -> tuple[subprocess.Popen, str]:
+    """`lipstream serve --agent` on these avatars, of the lipstream imported (TREE); process, its URL."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(TREE)}
     proc, url, _seconds = start_server(["--avatars-dir", str(avatars_dir.resolve()), "--agent"],
-                                       cwd=Path(tree) if tree else REPO, env=env)  # fmt: skip
+                                       cwd=TREE, env=env)  # fmt: skip
     return proc, url
 
 
-def idle_memory(avatars_dir: Path, pythonpath: str | None = None) -> dict[str, float]:
+def idle_memory(avatars_dir: Path) -> dict[str, float]:
     """The agent server's idle memory: its own RSS and its children's (the model process)."""
-    proc, _url = start_agent_server(avatars_dir, pythonpath)
+    proc, _url = start_agent_server(avatars_dir)
     try:
         time.sleep(3.0)
         own = rss_mib(proc.pid)
@@ -286,11 +308,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--crashes", type=int, default=5)
     parser.add_argument("--avatars-dir", type=Path, default=None, help="run the live part on these avatars")
     parser.add_argument("--avatar", default="sample")
-    parser.add_argument("--before-tree", default=None, help="an older checkout: its idle memory too")
     parser.add_argument("--live-only", action="store_true", help="only the live part (and memory)")
     parser.add_argument("--out", type=Path, default=RESULTS / "llm_process_bench.json")
     args = parser.parse_args(argv)
-    result: dict[str, Any] = {"cpu": cpu_model(), "date": time.strftime("%Y-%m-%d"),
+    result: dict[str, Any] = {"cpu": cpu_model(), "date": time.strftime("%Y-%m-%d"), "lipstream": str(TREE),
                               "load_average_start": os.getloadavg()}  # fmt: skip
     if not args.live_only:
         result["speed"] = measure_speed(args)
@@ -302,9 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             proc.terminate()
             proc.wait(timeout=20)
-        result["idle_memory"] = {"now": idle_memory(args.avatars_dir)}
-        if args.before_tree:
-            result["idle_memory"]["before"] = idle_memory(args.avatars_dir, args.before_tree)
+        result["idle_memory"] = idle_memory(args.avatars_dir)
     result["load_average_end"] = os.getloadavg()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

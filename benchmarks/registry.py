@@ -49,7 +49,7 @@ SCENARIOS: tuple[Scenario, ...] = (
           H("prepare_avatar, 10 s 1080x1920 clip", "stages > prepare > fps", "fps", ">= 25"),
           H("crop box tracking error, mean", "tracking > smoothed_box > mean_px", "px", "<= 3"))),
     S("prepare_stages", "prepare_stages",
-      "avatar preparation per stage, before/after, small face on a 1080x1920 clip (records its figures)"),
+      "avatar preparation per stage, small face on a 1080x1920 clip (records its figures)", same_script=True),
     S("lipsync", "lipsync", "viseme engine lip-sync r, silent frames closed, ms (held-out speech)",
       raw="lipsync_bench.json", headlines=(
           H("lip-sync r at lag 0, Piper, timings", f"cases > piper-text > {R_AT_0}", "r", ">= 0.6"),
@@ -76,12 +76,12 @@ SCENARIOS: tuple[Scenario, ...] = (
     S("viseme_equality", "viseme_equality",
       "weight-free engine draws the same patches as another commit (a two-tree check; pass/fail)",
       usage="--before REV"),
-    S("realism", "realism", "weight-free mouth realism before/after: speed, lip-sync, amplitude",
+    S("realism", "realism", "weight-free mouth realism: speed, lip-sync, amplitude, jaw, atlas fidelity",
       raw="realism_bench.json", headlines=(
-          H("engine per frame, sample, Piper timings", "cases > sample piper timings > after > total_ms",
-            "ms", "<= 2"),
+          H("engine per frame, sample, Piper timings", "cases > sample piper timings > total_ms", "ms",
+            "<= 2"),
           H("lip gap / width median, sample, Piper timings",
-            "cases > sample piper timings > after > gap_over_width_median", "ratio"))),
+            "cases > sample piper timings > gap_over_width_median", "ratio")), same_script=True),
     S("blink", "blink", "blinks a face mesh finds in rendered speech, before/after",
       raw="blink_bench.json", headlines=(
           H("blinks a minute while speaking, one-photo avatar",

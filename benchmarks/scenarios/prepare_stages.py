@@ -1,16 +1,19 @@
-"""Avatar preparation speed per stage, before and after, side by side in one run (issue 37).
+"""Avatar preparation speed per stage on a small face (issue 37), of the lipstream this process imports.
 
 Writes 1080×1920 clips of a small face low on the left with known sway (the astronaut, 640 px wide, moved by
-the sample's head motion), a short one (6 s) and a longer one (30 s), then prepares each with this
-checkout's lipstream and with the lipstream of a "before" commit (a temporary git worktree, the same
-virtualenv via PYTHONPATH), alternating which goes first. Each prepare runs in a fresh process (the face
-tracker's start is part of what is measured). Prints frames/s, the per-stage seconds prepare reports
-(the before commit reports none) and the crop box's error against the known motion.
+the sample's head motion), a short one (6 s) and a longer one (30 s), then prepares each with the lipstream
+this process imports (its tree, via PYTHONPATH), each prepare in a fresh process (the face tracker's start is
+part of what is measured). Prints frames/s, the per-stage seconds prepare reports (an older tree may report
+none) and the crop box's error against the known motion.
 
-    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks prepare_stages [--seconds 6 30] [--before f70cc2d]
+    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks prepare_stages [--seconds 6 30]
 
-Records benchmarks/results/prepare_stages.json (benchmarks.results.record). Timings on a shared machine are
-noisy: only the two columns of one run compare.
+Records benchmarks/results/prepare_stages.json (benchmarks.results.record; --out PATH writes that document
+there instead). Timings on a shared machine are noisy: two trees compare side by side in one run, with this
+checkout's script on both:
+
+    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks before_after --before REV -- prepare_stages \
+        --seconds 6 30
 """
 
 from __future__ import annotations
@@ -30,9 +33,9 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # run as a file: `benchmarks` is a package at the repository root; appended,
-    sys.path.append(str(REPO))  # so a "before" run's PYTHONPATH (its own lipstream) stays ahead of it
+    sys.path.append(str(REPO))  # so before_after's PYTHONPATH (its tree's lipstream) stays ahead of it
 
-from benchmarks.results import Figure, cpu_model, record  # noqa: E402
+from benchmarks.results import RESULTS_DIR, Figure, cpu_model, record  # noqa: E402
 
 WIDTH, HEIGHT, FPS = 1080, 1920, 25
 PICTURE_PX = 640  # the astronaut picture's width: her face is ~170 px wide on the 1080 px canvas
@@ -111,80 +114,60 @@ def run_in(tree: Path, clip: Path, motion: Path, root: Path) -> dict:
     return result
 
 
-def before_tree(rev: str, where: Path) -> Path:
-    """A detached worktree of `rev` at `where` (removed by `drop_tree`)."""
-    subprocess.run(["git", "worktree", "add", "--detach", "-f", str(where), rev], cwd=REPO, check=True,
-                   capture_output=True)  # fmt: skip
-    return where
-
-
-def drop_tree(where: Path) -> None:
-    """Remove the before worktree."""
-    subprocess.run(["git", "worktree", "remove", "--force", str(where)], cwd=REPO, capture_output=True)
-    shutil.rmtree(where, ignore_errors=True)
-
-
-def print_table(seconds: float, before: dict, after: dict) -> None:
-    """The two runs of one clip side by side."""
-    print(f"\n{seconds:g} s clip ({after['frames']} frames, {WIDTH}×{HEIGHT}, small face)   before    after")
+def print_table(seconds: float, run: dict) -> None:
+    """One clip's figures."""
+    print(f"\n{seconds:g} s clip ({run['frames']} frames, {WIDTH}×{HEIGHT}, small face)")
     for key, label in (("fps", "frames/s"), ("wall_s", "wall s"), ("cpu_s", "CPU s (all processes)"),
                        ("cpu_ms_per_frame", "CPU ms a frame")):  # fmt: skip
-        print(f"  {label:34s} {before[key]:8.2f} {after[key]:8.2f}")
+        print(f"  {label:34s} {run[key]:8.2f}")
     for key in ("mean_px", "max_px"):
-        print(f"  {'box error ' + key:34s} {before['box_error'][key]:8.3f} {after['box_error'][key]:8.3f}")
-    print(f"  {'footage MB / loop MB':34s} {before['footage_mb']:4.1f}/{before['loop_mb']:<4.1f}"
-          f" {after['footage_mb']:4.1f}/{after['loop_mb']:<4.1f}")  # fmt: skip
-    print("  stages (after; the before commit reports none):")
-    for stage, value in after["stages"].items():
-        print(f"    {stage:32s} {'':8s} {value:8.2f}")
+        print(f"  {'box error ' + key:34s} {run['box_error'][key]:8.3f}")
+    print(f"  {'footage MB / loop MB':34s} {run['footage_mb']:4.1f}/{run['loop_mb']:<4.1f}")
+    print("  stages:" if run["stages"] else "  stages: none reported")
+    for stage, value in run["stages"].items():
+        print(f"    {stage:32s} {value:8.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Prepare each clip with the before and after trees, print and record the figures."""
+    """Prepare each clip with the tree whose lipstream this imports; print and record the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, nargs="+", default=[6.0, 30.0])
-    parser.add_argument("--before", default="f70cc2d", help="the commit to compare with")
-    parser.add_argument("--rounds", type=int, default=1, help="prepares per tree and clip (the best counts)")
+    parser.add_argument("--rounds", type=int, default=1, help="prepares per clip (the best counts)")
+    parser.add_argument("--out", type=Path, help="write the results document here, not in benchmarks/results")
     parser.add_argument("--one", nargs=3, metavar=("CLIP", "MOTION", "ROOT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
         print(json.dumps(prepare_once(*(Path(p) for p in args.one))))
         return 0
-    print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; before = {args.before}, after = this checkout")
+    import lipstream
+
+    tree = Path(lipstream.__file__).resolve().parent.parent
+    print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; lipstream of {tree}")
     figures: list[Figure] = []
-    extra: dict = {"before": args.before, "clips": {}}
+    extra: dict = {"lipstream": str(tree), "clips": {}}
     with tempfile.TemporaryDirectory(prefix="prepare-stages-") as tmp:
         tmp = Path(tmp)
-        before = before_tree(args.before, tmp / "before")
-        try:
-            for seconds in args.seconds:
-                clip, motion = tmp / f"clip{seconds:g}.mp4", tmp / f"motion{seconds:g}.npz"
-                dx, dy = write_small_face_clip(clip, seconds)
-                np.savez(motion, dx=dx, dy=dy)
-                runs: dict[str, list[dict]] = {"before": [], "after": []}
-                for r in range(args.rounds):
-                    order = ("after", "before") if r % 2 == 0 else ("before", "after")
-                    for which in order:
-                        tree = before if which == "before" else REPO
-                        runs[which].append(run_in(tree, clip, motion, tmp / f"avatars-{which}"))
-                best = {k: min(v, key=lambda run: run["wall_s"]) for k, v in runs.items()}
-                print_table(seconds, best["before"], best["after"])
-                extra["clips"][f"{seconds:g}s"] = best
-                tag = f"{seconds:g}s"
-                figures += [
-                    Figure(f"prepare_fps_{tag}_before", best["before"]["fps"], "frames/s"),
-                    Figure(f"prepare_fps_{tag}_after", best["after"]["fps"], "frames/s", goal=">= 25"),
-                    Figure(f"prepare_cpu_{tag}_before", best["before"]["cpu_s"], "s"),
-                    Figure(f"prepare_cpu_{tag}_after", best["after"]["cpu_s"], "s"),
-                    Figure(f"box_error_{tag}_before", best["before"]["box_error"]["mean_px"], "px"),
-                    Figure(f"box_error_{tag}_after", best["after"]["box_error"]["mean_px"], "px"),
-                ]
-        finally:
-            drop_tree(before)
-    command = "OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks prepare_stages " + " ".join(
-        sys.argv[1:] if argv is None else argv
-    )
-    record("prepare_stages", figures, command, extra=extra)
+        for seconds in args.seconds:
+            clip, motion = tmp / f"clip{seconds:g}.mp4", tmp / f"motion{seconds:g}.npz"
+            dx, dy = write_small_face_clip(clip, seconds)
+            np.savez(motion, dx=dx, dy=dy)
+            runs = [run_in(tree, clip, motion, tmp / "avatars") for _ in range(args.rounds)]
+            best = min(runs, key=lambda run: run["wall_s"])
+            print_table(seconds, best)
+            tag = f"{seconds:g}s"
+            extra["clips"][tag] = best
+            figures += [
+                Figure(f"prepare_fps_{tag}", best["fps"], "frames/s", goal=">= 25"),
+                Figure(f"prepare_cpu_{tag}", best["cpu_s"], "s"),
+                Figure(f"box_error_{tag}", best["box_error"]["mean_px"], "px"),
+            ]
+        given = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--out" and a != str(args.out)]
+        command = "OMP_NUM_THREADS=1 python -m benchmarks prepare_stages " + " ".join(given)
+        written = record("prepare_stages", figures, command.strip(), extra=extra,
+                         results_dir=tmp if args.out else RESULTS_DIR)  # fmt: skip
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(written, args.out)
     return 0
 
 

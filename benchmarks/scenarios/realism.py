@@ -1,9 +1,14 @@
-"""Weight-free mouth realism (issues 13, 22): the engine before and after, side by side in one run.
+"""Weight-free mouth realism (issues 13, 22): the viseme engine of the lipstream this process was given.
 
-"before" is the viseme engine at an older commit (`--before`, via `git worktree add`), "after" is this
-checkout; each renders in its own subprocess with PYTHONPATH pointing at its checkout, on its own view of
-the same avatar (a folder of symlinks to the prepared frames with its own engine caches, so neither
-touches $LIPSTREAM_HOME). Every figure is measured here, with this checkout's code, on the decoded MP4s:
+The engine measured is the lipstream on PYTHONPATH when the script starts (before_after: either tree); it
+renders in its own subprocess with PYTHONPATH pointing at that tree, on its own view of the avatar (a folder
+of symlinks to the prepared frames with its own engine caches, so it never touches $LIPSTREAM_HOME). The
+speech, the avatars and every figure are made here with this script's checkout, so two trees run side by
+side are measured by the same code:
+
+    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks before_after --before REV -- realism [--seconds 20]
+
+Every figure is measured on the decoded MP4s:
 
   speed      engine ms per frame (features + render, every frame) and render realtime factor
   lip-sync   `measure_lipsync` (the code behind `lipstream eval lipsync`): envelope r, silent frames closed;
@@ -36,20 +41,21 @@ touches $LIPSTREAM_HOME). Every figure is measured here, with this checkout's co
              espeak speech, then prepared as an avatar) rendered from its own audio: mouth-region PSNR/SSIM
              of the patches against the filmed crops, and opening r of output vs the clip (both tracked)
 
-    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks realism [--before f70cc2d] [--seconds 20]
-  --case espeak    the held-out espeak speech on the sample and on the photo only (issue 37's check); the
-                   before side is a worktree of --before made for this run and removed after it
+    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks realism [--seconds 20]
+  --case espeak    the held-out espeak speech on the sample and on the photo only (issue 37's check)
 
   --case talking   only the cases whose name contains "talking" (the atlas path; the others are skipped,
                    not changed); results then go to realism_bench_<case>.json, the sheet to the work folder
-  --drawn-too      a third side, "after-drawn": this checkout with mouth=drawn, on the same clip
+  --drawn-too      a second side, "drawn": the same engine with mouth=drawn, on the same clip
 
-Writes benchmarks/results/realism_bench.json and docs/img/mouth_contact_sheet.png.
+Writes benchmarks/results/realism_bench.json and docs/img/mouth_contact_sheet.png (with another --out, the
+sheet goes beside it).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -64,6 +70,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "benchmarks" / "results"
+SHEET = REPO / "docs" / "img" / "mouth_contact_sheet.png"
 PIPER_TEXT = (
     "Good evening. Tonight the harbour bridge reopened after three weeks of repairs, and the first cars "
     "crossed it shortly before midnight. The mayor thanked the workers, who finished ahead of schedule. "
@@ -130,7 +137,7 @@ def worker(spec_path: Path) -> None:
     ]
     speech = Speech(z["pcm"], phonemes=phonemes if spec["use_phonemes"] else None, text=str(z["text"]))
     bundle = load_avatar(spec["avatar"])
-    # "mouth" only when asked (--drawn-too): the before checkout's engine may not take it.
+    # "mouth" only when asked (--drawn-too): an older tree's engine may not take it.
     extra = {"mouth": spec["mouth"]} if spec.get("mouth") else {}
     engine = VisemeEngine(use_phonemes=spec["use_phonemes"], **extra)
     t0 = time.perf_counter()
@@ -234,20 +241,21 @@ def main(argv: list[str] | None = None) -> int:
     """Prepare speech, avatars and the talking clip; render every case on both sides; measure; write."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
-    ap.add_argument("--before", default="f70cc2d", help="commit of the 'before' engine")
     ap.add_argument(
         "--avatar", default="sample", help="prepared avatar in $LIPSTREAM_HOME (1080x1920 sample)"
     )
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--out", type=Path, default=RESULTS / "realism_bench.json")
-    ap.add_argument("--sheet", type=Path, default=REPO / "docs" / "img" / "mouth_contact_sheet.png")
+    ap.add_argument("--sheet", type=Path, default=SHEET)
     ap.add_argument("--keep", action="store_true", help="keep the work folder (videos)")
     ap.add_argument("--case", help="run only the cases whose name contains this (e.g. talking)")
     ap.add_argument(
         "--clip-from", type=Path, help="reuse the talking clip of a --keep run's work folder (same clip)"
     )
-    ap.add_argument("--drawn-too", action="store_true", help="also this checkout with mouth=drawn")
+    ap.add_argument("--drawn-too", action="store_true", help="also the same engine with mouth=drawn")
     args = ap.parse_args(argv)
+    if args.out != RESULTS / "realism_bench.json" and args.sheet == SHEET:
+        args.sheet = args.out.with_suffix(".png")  # writing elsewhere (before_after): the docs' sheet stays
     cases = [c for c in CASES if args.case is None or args.case in c.name]
     if not cases:
         ap.error(f"no case matches --case {args.case!r}; cases: {', '.join(c.name for c in CASES)}")
@@ -256,6 +264,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         worker(args.worker)
         return 0
+    # the engine measured: the lipstream PYTHONPATH names, found without importing it; everything else here is
+    # made and measured with this script's checkout
+    tree = Path(importlib.util.find_spec("lipstream").origin).resolve().parent.parent
+    sys.path.insert(0, str(REPO))
     sys.path.insert(0, str(REPO / "benchmarks"))
     from bench_common import cpu_model, open_or_build_avatar
 
@@ -277,10 +289,6 @@ def main(argv: list[str] | None = None) -> int:
     from lipstream.talk.voices.piper_tts import PiperTTS
 
     work = Path(tempfile.mkdtemp(prefix="realism-bench-"))
-    from before_after import before_tree
-
-    made_before = not (Path("/tmp") / f"lipstream-before-{args.before[:7]}").exists()
-    before = before_tree(args.before)  # a worktree of that commit (removed at the end if made here)
     source = Path(open_or_build_avatar(args.avatar).path)
     t_start = time.time()
     load_start = os.getloadavg()
@@ -326,11 +334,11 @@ def main(argv: list[str] | None = None) -> int:
             int(still.base_frame_indices(0, 1)[0]), np.zeros((still.manifest.crop_size,) * 2 + (3,), np.uint8)
         )
         bundles["photo"] = Path(still.path)
-    sides = {"before": before, "after": REPO}
+    sides = {"engine": tree}
     mouths = {}
     if args.drawn_too:
-        sides["after-drawn"] = REPO
-        mouths["after-drawn"] = "drawn"
+        sides["drawn"] = tree
+        mouths["drawn"] = "drawn"
     views = {
         (side, name): avatar_view(path, work / side / "avatars" / name)
         for side in sides
@@ -341,9 +349,9 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_model": cpu_model(),
         "cpus": os.cpu_count(),
         "load_average_start": [round(v, 2) for v in load_start],
-        "before_commit": args.before,
-        "after_commit": subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        "lipstream": str(tree),
+        "commit": subprocess.run(
+            ["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
         ).stdout.strip(),
         "seconds": args.seconds,
         "talking_clip": {"frames": talking.frame_count, "prepare_s": round(talking_prepare_s, 1)}
@@ -370,11 +378,11 @@ def main(argv: list[str] | None = None) -> int:
             per_side[side] = run_side(checkout, spec, work)
             shown = {k: v for k, v in per_side[side].items() if k != "stage_ms"}
             print(f"{case.name} / {side}: {json.dumps(shown)}", flush=True)
-        bundle = load_avatar(views[("after", case.avatar)])
+        bundle = load_avatar(views[("engine", case.avatar)])
         frames = len(np.load(work / f"{case.voice}.npz")["pcm"]) // 640 + 1
-        reference = rest_landmarks(views[("after", case.avatar)], frames, work / "after")
-        feats_after = np.load(work / "after" / case.name.replace(" ", "_").replace(",", "") / "features.npz")
-        opening = feats_after["features"][:, 0] * (1 - np.clip(feats_after["features"][:, 2], 0, 1))
+        reference = rest_landmarks(views[("engine", case.avatar)], frames, work / "engine")
+        feats = np.load(work / "engine" / case.name.replace(" ", "_").replace(",", "") / "features.npz")
+        opening = feats["features"][:, 0] * (1 - np.clip(feats["features"][:, 2], 0, 1))
         picks = pick_frames(frame_classes(z, len(opening)), opening)
         for side in sides:
             out = work / side / case.name.replace(" ", "_").replace(",", "")
@@ -403,10 +411,11 @@ def main(argv: list[str] | None = None) -> int:
                 label = f"{case.avatar}: {side}\n{kind}"
                 sheet_rows.append((label, picks, crops))
             print(f"{case.name} / {side}: " + json.dumps({k: v for k, v in measured.items()}), flush=True)
-        results["cases"][case.name] = {"picks": picks, **per_side}
+        # the engine's figures at the case's top; the drawn mouth's (--drawn-too) under "drawn"
+        results["cases"][case.name] = {"picks": picks, **per_side.pop("engine"), **per_side}
     results["load_average_end"] = [round(v, 2) for v in os.getloadavg()]
     results["wall_s"] = round(time.time() - t_start, 1)
-    if args.case and args.sheet == REPO / "docs" / "img" / "mouth_contact_sheet.png":
+    if args.case and args.sheet == SHEET:
         args.sheet = work / "mouth_contact_sheet.png"  # a partial run leaves the docs' sheet alone
     contact_sheet(args.sheet, sheet_rows)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -416,18 +425,17 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     else:
         print(f"kept {work}")
-    if made_before:
-        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(before)], check=False)
     chin_table(results)
     return 0
 
 
 def chin_table(results: dict) -> None:
-    """The jaw figures of every case, before and after side by side (both measures of the chin's drop)."""
+    """The jaw figures of every case, the drawn mouth's beside them (--drawn-too); both chin measures."""
     keys = ("chin_over_lip_drop", "chin_over_lip_retracked", "chin_on_lip_slope_retracked",
             "chin_over_lip_px", "gap_over_width_median", "pbm_closed_share")  # fmt: skip
-    for name, case in results["cases"].items():
-        sides = [s for s in ("before", "after", "after-drawn") if s in case]
+    for name, whole in results["cases"].items():
+        case = {"engine": whole, **({"drawn": whole["drawn"]} if "drawn" in whole else {})}
+        sides = list(case)
         print(f"\n{name}: {'figure':30s} " + " ".join(f"{s:>12s}" for s in sides))
         for key in keys:
             print(f"  {key:30s} " + " ".join(f"{case[s].get(key)!s:>12s}" for s in sides))

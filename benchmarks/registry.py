@@ -82,14 +82,14 @@ SCENARIOS: tuple[Scenario, ...] = (
             "<= 2"),
           H("lip gap / width median, sample, Piper timings",
             "cases > sample piper timings > gap_over_width_median", "ratio")), same_script=True),
-    S("blink", "blink", "blinks a face mesh finds in rendered speech, before/after",
+    S("blink", "blink", "blinks a face mesh finds in rendered speech",
       raw="blink_bench.json", headlines=(
           H("blinks a minute while speaking, one-photo avatar",
-            "cases > photo > after > blinks_per_minute", "per min", ">= 6"),
+            "cases > photo > blinks_per_minute", "per min", ">= 6"),
           H("frames a blink reads shut (face mesh, median), one-photo avatar",
-            "cases > photo > after > shut_frames_median", "frames", ">= 2"),
+            "cases > photo > shut_frames_median", "frames", ">= 2"),
           H("frames a blink reads under 0.55 of median openness (median), one-photo avatar",
-            "cases > photo > after > frames_under_threshold_median", "frames", "5-8"))),
+            "cases > photo > frames_under_threshold_median", "frames", "5-8")), same_script=True),
     S("utterance_edges", "utterance_edges", "how far the mouth jumps where speech meets the footage",
       raw="edges_bench.json", headlines=(
           H("largest mouth step at speech end, sample",

@@ -1,11 +1,9 @@
-"""Eyes that blink (issues 22, 37): the blinks a face mesh finds in rendered speech, before and after, side by
-side in one run.
+"""Eyes that blink (issues 22, 37): the blinks a face mesh finds in rendered speech, of the lipstream given.
 
-"before" is lipstream at an older commit (`--before`, default f70cc2d: blinks of 3-4 frames with one shut
-frame), via `git worktree add` (removed at the end); "after" is this checkout. Each side prepares the same two
-avatars with its own code (the loop's drawn blinks are made at prepare time) and renders the same held-out
-espeak speech with the weight-free engine (blinks at phrase ends are decided at render time), each in a
-subprocess with PYTHONPATH pointing at its checkout:
+The lipstream measured is the one on PYTHONPATH when the script starts (before_after: either tree). It
+prepares two avatars with its own code (the loop's drawn blinks are made at prepare time) and renders the same
+held-out espeak speech with the weight-free engine (blinks at phrase ends are decided at render time), in a
+subprocess with PYTHONPATH pointing at its tree; the speech and the measures are this script's checkout's:
 
   photo        the astronaut photo on a 1080×1920 canvas (one picture: it breathes and blinks)
   sample clip  `make demo`'s sample clip (the photo with a head bob; it never blinks by itself)
@@ -17,15 +15,17 @@ a blink is a run of frames under the threshold of at most 0.5 s): blinks found a
 mesh finds (a run of >= 2 frames under the threshold overlapping one), each found blink's frames under the
 threshold and shut frames, the eye openness outside blinks (its 5th percentile over the median); and the cost
 of compositing a frame with the lids lowered at render time. Writes benchmarks/results/blink_bench.json and
-docs/img/blink_strip.png (a blink at a phrase end on the photo, before and after, eyes enlarged ×4, frame by
-frame).
+docs/img/blink_strip.png (a blink at a phrase end on the photo, eyes enlarged ×4, frame by frame; with
+another --out, the strip goes beside it).
 
-    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks blink [--seconds 32] [--before f70cc2d]
+    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks blink [--seconds 32]
+    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks before_after --before REV -- blink   # two trees
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -39,6 +39,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "benchmarks" / "results"
+STRIP = REPO / "docs" / "img" / "blink_strip.png"
 TEXT = (  # held out: no test or other benchmark speaks it
     "The lighthouse keeper climbed the stairs at dusk, as he had every evening for thirty years. Below him "
     "the fishing boats turned for home. He lit the lamp, wrote one line in the log, and watched the first "
@@ -141,7 +142,7 @@ def lid_cost_ms(bundle, reps: int = 200) -> dict:
 
 
 def strip(path: Path, rows: list[tuple[str, list[np.ndarray], tuple[int, int]]]) -> None:
-    """The frames around one blink per row (before, after), eyes enlarged 4×, left to right, labelled."""
+    """The frames around one blink per row, eyes enlarged 4×, left to right, labelled."""
     cells = []
     for label, eyes, (start, stop) in rows:
         picked = [eyes[k] for k in range(max(start - 2, 0), min(stop + 3, len(eyes)))][:11]
@@ -193,7 +194,7 @@ def worker(spec_path: Path) -> None:
 
 
 def run_side(checkout: Path, spec: dict, work: Path) -> dict:
-    """One avatar on one side in a subprocess whose `lipstream` is the checkout's."""
+    """One avatar in a subprocess whose `lipstream` is the checkout's."""
     spec_path = work / f"spec-{os.getpid()}.json"
     spec_path.write_text(json.dumps(spec))
     env = {**os.environ, "PYTHONPATH": str(checkout)}
@@ -208,21 +209,25 @@ def run_side(checkout: Path, spec: dict, work: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Prepare, render and re-track both avatars on both sides; print side by side and save the figures."""
+    """Prepare, render and re-track both avatars with the lipstream given; print and save the figures."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--seconds", type=float, default=32.0, help="speech rendered per avatar")
-    ap.add_argument("--before", default="f70cc2d", help="commit of the 'before' side")
     ap.add_argument("--out", type=Path, default=RESULTS / "blink_bench.json")
-    ap.add_argument("--strip", type=Path, default=REPO / "docs" / "img" / "blink_strip.png")
+    ap.add_argument("--strip", type=Path, default=STRIP)
     ap.add_argument("--cases", nargs="*", help="only these avatars (photo, 'sample clip')")
     args = ap.parse_args(argv)
     if args.worker:
         worker(args.worker)
         return 0
+    if args.out != RESULTS / "blink_bench.json" and args.strip == STRIP:
+        args.strip = args.out.with_suffix(".png")  # writing elsewhere (before_after): the docs' strip stays
+    # the lipstream measured: the one PYTHONPATH names, found without importing it; the speech and the
+    # measures are made with this script's checkout
+    tree = Path(importlib.util.find_spec("lipstream").origin).resolve().parent.parent
+    sys.path.insert(0, str(REPO))
 
-    # (imported here, not at the top: bench_common puts this checkout first on sys.path, and the worker must
-    # import the lipstream its PYTHONPATH names)
+    # (imported here, not at the top: the worker must import the lipstream its PYTHONPATH names)
     from bench_common import cpu_model
 
     from lipstream.audio.timeline import SAMPLE_RATE
@@ -230,62 +235,48 @@ def main(argv: list[str] | None = None) -> int:
     from lipstream.talk.voices.espeak_tts import EspeakTTS
 
     work = Path(tempfile.mkdtemp(prefix="blink-bench-"))
-    before = Path(f"/tmp/before37-{os.getpid()}")
-    subprocess.run(["git", "worktree", "add", "--detach", str(before), args.before], cwd=REPO, check=True,
-                   capture_output=True)  # fmt: skip
-    try:
-        tts = EspeakTTS("en-gb-scotland")  # a voice and a text the project's tests never used
-        pcm = np.zeros(0, np.float32)
-        while len(pcm) < args.seconds * SAMPLE_RATE:
-            pcm = np.concatenate([pcm, tts.synthesize(TEXT).pcm, np.zeros(SAMPLE_RATE // 2, np.float32)])
-        np.savez(work / "speech.npz", pcm=pcm[: int(args.seconds * SAMPLE_RATE)])
-        photo = work / "photo.png"
-        cv2.imwrite(str(photo), cv2.cvtColor(presenter_frame(1080, 1920), cv2.COLOR_RGB2BGR))
-        clip = work / "sample.mp4"
-        write_sample_video(clip)
-        cases = {"photo": photo, "sample clip": clip}
-        sides = {"before": before, "after": REPO}
-        results: dict = {
-            "date": time.strftime("%Y-%m-%d %H:%M"), "cpu_model": cpu_model(), "cpus": os.cpu_count(),
-            "seconds": args.seconds, "before_commit": args.before, "shut_below": SHUT, "cases": {},
+    tts = EspeakTTS("en-gb-scotland")  # a voice and a text the project's tests never used
+    pcm = np.zeros(0, np.float32)
+    while len(pcm) < args.seconds * SAMPLE_RATE:
+        pcm = np.concatenate([pcm, tts.synthesize(TEXT).pcm, np.zeros(SAMPLE_RATE // 2, np.float32)])
+    np.savez(work / "speech.npz", pcm=pcm[: int(args.seconds * SAMPLE_RATE)])
+    photo = work / "photo.png"
+    cv2.imwrite(str(photo), cv2.cvtColor(presenter_frame(1080, 1920), cv2.COLOR_RGB2BGR))
+    clip = work / "sample.mp4"
+    write_sample_video(clip)
+    cases = {"photo": photo, "sample clip": clip}
+    results: dict = {
+        "date": time.strftime("%Y-%m-%d %H:%M"), "cpu_model": cpu_model(), "cpus": os.cpu_count(),
+        "seconds": args.seconds, "lipstream": str(tree), "shut_below": SHUT, "cases": {},
+    }  # fmt: skip
+    strip_rows = []
+    for case, source in cases.items():
+        if args.cases and case not in args.cases:
+            continue
+        out = work / case.replace(" ", "-")
+        out.mkdir(parents=True)
+        spec = {
+            "source": str(source), "name": case.replace(" ", "-"), "avatars": str(out / "avatars"),
+            "speech": str(work / "speech.npz"), "out": str(out),
         }  # fmt: skip
-        strip_rows = []
-        for case, source in cases.items():
-            if args.cases and case not in args.cases:
-                continue
-            results["cases"][case] = {}
-            for side, checkout in sides.items():
-                out = work / side / case.replace(" ", "-")
-                out.mkdir(parents=True)
-                spec = {
-                    "source": str(source), "name": case.replace(" ", "-"), "avatars": str(out / "avatars"),
-                    "speech": str(work / "speech.npz"), "out": str(out),
-                }  # fmt: skip
-                drew = run_side(checkout, spec, work)
-                figures, eyes, found = measure(out / "out.mp4", args.seconds, drew["drawn_starts"])
-                figures.update(drew)
-                results["cases"][case][side] = figures
-                at_phrase = [b for b in found if any(0 <= b[0] - k <= 10 for k in drew["phrase_blinks"])]
-                if case == "photo" and (at_phrase or found):
-                    strip_rows.append((f"{side} ({args.before if side == 'before' else 'this checkout'})",
-                                       eyes, (at_phrase or found)[0]))  # fmt: skip
-            b, a = results["cases"][case]["before"], results["cases"][case]["after"]
-            print(f"\n{case}: {'figure':44s} {'before':>14s} {'after':>14s}")
-            for key in ("blinks_per_minute", "drawn_blinks", "drawn_found_2_frames",
-                        "frames_under_threshold_median", "shut_frames_median",
-                        "openness_p5_outside_blinks_vs_median", "prepare_s"):  # fmt: skip
-                print(f"{'':{len(case) + 2}s}{key:44s} {b[key]!s:>14s} {a[key]!s:>14s}")
-            for key in ("frames_under_threshold", "shut_frames"):
-                print(f"{'':{len(case) + 2}s}{key:44s} {b[key]!s:>14s} {a[key]!s:>14s}")
-            print(f"{'':{len(case) + 2}s}{'compose ms (plain, lids)':44s} "
-                  f"{b['compose_ms']!s:>14s} {a['compose_ms']!s:>14s}")  # fmt: skip
-        if strip_rows:
-            strip(args.strip, strip_rows)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=2) + "\n")
-        print(f"results: {args.out}\nstrip: {args.strip}\nwork folder: {work}")
-    finally:
-        subprocess.run(["git", "worktree", "remove", "--force", str(before)], cwd=REPO, check=False)
+        drew = run_side(tree, spec, work)
+        figures, eyes, found = measure(out / "out.mp4", args.seconds, drew["drawn_starts"])
+        figures.update(drew)
+        results["cases"][case] = figures
+        at_phrase = [b for b in found if any(0 <= b[0] - k <= 10 for k in drew["phrase_blinks"])]
+        if case == "photo" and (at_phrase or found):
+            strip_rows.append((str(tree), eyes, (at_phrase or found)[0]))
+        print(f"\n{case}:")
+        for key in ("blinks_per_minute", "drawn_blinks", "drawn_found_2_frames",
+                    "frames_under_threshold_median", "shut_frames_median",
+                    "openness_p5_outside_blinks_vs_median", "prepare_s", "frames_under_threshold",
+                    "shut_frames", "compose_ms"):  # fmt: skip
+            print(f"  {key:44s} {figures[key]!s:>14s}")
+    if strip_rows:
+        strip(args.strip, strip_rows)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"results: {args.out}\nstrip: {args.strip}\nwork folder: {work}")
     return 0
 
 

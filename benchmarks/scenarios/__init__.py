@@ -5,6 +5,6 @@ folder on sys.path (appended, so that a before/after run's PYTHONPATH keeps its 
 import sys
 from pathlib import Path
 
-_HELPERS = str(Path(__file__).resolve().parents[2])
+_HELPERS = str(Path(__file__).resolve().parents[1])  # benchmarks/
 if _HELPERS not in sys.path:
     sys.path.append(_HELPERS)

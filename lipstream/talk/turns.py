@@ -139,7 +139,6 @@ class TurnMachine:
 
     timing: TurnTiming
     turn: int = 0
-    user: UserState = UserState.SILENT
     agent: AgentState = AgentState.LISTENING
     start: int | None = None  # where the open turn's speech began (None: no open turn)
     joined: bool = False  # the open turn continues one whose end was judged wrongly
@@ -148,6 +147,13 @@ class TurnMachine:
     set_aside_at: int | None = None  # a pause the user spoke past: its answer waits
     last_ended: EndedTurn | None = None
     ignore_until_end: bool = False  # a monologue was cut: the rest of it is not a new turn
+
+    @property
+    def user(self) -> UserState:
+        """The user's state, derived from the open turn and its pause (whose answer is being prepared)."""
+        if self.start is None:
+            return UserState.SILENT
+        return UserState.PAUSED if self.prepared_at is not None else UserState.SPEAKING
 
     @property
     def open(self) -> bool:
@@ -184,7 +190,6 @@ class TurnMachine:
             actions.append(StartTurn(self.turn, sample))
         self.joined = joined
         self.last_ended = None
-        self.user = UserState.SPEAKING
         if answering:
             self.agent = AgentState.LISTENING
         return actions
@@ -196,7 +201,6 @@ class TurnMachine:
         actions: list[TurnAction] = [DropAnswer(self.prepared_at)] if self.prepared_at is not None else []
         actions.append(PrepareAnswer(sample, judge=self.timing.judges, resume_from=self.set_aside_at))
         self.prepared_at, self.score, self.set_aside_at = sample, None, None
-        self.user = UserState.PAUSED
         return actions
 
     def resumed(self) -> list[TurnAction]:
@@ -206,7 +210,6 @@ class TurnMachine:
         actions: list[TurnAction] = [DropAnswer(self.set_aside_at)] if self.set_aside_at is not None else []
         actions.append(SetAside(self.prepared_at))
         self.set_aside_at, self.prepared_at, self.score = self.prepared_at, None, None
-        self.user = UserState.SPEAKING
         return actions
 
     def judged(self, end_sample: int, score: float) -> None:
@@ -274,6 +277,6 @@ class TurnMachine:
         actions.append(EndTurn(self.turn, self.start, sample, rule, score, self.joined, speculated))
         self.last_ended = EndedTurn(self.turn, self.start, sample)
         self.start, self.prepared_at, self.score, self.set_aside_at = None, None, None, None
-        self.user, self.agent = UserState.SILENT, AgentState.THINKING
+        self.agent = AgentState.THINKING
         return actions
 

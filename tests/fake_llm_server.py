@@ -16,6 +16,7 @@ connection reuse, its timeouts, its handling of a dropped connection. The behavi
 - badjson: `data:` lines that are not JSON
 - truncate: two deltas, then close the connection without [DONE]
 - slow: like ok with 0.2 s between deltas (for cancellation tests)
+- echo: like ok, the text being "You asked: " and the last user message's last line (whose reply is whose)
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ DEFAULT_TEXT = (
     "Hello! I am a test assistant. This reply is streamed in small pieces, one word at a time, "
     "so the client sees it arrive."
 )
-MODES = ("ok", "http500", "http401", "stall", "garbage", "badjson", "truncate", "slow")
+MODES = ("ok", "http500", "http401", "stall", "garbage", "badjson", "truncate", "slow", "echo")
 
 
 @dataclass
@@ -163,7 +164,7 @@ class FakeLLMServer:
             await _chunk(writer, b"data: {not json at all\n\n")
             await _chunk(writer, b"")
             return True
-        words = self.text.split(" ")
+        words = (_echo(request) if mode == "echo" else self.text).split(" ")
         deltas = [w if i == 0 else " " + w for i, w in enumerate(words)]
         max_tokens = int(request.get("max_tokens") or len(deltas))
         deltas = deltas[:max_tokens]
@@ -189,6 +190,13 @@ class FakeLLMServer:
         await _chunk(writer, b"")
         self.stats.completed += 1
         return True
+
+
+def _echo(request: dict[str, Any]) -> str:
+    """The reply of the echo mode: the question (the user message's last line: notes come before it)."""
+    users = [m for m in request.get("messages", []) if m.get("role") == "user"]
+    question = str(users[-1].get("content", "")).strip().splitlines()[-1] if users else ""
+    return f"You asked: {question}"
 
 
 async def _client_left(reader: asyncio.StreamReader, delay: float) -> bool:

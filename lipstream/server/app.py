@@ -133,6 +133,8 @@ def create_app(
     model_status = agent.model_status if agent is not None else None
     if model_status is not None:
         metrics.bind_language_model(model_status)
+    if agent is not None and agent.seats is not None:
+        metrics.bind_conversation_seats(agent.seat_status)
     factory = session_factory or render_session_factory(config, metrics=metrics)
     if not isinstance(factory, LiveSessionFactory):  # a caller's own factory: text gets its own voices
         factory_speaker = Speaker(SharedVoices(), default_voice=config.voice)
@@ -165,6 +167,8 @@ def create_app(
             body["language_model"] = model
         if agent is not None:
             body["turn"] = agent.turn_status()
+            if (seats := agent.seat_status()) is not None:
+                body["conversations"] = seats
             if known := agent.knowledge_status():
                 body.update(known)  # the persona's name (the page shows it) and the knowledge index
         if isinstance(engine, ReportsStatus):  # the neural engine's batcher: sizes, warm-up, passes

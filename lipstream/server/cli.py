@@ -76,6 +76,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     # the conversation's defaults come from its config classes (one home each); no model is loaded
     from lipstream.talk.conversation_types import ConversationConfig
+    from lipstream.talk.seats import DEFAULT_MAX_WAITING
     from lipstream.talk.turn_rule import TurnEndConfig
 
     talk, turn = ConversationConfig(), TurnEndConfig()
@@ -150,6 +151,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--turn-max-wait-ms", type=float, default=turn.max_wait_ms,
         help="silence that ends a turn the detector judged unfinished: the hard cap "
         f"(default {turn.max_wait_ms:g} ms)",
+    )
+    agent.add_argument(
+        "--max-conversations", type=int, default=None,
+        help="conversations answered at once; a visitor beyond waits in line, told so "
+        "(default: one per CPU core, measured: docs/benchmarks.md)",
+    )
+    agent.add_argument(
+        "--max-waiting", type=int, default=DEFAULT_MAX_WAITING,
+        help="visitors who may wait for a conversation; more are refused with a clear error "
+        f"(default {DEFAULT_MAX_WAITING})",
     )
     agent.add_argument(
         "--end-of-turn-ms", type=float, default=talk.end_silence_ms,
@@ -355,6 +366,8 @@ def _agent_config(args: argparse.Namespace):
         "stt_url_model": args.stt_url_model,
         "stt_window": args.stt_window,
         "echo_cancel": args.echo_cancel,
+        "max_conversations": args.max_conversations,
+        "max_waiting": args.max_waiting,
     }
     conversation: dict = {
         "max_reply_tokens": args.max_reply_tokens, "end_silence_ms": args.end_of_turn_ms,

@@ -39,6 +39,7 @@ from lipstream.server.protocol import (
     parse_control,
 )
 from lipstream.server.session_registry import SessionRecord, SessionRegistry
+from lipstream.talk.seats import SeatsFull
 from lipstream.talk.voices.speaker import Speaker
 
 if TYPE_CHECKING:  # types only: the server imports these rooms' heavy parts where it builds them
@@ -206,9 +207,12 @@ class Connection:
             log.exception("session start failed")
             await self._fail("internal", "session failed to start (the server log has the details)", 1011)
         if hello.agent and self.agent is not None:
-            self.conversation = self.agent.conversation(
-                self.session, self._emit_json, speaker=self.speaker, observer=self.metrics
-            )
+            try:
+                self.conversation = self.agent.conversation(
+                    self.session, self._emit_json, speaker=self.speaker, observer=self.metrics
+                )
+            except SeatsFull as exc:  # every seat and the line are taken: refused now, not answered late
+                await self._fail("busy", str(exc), 1013)
         ready = ready_message(
             self.config, self.session, bundle, self.record.session_id, agent=self.conversation is not None,
             patch_stream=self._patch_stream, patch_pending=self._patch_pending,
@@ -217,6 +221,8 @@ class Connection:
         await self._send_text(json.dumps(ready))
         if self.metrics is not None:
             self.metrics.session_opened()
+        if self.conversation is not None:
+            self.conversation.follow_seat()  # a visitor in line is told so at once
         if self.conversation is not None and self.agent is not None and self.agent.greeting:  # says hello
             self._queue_speak(Speak(type="speak", text=self.agent.greeting, voice=self.agent.voice))
 

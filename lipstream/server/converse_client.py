@@ -86,6 +86,12 @@ class ConverseReport(BaseModel):
     events: list[ReceivedEvent] = Field(default_factory=list)  # every control message; at_ms since mic start
     errors: list[dict[str, Any]] = Field(default_factory=list)
     barge_in_ms: float | None = None  # measured in the browser test, not here
+    # the server had every seat taken (a `state` with agent "waiting"): when the visitor, after the speech
+    # end, saw it (a state event) and heard it (the wait line's first speech frame), and their places in line
+    waited: bool = False
+    speech_end_to_wait_seen_ms: float | None = None
+    speech_end_to_wait_heard_ms: float | None = None
+    queue_positions: list[int] = Field(default_factory=list)
     out: str | None = None
 
 
@@ -122,6 +128,8 @@ class _Turn:
     first_frame_at: float | None = None
     finished_at: float | None = None
     end_of_turn_at: float | None = None
+    wait_seen_at: float | None = None
+    wait_heard_at: float | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
     def playing_pts(self, now: float) -> int | None:
@@ -291,7 +299,12 @@ def _on_media(turn: _Turn, msg: MediaMessage, now: float) -> None:
     due = turn.due(msg.pts, now) if msg.kind == Kind.VIDEO else None
     if turn.armed_at is None or turn.finished_at is not None:
         return
-    if msg.kind == Kind.VIDEO and msg.flags & Flags.SPEAKING and turn.first_frame_at is None:
+    speaking = msg.kind == Kind.VIDEO and msg.flags & Flags.SPEAKING
+    # the answer's frames come after its first reply_text; speech before it is not the answer (the wait
+    # line of a visitor in line, the end of a greeting)
+    if speaking and turn.answer_uid is None and turn.report.waited and turn.wait_heard_at is None:
+        turn.wait_heard_at = now
+    if speaking and turn.answer_uid is not None and turn.first_frame_at is None:
         turn.first_frame_at, turn.first_frame_due = now, due
         turn.report.first_frame_pts = msg.pts
     assert turn.stats is not None
@@ -321,8 +334,13 @@ def _on_control(turn: _Turn, message: dict[str, Any], now: float, at_ms: float) 
     elif kind == "reply_text":
         report.reply_texts.append({**_without_type(message), "at_ms": at_ms})
         turn.answer_turn = message.get("turn") if turn.answer_turn is None else turn.answer_turn
-    elif kind == "speech_started" and turn.armed_at is not None and turn.answer_uid is None:
-        turn.answer_uid = message.get("utterance_id")
+        if turn.answer_uid is None:  # sent before the frames it labels: the answer's utterance
+            turn.answer_uid = message.get("utterance_id")
+    elif kind == "state" and message.get("agent") == "waiting":
+        report.waited = True
+        report.queue_positions.append(int(message.get("queue_position") or 0))
+        if turn.armed_at is not None and turn.wait_seen_at is None:
+            turn.wait_seen_at = now
     elif kind == "playback_finished" and turn.answer_uid is not None and turn.finished_at is None:
         if message.get("utterance_id") == turn.answer_uid:
             turn.finished_at = now
@@ -355,6 +373,8 @@ def _summarise(turn: _Turn) -> None:
         server_end_at = turn.chunk_time(report.server_speech_end_samples)
         report.server_speech_end_to_first_frame_ms = _ms(server_end_at, turn.first_frame_at)
     report.end_of_turn_to_first_frame_ms = _ms(turn.end_of_turn_at, turn.first_frame_at)
+    report.speech_end_to_wait_seen_ms = _ms(end_at, turn.wait_seen_at)
+    report.speech_end_to_wait_heard_ms = _ms(end_at, turn.wait_heard_at)
     report.frames_recorded = stats.frames_received
     report.speech_frames = stats.speech_frames
     report.pts_continuous = stats.pts_continuous

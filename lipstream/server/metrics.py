@@ -126,6 +126,28 @@ class ServerMetrics:
             registry=self.registry,
         ).set_function(restarts)
 
+    def bind_conversation_seats(self, counts: Callable[[], Mapping[str, int] | None]) -> None:
+        """Read the conversations answered, waiting and refused (lipstream.talk.seats) at scrape time."""
+
+        def read(key: str) -> float:
+            current = counts()
+            return float(current.get(key, 0)) if current is not None else 0.0
+
+        for key, kind, text in (
+            ("active", Gauge, "Conversations answered now (holding a seat)"),
+            ("waiting", Gauge, "Conversations waiting for a seat"),
+            ("capacity", Gauge, "Conversations answered at once at most (--max-conversations)"),
+        ):
+            kind(f"lipstream_conversations_{key}", text, registry=self.registry).set_function(
+                lambda key=key: read(key)
+            )
+        # a counter read from the seats' own count: the server has one set of seats, never reset
+        Gauge(
+            "lipstream_conversations_refused",
+            "Conversations refused since start (every seat and the line full)",
+            registry=self.registry,
+        ).set_function(lambda: read("refused"))
+
     def session_opened(self) -> None:
         """A session reached `ready`."""
         self.sessions_opened.inc()

@@ -26,6 +26,7 @@ from lipstream.talk.hearing.stt import SpeechToText
 from lipstream.talk.hearing.stt_embedded import EmbeddedWhisper
 from lipstream.talk.knowledge.persona import Persona
 from lipstream.talk.models.llm import ChatMessage, LanguageModel, ReportsProcess
+from lipstream.talk.seats import DEFAULT_MAX_WAITING, ConversationSeats, default_capacity
 from lipstream.talk.session_port import SessionPort
 from lipstream.talk.turn_end import EndOfTurnModel, TextTurnDetector, TurnDetector
 from lipstream.talk.turn_rule import TurnEndConfig
@@ -62,6 +63,10 @@ class AgentConfig(BaseModel):
     stt_window: Literal["audio", "full"] = "audio"
     knowledge: Path | None = None  # documents answers come from (--knowledge): indexed at load
     persona: Persona | None = None  # who the avatar is (--persona): instructions, voice, greeting
+    # conversations answered at once (None: the machine's measured default, seats.default_capacity) and
+    # visitors who may wait for a seat beyond them (more are refused)
+    max_conversations: int | None = Field(None, ge=1)
+    max_waiting: int = Field(DEFAULT_MAX_WAITING, ge=0)
 
 
 def read_system_prompt(value: str) -> str:
@@ -103,6 +108,7 @@ class AgentServices:
     # its CPU time alone (first phrase -> audio p50 194 -> 124 ms; docs/conversation.md)
     answer_voices: SharedVoices = field(default_factory=lambda: SharedVoices(keep_arena=True))
     knowledge: Any = None  # the KnowledgeBase over config.knowledge (None: answers from the model alone)
+    seats: ConversationSeats | None = None  # the conversations answered at once (None: no limit)
 
     @property
     def greeting(self) -> str | None:
@@ -120,7 +126,9 @@ class AgentServices:
     ) -> Conversation:
         """A conversation over `session`, with its own VAD state and echo canceller; its answers are spoken by
         the services' answer voices (in `voice`, the persona's, or `speaker`'s default) and transcribed on
-        the services' recogniser threads; `observer` hears of each turn's figures (the server's metrics)."""
+        the services' recogniser threads; `observer` hears of each turn's figures (the server's metrics).
+        It takes a seat (or a place in line); raises SeatsFull when the server cannot take one more."""
+        seat = self.seats.take() if self.seats is not None else None
         cfg = self.config.conversation.model_copy(update={"voice": voice})
         if self.detector is None:  # no detector loaded: the plain silence rule
             cfg = cfg.model_copy(update={"turn": TurnEndConfig(detector="silence")})
@@ -135,7 +143,7 @@ class AgentServices:
         self.answer_voice.submit(self._load_voice, cfg.voice or default_voice)
         return Conversation(
             session, self.stt, self.llm, emit, cfg, vad=vad, echo=echo, partial_stt=self.partial_stt,
-            speaker=speaker, recogniser=self.recogniser, detector=self.detector, observer=observer,
+            speaker=speaker, recogniser=self.recogniser, detector=self.detector, observer=observer, seat=seat,
             **self._grounding(),
         )  # fmt: skip
 
@@ -170,6 +178,10 @@ class AgentServices:
         if self.detector is None:
             return {"detector": "silence", "silence_ms": self.config.conversation.end_silence_ms}
         return {"detector": self.detector.name, **turn.model_dump(exclude={"detector"})}
+
+    def seat_status(self) -> dict[str, int] | None:
+        """Conversations answered now, waiting and refused, for /healthz (None: no limit)."""
+        return self.seats.counts().as_dict() if self.seats is not None else None
 
     def model_status(self) -> dict[str, Any] | None:
         """The embedded language model process's state and restarts (None for an HTTP endpoint)."""
@@ -288,6 +300,7 @@ def load_agent(config: AgentConfig) -> AgentServices:
     services = AgentServices(
         config=config, stt=stt, llm=llm, vad_model=SileroModel(), partial_stt=partial_stt, detector=detector,
         turn_model=turn_model, knowledge=knowledge,
+        seats=ConversationSeats(config.max_conversations or default_capacity(), config.max_waiting),
     )
     log.info("agent ready in %.1f s (%s)", time.perf_counter() - started, getattr(llm, "name", "llm"))
     return services

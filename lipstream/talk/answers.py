@@ -22,6 +22,7 @@ from lipstream.talk.hearing.mic_buffer import MicBuffer
 from lipstream.talk.hearing.transcriber import LiveTranscription
 from lipstream.talk.knowledge.grounding_port import GroundedPrompt, Grounding
 from lipstream.talk.models.llm import ChatMessage, LanguageModel, LLMError, ReadsAhead, YieldsCores, as_spoken
+from lipstream.talk.seats import Seat
 from lipstream.talk.session_port import SessionPort
 from lipstream.talk.turn_end import TurnDetector
 from lipstream.talk.voices.sentences import SentenceStream, speakable
@@ -85,11 +86,13 @@ class AnswerMaker:
         grounding: Grounding | None = None,
         detector: TurnDetector | None = None,
         on_judged: Callable[[int, float], None] | None = None,
+        seat: Seat | None = None,
     ) -> None:
         """`detector`: judges pauses (None: the silence rule), beside the answer: it reads the plain prompt
         (no notes) in a context of its own, so a judgement never waits behind an answer or its notes (issue
         47); a text detector reads the question ahead too. `on_judged(end_sample, score)`: told each
-        judgement (the turn machine's `judged`)."""
+        judgement (the turn machine's `judged`). `seat`: the conversation's place on the server
+        (lipstream.talk.seats): while it waits in line, the model writes nor reads nothing for it."""
         self.llm = llm
         self.speaker = speaker
         self.session = session
@@ -98,6 +101,7 @@ class AnswerMaker:
         self.grounding = grounding
         self.detector = detector
         self.on_judged = on_judged
+        self.seat = seat
         self.dropped = (0, 0)  # speculative answers dropped since the turn began, and their tokens
         # what reads the prompt while the user speaks: the answer's model (its prompt, the notes included)
         # and the judge (the plain prompt), each once per new text, one read at a time
@@ -204,7 +208,7 @@ class AnswerMaker:
         20-67 ms)."""
         if self.grounding is not None:
             self.grounding.prefetch(text)  # retrieval on the partial: the turn pays nothing for it
-        if may_read:
+        if may_read and not self.waiting:
             self.read_ahead(history, text)
 
     def read_ahead(self, history: list[ChatMessage], partial_text: str) -> None:
@@ -225,6 +229,11 @@ class AnswerMaker:
             self._read_last[name] = prefix[-1].content
             self._read_tasks.append(asyncio.create_task(_prefill(reader, prefix)))
 
+    @property
+    def waiting(self) -> bool:
+        """The conversation waits for a seat: the shared model is kept for the seated ones."""
+        return self.seat is not None and not self.seat.seated
+
     def close(self) -> None:
         """Stop reading ahead."""
         for task in self._read_tasks:
@@ -237,6 +246,8 @@ class AnswerMaker:
     async def _feed(self, messages: list[ChatMessage], prepared: PreparedAnswer) -> None:
         """The model's reply into the prepared queue: text deltas, then _END or the LLMError."""
         try:
+            if self.seat is not None:  # in line: the model writes for the seated conversations first
+                await self.seat.wait()
             async for delta in self.llm.stream(messages, self.config.max_reply_tokens):
                 if prepared.first_token_at is None:
                     prepared.first_token_at = time.perf_counter()

@@ -31,6 +31,7 @@ from lipstream.talk.hearing.transcriber import LiveTranscription, TurnRecogniser
 from lipstream.talk.hearing.vad import VadEvent, VoiceActivityDetector
 from lipstream.talk.knowledge.grounding_port import Grounding
 from lipstream.talk.models.llm import ChatMessage, LanguageModel, as_spoken
+from lipstream.talk.seats import Seat
 from lipstream.talk.session_port import SessionPort
 from lipstream.talk.turn_end import TurnDetector
 from lipstream.talk.turns import (
@@ -73,6 +74,7 @@ class Conversation:
         detector: TurnDetector | None = None,
         grounding: Grounding | None = None,
         observer: ConversationObserver | None = None,
+        seat: Seat | None = None,
     ) -> None:
         """`session`: a started lipstream Session; `emit`: sends an event dict to the client; `echo`: an
         echo canceller fed with what the avatar plays (None: the microphone is used as it comes);
@@ -81,7 +83,9 @@ class Conversation:
         spoken with (a server's, shared); `recogniser`: the threads transcription runs on (default: two of
         its own); `detector`: judges each pause when the config's turn rule uses one (`config.turn`);
         `grounding`: a knowledge source the answers are written from (None: the model alone); `observer`:
-        told of each turn's report (the server's metrics)."""
+        told of each turn's report (the server's metrics); `seat`: its place among the server's
+        conversations (lipstream.talk.seats): while in line, a turn's end is not judged, the wait line is
+        said at once and the answer is written once seated."""
         self.session = session
         self.stt = stt
         self.partial_stt = partial_stt or stt
@@ -101,7 +105,7 @@ class Conversation:
         self.turns = TurnMachine(TurnTiming.of(cfg.turn, cfg.join_seconds, cfg.max_turn_seconds))
         self.answers = AnswerMaker(
             llm, speaker or Speaker(), session, cfg, emit, grounding, self.detector,
-            on_judged=self.turns.judged,
+            on_judged=self.turns.judged, seat=seat,
         )
         self.history: deque[ChatMessage] = deque(maxlen=max(1, cfg.max_history_messages))
         self._heard: LiveTranscription | None = None  # the open (or last) turn's recognition
@@ -112,7 +116,9 @@ class Conversation:
         self._reply_task: asyncio.Task | None = None
         self._replying: TurnReport | None = None  # the report of the answer being spoken
         self._reports: dict[int, TurnReport] = {}  # turns whose figures are not yet final
-        self._states = (self.turns.agent, self.turns.user)
+        self.seat = seat
+        self._states = (self.turns.agent.value, self.turns.user.value, 0)  # the last `state` sent
+        self._seat_task: asyncio.Task | None = None
 
     @property
     def mic(self):  # noqa: ANN201 - the listener's MicBuffer
@@ -182,10 +188,13 @@ class Conversation:
                 await self._continue_turn(action)
             elif isinstance(action, PrepareAnswer):
                 resumed = None if action.resume_from is None else self._pending.pop(action.resume_from, None)
+                waiting = self.answers.waiting
                 self._pending[action.end_sample] = self.answers.prepare(
                     self.turns.turn, action.end_sample, self._heard, self.listener.mic, list(self.history),
-                    judge=action.judge, resumed=resumed,
+                    judge=action.judge and not waiting, resumed=resumed,
                 )  # fmt: skip
+                if action.judge and waiting:  # in line the model is not asked: the pause ends the turn
+                    self.turns.judged(action.end_sample, 1.0)
             elif isinstance(action, DropAnswer):
                 if (dropped := self._pending.pop(action.end_sample, None)) is not None:
                     self.answers.drop(dropped)
@@ -263,11 +272,43 @@ class Conversation:
         await self.answers.report_error(prepared)  # it failed while the turn was not yet decided
 
     async def _reply(self, prepared: PreparedAnswer, report: TurnReport) -> None:
+        if self.seat is not None and not self.seat.seated:
+            await self._say_wait(report)
         await self.answers.speak(prepared, report)
         if report.utterance_id is None and report is self._replying:  # nothing was voiced: nothing will play
             self._replying = None
             self.turns.answer_done()
             await self._states_changed()
+
+    async def _say_wait(self, report: TurnReport) -> None:
+        """In line for a seat: say so at once (the answer is written once seated), and count the wait."""
+        assert self.seat is not None
+        started = time.perf_counter()
+        try:
+            cfg = self.config
+            speeches = await self.answers.speaker.speak(cfg.wait_line, cfg.voice, quick_start=True)
+            await self.session.push_speech_stream(speeches)
+        except LipstreamError as exc:  # the voice failed: the state event still says it
+            log.warning("the wait line was not said: %s", exc)
+        await self.seat.wait()
+        report.waited_ms = round((time.perf_counter() - started) * 1000.0, 1)
+
+    def follow_seat(self) -> None:
+        """Once the client knows the session (after `ready`): while in line, a `state` event now, each time
+        the line moves and when seated."""
+        if self.seat is not None and not self.seat.seated and self._seat_task is None:
+            self._seat_task = asyncio.create_task(self._follow_seat(self.seat))
+
+    async def _follow_seat(self, seat: Seat) -> None:
+        moved = seat.watch()
+        try:
+            await self._states_changed()
+            while not seat.seated and not seat.released:
+                await moved.wait()
+                moved.clear()
+                await self._states_changed()
+        finally:
+            seat.unwatch(moved)
 
     # ---- recognition while the user speaks --------------------------------------------------------------
 
@@ -380,21 +421,28 @@ class Conversation:
             self.observer.turn_reported(report)
 
     async def _states_changed(self) -> None:
-        """Tell the client (a `state` event) when the avatar's or the user's state changed."""
-        states = (self.turns.agent, self.turns.user)
+        """Tell the client (a `state` event) when the avatar's or the user's state, or the conversation's
+        place in line for a seat, changed."""
+        position = self.seat.position if self.seat is not None else 0
+        agent = "waiting" if position else self.turns.agent.value
+        states = (agent, self.turns.user.value, position)
         if states == self._states:
             return
         self._states = states
-        agent, user = states[0].value, states[1].value
-        await self.emit({"type": "state", "agent": agent, "user": user})
+        event: dict[str, Any] = {"type": "state", "agent": agent, "user": states[1]}
+        if position:
+            event["queue_position"] = position
+        await self.emit(event)
 
     async def aclose(self) -> None:
         """Cancel whatever is in flight."""
         if self._heard is not None:
             self._heard.cancel()
         self.answers.close()
-        for task in (self._partial_task, self._reply_task):
+        for task in (self._partial_task, self._reply_task, self._seat_task):
             self._cancel(task)
+        if self.seat is not None:
+            self.seat.release()  # the next in line is seated
         for prepared in self._pending.values():
             prepared.cancel()
         self.listener.close()

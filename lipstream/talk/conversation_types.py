@@ -17,6 +17,7 @@ DEFAULT_SYSTEM_PROMPT = (
     "You are a friendly presenter who answers out loud. Always reply in English, in one to three short "
     "spoken sentences, in plain words: no lists, no markdown, no emoji."
 )
+DEFAULT_WAIT_LINE = "One moment, please. I am with another visitor, and I will answer you as soon as I can."
 Emit = Callable[[dict[str, Any]], Awaitable[None]]
 
 
@@ -44,6 +45,8 @@ class ConversationConfig(BaseModel):
     # continues that turn (a pause judged wrongly): the answer stops and the whole question is answered
     join_seconds: float = Field(2.5, ge=0, le=10)
     apology: str = "Sorry, I cannot answer that right now."  # said when the language model fails
+    # said when a turn ends while every seat of the server is taken (lipstream.talk.seats): the answer waits
+    wait_line: str = Field(DEFAULT_WAIT_LINE, min_length=1, max_length=300)
     voice: str | None = None
 
     @property
@@ -93,6 +96,7 @@ class TurnReport:
     speculation: Speculation = "none"
     spoken: list[str] = field(default_factory=list)  # the answer's sentences, as they were sent to be voiced
     utterance_id: int | None = None  # the session's utterance that speaks the answer
+    waited_ms: float | None = None  # how long the answer waited for a seat (None: it did not wait)
 
     def mark(self, stage: Stage, at: float | None = None) -> bool:
         """Record that `stage` was reached (now, or at `at`); False when it already was."""
@@ -115,7 +119,7 @@ class TurnReport:
         return {
             "type": "turn_metrics", "turn": self.turn, "interrupted": self.interrupted,
             "end_rule": self.rule, "end_score": None if self.score is None else round(self.score, 4),
-            "joined": self.joined,
+            "joined": self.joined, "waited_ms": self.waited_ms,
             "speculation": {
                 "used": self.speculation, "dropped_answers": self.dropped_answers,
                 "dropped_tokens": self.dropped_tokens,

@@ -7,6 +7,7 @@ instructions = "You answer questions about the Riverside Library, kindly and in 
 voice = "piper"
 language = "en"
 unknown_answer = "I don't have that in my notes."
+wait_line = "One moment, please: I am with another reader."
 ```
 """
 
@@ -45,6 +46,7 @@ class Persona(BaseModel):
     voice: str = "piper"
     language: str = "en"
     unknown_answer: str = Field(DEFAULT_UNKNOWN_ANSWER, min_length=1, max_length=300)  # when notes do not say
+    wait_line: str | None = Field(None, min_length=1, max_length=300)  # when every seat is taken (seats.py)
 
     @field_validator("voice")
     @classmethod
@@ -98,4 +100,7 @@ class Persona(BaseModel):
 
     def apply(self, config: ConversationConfig) -> ConversationConfig:
         """`config` with this persona's system prompt and voice (a new config; `config` is unchanged)."""
-        return config.model_copy(update={"system_prompt": self.system_prompt(), "voice": self.voice})
+        update: dict[str, object] = {"system_prompt": self.system_prompt(), "voice": self.voice}
+        if self.wait_line:
+            update["wait_line"] = self.wait_line
+        return config.model_copy(update=update)

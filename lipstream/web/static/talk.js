@@ -264,7 +264,10 @@ export class TalkPanel {
     const el = this.$('states');
     el.dataset.agent = d.agent;
     el.dataset.user = d.user;
-    el.textContent = `avatar ${d.agent} · you ${d.user}`;
+    // in line for a seat (every conversation of the server taken): say so plainly, with the place in line
+    el.textContent = d.agent === 'waiting'
+      ? `the avatar is with another visitor · you are number ${d.queue_position} in line · you ${d.user}`
+      : `avatar ${d.agent} · you ${d.user}`;
   }
 
   _level(peak) { this.$('mic-level').value = peak; }

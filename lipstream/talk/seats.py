@@ -1,0 +1,160 @@
+"""The conversations a server answers at once: a place for each (a seat), a queue for the visitors beyond.
+
+The recogniser, the language model and the answer voices of a server are shared by every conversation; on a
+small machine two or three conversations answered at once each answer late (issue 49: on 2 cores, 0.9 s
+with one, 2.6 s p50 with three, 14 s worst with six). So a conversation holds a seat while its session
+lives; a visitor beyond `capacity` waits in order of arrival (their conversation listens, tells them to wait
+and writes no answer until a seat frees, then answers the question they asked meanwhile), and one beyond
+`capacity + max_waiting` is refused at once with a clear error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import deque
+from dataclasses import dataclass
+
+from lipstream.errors import LipstreamError
+
+# conversations answered at pace per core: measured with `python -m benchmarks conversations` (2 cores,
+# embedded models, docs/benchmarks.md "Several conversations at once"): one conversation per core
+CONVERSATIONS_PER_CORE = 1.0
+DEFAULT_MAX_WAITING = 4  # visitors told to wait before the next is refused
+
+
+class SeatsFull(LipstreamError):
+    """Every seat is taken and the queue is full: the visitor is refused."""
+
+
+def default_capacity(cores: int | None = None) -> int:
+    """Conversations this machine answers at pace: one per core (measured on 2 cores), at least one."""
+    cores = cores if cores is not None else len(os.sched_getaffinity(0))
+    return max(1, int(cores * CONVERSATIONS_PER_CORE))
+
+
+@dataclass(frozen=True)
+class SeatCounts:
+    """Conversations answered now, waiting for a seat, and refused since the server started."""
+
+    capacity: int
+    active: int
+    waiting: int
+    refused: int
+    max_waiting: int
+
+    def as_dict(self) -> dict[str, int]:
+        """JSON-ready (for /healthz)."""
+        return {
+            "capacity": self.capacity, "active": self.active, "waiting": self.waiting,
+            "refused": self.refused, "max_waiting": self.max_waiting,
+        }  # fmt: skip
+
+
+class Seat:
+    """One conversation's place: seated (answered now) or waiting in line."""
+
+    def __init__(self, seats: ConversationSeats) -> None:
+        self._seats = seats
+        self._granted = asyncio.Event()
+        self.released = False
+
+    @property
+    def seated(self) -> bool:
+        """Its answers are written now."""
+        return self._granted.is_set()
+
+    @property
+    def position(self) -> int:
+        """0 when seated; else how many visitors are before it in line, plus one."""
+        return self._seats.position(self)
+
+    async def wait(self) -> None:
+        """Return once seated."""
+        await self._granted.wait()
+
+    def watch(self) -> asyncio.Event:
+        """An event set whenever the line moves (clear it after each wake)."""
+        return self._seats.watch()
+
+    def unwatch(self, event: asyncio.Event) -> None:
+        """Stop telling `event`."""
+        self._seats.unwatch(event)
+
+    def grant(self) -> None:
+        """Seat it (the seats' own call)."""
+        self._granted.set()
+
+    def release(self) -> None:
+        """Give the seat (or the place in line) back (idempotent)."""
+        if not self.released:
+            self.released = True
+            self._seats.release(self)
+
+
+class ConversationSeats:
+    """At most `capacity` seated conversations and `max_waiting` in line, for one server."""
+
+    def __init__(self, capacity: int, max_waiting: int) -> None:
+        if capacity < 1 or max_waiting < 0:
+            raise ValueError("capacity must be at least 1 and max_waiting at least 0")
+        self.capacity = capacity
+        self.max_waiting = max_waiting
+        self._seated: set[Seat] = set()
+        self._line: deque[Seat] = deque()
+        self._refused = 0
+        self._watchers: list[asyncio.Event] = []
+
+    def take(self) -> Seat:
+        """A seat, or a place in line; raises SeatsFull when both are full."""
+        seat = Seat(self)
+        if len(self._seated) < self.capacity:
+            self._seated.add(seat)
+            seat.grant()
+        elif len(self._line) < self.max_waiting:
+            self._line.append(seat)
+        else:
+            self._refused += 1
+            raise SeatsFull(
+                f"this server answers {self.capacity} conversation(s) at once and {len(self._line)} "
+                "visitor(s) are already waiting; try again in a minute (the operator can raise "
+                "--max-conversations or --max-waiting, or add replicas)"
+            )
+        return seat
+
+    def release(self, seat: Seat) -> None:
+        """A conversation ended: its seat goes to the first in line."""
+        if seat in self._seated:
+            self._seated.discard(seat)
+            if self._line:
+                nxt = self._line.popleft()
+                self._seated.add(nxt)
+                nxt.grant()
+        elif seat in self._line:
+            self._line.remove(seat)
+        for watcher in self._watchers:  # the line moved: the waiting are told their new place
+            watcher.set()
+
+    def position(self, seat: Seat) -> int:
+        """0 when seated; its place in line (1 = next) otherwise."""
+        if seat in self._seated:
+            return 0
+        return self._line.index(seat) + 1 if seat in self._line else 0
+
+    def watch(self) -> asyncio.Event:
+        """An event set whenever the line moves (cleared by the watcher)."""
+        event = asyncio.Event()
+        self._watchers.append(event)
+        return event
+
+    def unwatch(self, event: asyncio.Event) -> None:
+        """Stop telling `event`."""
+        if event in self._watchers:
+            self._watchers.remove(event)
+
+    def counts(self) -> SeatCounts:
+        """Seated, waiting and refused conversations."""
+        return SeatCounts(
+            capacity=self.capacity, active=len(self._seated), waiting=len(self._line), refused=self._refused,
+            max_waiting=self.max_waiting,
+        )  # fmt: skip

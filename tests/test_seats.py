@@ -1,0 +1,55 @@
+"""The server's conversation seats (lipstream.talk.seats): who is answered, who waits, who is refused."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from lipstream.talk.seats import ConversationSeats, SeatsFull, default_capacity
+
+
+def test_seats_fill_then_the_line_then_refuse() -> None:
+    async def main() -> None:
+        seats = ConversationSeats(capacity=2, max_waiting=1)
+        a, b = seats.take(), seats.take()
+        c = seats.take()
+        assert (a.seated, b.seated, c.seated) == (True, True, False)
+        assert (a.position, c.position) == (0, 1)
+        with pytest.raises(SeatsFull, match="2 conversation.*1 visitor.*--max-conversations"):
+            seats.take()
+        assert seats.counts().as_dict() == {
+            "capacity": 2, "active": 2, "waiting": 1, "refused": 1, "max_waiting": 1,
+        }  # fmt: skip
+        moved = c.watch()
+        a.release()
+        await asyncio.wait_for(c.wait(), 1)  # the first in line takes the freed seat
+        assert moved.is_set() and c.seated and c.position == 0
+        a.release()  # idempotent: nobody else is seated by a second release
+        assert seats.counts().active == 2 and seats.counts().waiting == 0
+
+    asyncio.run(main())
+
+
+def test_the_line_keeps_its_order_and_a_leaver_loses_its_place() -> None:
+    async def main() -> None:
+        seats = ConversationSeats(capacity=1, max_waiting=3)
+        first = seats.take()
+        second, third, fourth = seats.take(), seats.take(), seats.take()
+        assert [s.position for s in (second, third, fourth)] == [1, 2, 3]
+        third.release()  # left the line: the others move up, nobody is seated
+        assert [second.position, fourth.position] == [1, 2] and not fourth.seated
+        first.release()
+        assert second.seated and fourth.position == 1
+        second.release()
+        assert fourth.seated and seats.counts().active == 1
+
+    asyncio.run(main())
+
+
+def test_default_capacity_is_one_per_core_and_at_least_one() -> None:
+    assert default_capacity(2) == 2
+    assert default_capacity(16) == 16
+    assert default_capacity(0) == 1
+    with pytest.raises(ValueError):
+        ConversationSeats(capacity=0, max_waiting=0)

@@ -238,7 +238,7 @@ def _token(args: argparse.Namespace) -> str | None:
 def run_serve(args: argparse.Namespace) -> int:
     """Start uvicorn with one shared engine, or `--workers N` processes each with its own."""
     from lipstream.server.app import create_app
-    from lipstream.server.config import MIB, Limits, ServerConfig
+    from lipstream.server.config import AGENT_TTS_LOOKAHEAD_SECONDS, MIB, Limits, ServerConfig
     from lipstream.server.launch import load_serving, uvicorn_server
     from lipstream.talk.agent import load_agent
 
@@ -279,6 +279,7 @@ def run_serve(args: argparse.Namespace) -> int:
         batching=args.batching,
         batch_sizes=tuple(args.batch_sizes),
         max_batch_wait_ms=args.max_batch_wait_ms,
+        **({"tts_lookahead_seconds": AGENT_TTS_LOOKAHEAD_SECONDS} if args.agent else {}),
     )
     _warn_of_unblinking_avatars(config.avatars_dir)
     if args.ray:

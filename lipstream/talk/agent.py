@@ -24,6 +24,7 @@ from lipstream.talk.conversation_types import (
 )
 from lipstream.talk.hearing.stt import SpeechToText
 from lipstream.talk.hearing.stt_embedded import EmbeddedWhisper
+from lipstream.talk.hearing.transcriber import FinalsInFlight
 from lipstream.talk.knowledge.persona import Persona
 from lipstream.talk.models.llm import ChatMessage, LanguageModel, ReportsProcess
 from lipstream.talk.seats import DEFAULT_MAX_WAITING, ConversationSeats, default_capacity
@@ -109,6 +110,8 @@ class AgentServices:
     answer_voices: SharedVoices = field(default_factory=lambda: SharedVoices(keep_arena=True))
     knowledge: Any = None  # the KnowledgeBase over config.knowledge (None: answers from the model alone)
     seats: ConversationSeats | None = None  # the conversations answered at once (None: no limit)
+    # the final transcripts being decoded for any conversation: partial decodes wait for them
+    finals: FinalsInFlight = field(default_factory=FinalsInFlight)
 
     @property
     def greeting(self) -> str | None:
@@ -144,6 +147,7 @@ class AgentServices:
         return Conversation(
             session, self.stt, self.llm, emit, cfg, vad=vad, echo=echo, partial_stt=self.partial_stt,
             speaker=speaker, recogniser=self.recogniser, detector=self.detector, observer=observer, seat=seat,
+            finals=self.finals,
             **self._grounding(),
         )  # fmt: skip
 

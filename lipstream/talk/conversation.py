@@ -27,7 +27,7 @@ from lipstream.talk.conversation_types import ConversationConfig, ConversationOb
 from lipstream.talk.hearing.echo import EchoCanceller
 from lipstream.talk.hearing.listener import MicListener
 from lipstream.talk.hearing.stt import SpeechToText
-from lipstream.talk.hearing.transcriber import LiveTranscription, TurnRecogniser
+from lipstream.talk.hearing.transcriber import FinalsInFlight, LiveTranscription, TurnRecogniser
 from lipstream.talk.hearing.vad import VadEvent, VoiceActivityDetector
 from lipstream.talk.knowledge.grounding_port import Grounding
 from lipstream.talk.models.llm import ChatMessage, LanguageModel, as_spoken
@@ -75,6 +75,7 @@ class Conversation:
         grounding: Grounding | None = None,
         observer: ConversationObserver | None = None,
         seat: Seat | None = None,
+        finals: FinalsInFlight | None = None,
     ) -> None:
         """`session`: a started lipstream Session; `emit`: sends an event dict to the client; `echo`: an
         echo canceller fed with what the avatar plays (None: the microphone is used as it comes);
@@ -85,7 +86,8 @@ class Conversation:
         `grounding`: a knowledge source the answers are written from (None: the model alone); `observer`:
         told of each turn's report (the server's metrics); `seat`: its place among the server's
         conversations (lipstream.talk.seats): while in line, a turn's end is not judged, the wait line is
-        said at once and the answer is written once seated."""
+        said at once and the answer is written once seated; `finals`: the final transcripts in flight on
+        the shared recogniser (no partial decode starts while one is)."""
         self.session = session
         self.stt = stt
         self.partial_stt = partial_stt or stt
@@ -117,6 +119,7 @@ class Conversation:
         self._replying: TurnReport | None = None  # the report of the answer being spoken
         self._reports: dict[int, TurnReport] = {}  # turns whose figures are not yet final
         self.seat = seat
+        self.finals = finals or FinalsInFlight()
         self._states = (self.turns.agent.value, self.turns.user.value, 0)  # the last `state` sent
         self._seat_task: asyncio.Task | None = None
 
@@ -212,7 +215,7 @@ class Conversation:
         streaming = self.config.streaming_recognition
         recog = TurnRecogniser(self.partial_stt, self.stt, action.start - self._preroll, streaming=streaming)
         every = self.config.partial_every_seconds
-        self._heard = LiveTranscription(recog, self.recogniser, every, action.start)
+        self._heard = LiveTranscription(recog, self.recogniser, every, action.start, self.finals)
         self.answers.dropped = (0, 0)
         await self.emit({"type": "user_speech_started", "mic_samples": action.start, "turn": action.turn})
 

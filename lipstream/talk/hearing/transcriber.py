@@ -169,12 +169,31 @@ def _timed(result: Transcript, audio_start: int) -> list[TimedWord]:
     ]
 
 
+class FinalsInFlight:
+    """The final transcripts being decoded now by a server's conversations, which share one recogniser: a
+    final is on its turn's answer's critical path, a partial is not, so no conversation starts a partial
+    decode while any final is in flight (issue 49: work in order of need)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    @property
+    def busy(self) -> bool:
+        """A final transcript is being decoded."""
+        return self.count > 0
+
+
 class LiveTranscription:
     """One turn's recognition on the recogniser's threads: a partial decode now and then while the user
     speaks (one at a time), and the final transcript at a pause or the end."""
 
-    def __init__(self, recog: TurnRecogniser, executor: Executor, every_seconds: float, start: int) -> None:
-        """`every_seconds`: the least audio between two partial decodes; `start`: the turn's first sample."""
+    def __init__(
+        self, recog: TurnRecogniser, executor: Executor, every_seconds: float, start: int,
+        finals: FinalsInFlight | None = None,
+    ) -> None:
+        """`every_seconds`: the least audio between two partial decodes; `start`: the turn's first sample;
+        `finals`: the final decodes of every conversation sharing the recogniser (partials wait for them)."""
+        self.finals = finals or FinalsInFlight()
         self.recog = recog
         self.executor = executor
         self.every_seconds = every_seconds
@@ -192,7 +211,7 @@ class LiveTranscription:
     def due(self, mic_end: int) -> bool:
         """Time for a partial decode: none in flight, and enough new audio (never more often than 1.5x
         what a decode takes, so the recogniser stays free for the final transcript)."""
-        if self.decode is not None and not self.decode.done():
+        if (self.decode is not None and not self.decode.done()) or self.finals.busy:
             return False
         every = max(self.every_seconds, 1.5 * self.seconds)
         return mic_end - self.upto >= every * SAMPLE_RATE
@@ -249,12 +268,16 @@ class LiveTranscription:
         if audio.size < SAMPLE_RATE // 10 and not state.committed:
             return ""
         loop = asyncio.get_running_loop()
-        text = await loop.run_in_executor(self.executor, self.recog.final, audio, start, state)
-        if state.committed and text == state.committed_text and audio.size >= SAMPLE_RATE // 2:
-            # a prompted decode of the tail read nothing (Whisper sometimes takes the prompt as the whole
-            # answer): the whole turn, unprompted, rather than losing its last words
-            whole = mic.slice(state.turn_start, end_sample)
-            text = await loop.run_in_executor(self.executor, self.recog.whole, whole)
+        self.finals.count += 1
+        try:
+            text = await loop.run_in_executor(self.executor, self.recog.final, audio, start, state)
+            if state.committed and text == state.committed_text and audio.size >= SAMPLE_RATE // 2:
+                # a prompted decode of the tail read nothing (Whisper sometimes takes the prompt as the whole
+                # answer): the whole turn, unprompted, rather than losing its last words
+                whole = mic.slice(state.turn_start, end_sample)
+                text = await loop.run_in_executor(self.executor, self.recog.whole, whole)
+        finally:
+            self.finals.count -= 1
         return text
 
     def cancel(self) -> None:

@@ -179,6 +179,9 @@ SCENARIOS: tuple[Scenario, ...] = (
     # the script records its own figures, one set per mode it ran (conversation_bench.record_figures)
     S("conversation", "conversation", "spoken questions to serve --agent: latency, WER, memory",
       raw="conversation_bench.json"),
+    S("conversations", "conversations",
+      "N spoken conversations at once against one serve --agent: first frame p50/p90/worst, stages, CPU per "
+      "process, crossed replies (records its figures)", usage="--avatars-dir $LIPSTREAM_HOME/avatars"),
     S("conversation_parts", "conversation_parts", "VAD ms per window, Whisper ms, embedded LLM tokens/s",
       raw="talk_components.json", headlines=(
           H("VAD per 32 ms window, median", "vad > ms_per_window_median", "ms"),

@@ -77,7 +77,7 @@ def test_every_benchmark_script_is_a_scenario_named_after_it():
     the runner's parts (and scripts not moved there yet) stay at the top of benchmarks/."""
     registered = {s.module for s in SCENARIOS}
     helpers = {"__init__", "first_frame_trace", "conversation_questions", "conversation_servers",
-               "conversation_figures", "realism_measure"}  # fmt: skip
+               "conversation_figures", "conversations_parts", "realism_measure"}  # fmt: skip
     scripts = {p.stem for p in (REPO / "benchmarks" / "scenarios").glob("*.py")} - helpers
     assert scripts - registered == set(), "register these in benchmarks/registry.py"
     shared = {"sessions", "serverless_page"}  # the modules of sessions_patch and serverless_musetalk too

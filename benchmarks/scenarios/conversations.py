@@ -79,7 +79,14 @@ async def ask(url: str, avatar: str, question: dict[str, Any], width: int | None
         return {"text": question["text"], "voice": question["voice"], "error": str(exc)}
     except Exception as exc:  # noqa: BLE001 - one failed turn is a figure of the round, not the end of the run
         return {"text": question["text"], "voice": question["voice"], "error": f"{type(exc).__name__}: {exc}"}
-    return summarise(question, report)
+    row = summarise(question, report)
+    # a visitor beyond the server's seats (--max-conversations): told to wait, answered once a seat freed
+    waited_ms = (report.turn_metrics or {}).get("waited_ms")
+    row.update(
+        in_line=report.waited, waited=waited_ms is not None, waited_ms=waited_ms,
+        wait_seen_ms=report.speech_end_to_wait_seen_ms, wait_heard_ms=report.speech_end_to_wait_heard_ms,
+    )
+    return row
 
 
 async def visit(
@@ -145,6 +152,13 @@ def report(summary: dict[str, Any]) -> None:
     print("   stages p50: " + ", ".join(f"{s} {v['p50']}" for s, v in st.items()))
     print("   CPU s: " + ", ".join(f"{k} {v}" for k, v in summary["cpu_seconds"].items())
           + f"; server and its processes {summary['server_and_its_processes_cores']} cores")  # fmt: skip
+    waits = summary["waiting"]
+    if waits["turns"]:
+        seated = summary["speech_end_to_first_frame_seated_ms"]
+        print(f"   {waits['turns']} turns waited for a seat: wait seen p50 {waits['seen_ms']['p50']} worst "
+              f"{waits['seen_ms']['worst']} ms, heard p50 {waits['heard_ms']['p50']} worst "
+              f"{waits['heard_ms']['worst']} ms; turns not waiting: first frame p50 {seated['p50']} p90 "
+              f"{seated['p90']} worst {seated['worst']} ms")  # fmt: skip
     print(f"   crossed {summary['crossed']}, answered own {summary['answered_own']} of {summary['turns']}, "
           f"transcript nearest its own question {summary['transcript_own']}")  # fmt: skip
     for failure in summary["failed"]:

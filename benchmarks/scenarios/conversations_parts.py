@@ -236,6 +236,16 @@ def summarise_round(
             [r.get("speech_end_to_first_frame_shown_ms") for r in ok]
         ),
         "stages_since_speech_end_ms": stages,
+        # turns of visitors in line for a seat: when they saw and heard the wait, how long their answer waited
+        "waiting": {
+            "turns": sum(1 for r in ok if r.get("waited")),
+            "seen_ms": spread([r.get("wait_seen_ms") for r in ok if r.get("waited")]),
+            "heard_ms": spread([r.get("wait_heard_ms") for r in ok if r.get("waited")]),
+            "waited_ms": spread([r.get("waited_ms") for r in ok if r.get("waited")]),
+        },
+        "speech_end_to_first_frame_seated_ms": spread(
+            [r.get("speech_end_to_first_frame_ms") for r in ok if not r.get("waited")]
+        ),
         "wall_s": round(wall_s, 1),
         "cpu_seconds": cpu,
         "cores": {k: round(v / wall_s, 3) for k, v in cpu.items() if "ended" not in k},

@@ -7,13 +7,16 @@
 - livekit's own `AvatarRunner` around it, with real `rtc.AudioSource`/`rtc.VideoSource` and its
   `rtc.AVSynchronizer`, fed by `QueueAudioOutput` (the in-process twin of the data stream: the agent's
   AudioOutput on one side, the runner's AudioReceiver on the other). The runner's only room call,
-  publishing its two tracks, is skipped (`RoomlessRunner`): there is no server to publish to.
+  publishing its two tracks, is skipped (`RoomlessRunner`): there is no server to publish to. What the
+  runner takes from the generator is timed (`Seen`) against playback_started/finished, which AgentSession
+  turns into its `speaking` state, and against the generator's own `agent_state`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +25,12 @@ import pytest
 pytest.importorskip("livekit.agents")
 
 from livekit import rtc  # noqa: E402
-from livekit.agents.voice.avatar import AudioSegmentEnd, AvatarRunner, QueueAudioOutput  # noqa: E402
+from livekit.agents.voice.avatar import (  # noqa: E402
+    AudioSegmentEnd,
+    AvatarRunner,
+    QueueAudioOutput,
+    VideoGenerator,
+)
 from livekit.agents.voice.io import PlaybackFinishedEvent  # noqa: E402
 
 from lipstream.avatar.bundle import load_avatar  # noqa: E402
@@ -238,54 +246,106 @@ class RoomlessRunner(AvatarRunner):
         """No room to publish to: the synchroniser's sources are real, only the tracks are not made."""
 
 
+class Seen(VideoGenerator):
+    """A generator as the runner sees it: each item it yields, with the time the runner took it."""
+
+    def __init__(self, generator: LipstreamVideoGenerator) -> None:
+        self.generator = generator
+        self.items: list[tuple[float, object]] = []
+
+    async def push_audio(self, frame: rtc.AudioFrame | AudioSegmentEnd) -> None:
+        """Pass it on."""
+        await self.generator.push_audio(frame)
+
+    def clear_buffer(self) -> None:
+        """Pass it on."""
+        self.generator.clear_buffer()
+
+    def __aiter__(self) -> AsyncIterator[rtc.VideoFrame | rtc.AudioFrame | AudioSegmentEnd]:
+        return self._items()
+
+    async def _items(self) -> AsyncIterator[rtc.VideoFrame | rtc.AudioFrame | AudioSegmentEnd]:
+        async for item in self.generator:
+            self.items.append((time.perf_counter(), item))
+            yield item
+
+
 def test_avatar_runner_with_queue_io_and_av_synchronizer(avatar_path: Path, speech: np.ndarray) -> None:
     """The agent's AudioOutput -> AvatarRunner -> generator -> AVSynchronizer (real AudioSource and
     VideoSource), in one process: playback events come back to the agent with the exact played duration,
-    and an interruption reports where it stopped."""
+    and an interruption reports where it stopped. playback_started (what AgentSession turns into its
+    `speaking` state) comes as the runner takes the first speaking frame, never while the face idles,
+    playback_finished as it takes the last one, and at once on the interruption; `agent_state` follows."""
     reply = speech[: RATE * 2]
-    events: list[tuple[str, object]] = []
+    events: list[tuple[str, object, float]] = []
+    states: list[tuple[float, str]] = []
+    marks: dict[str, float] = {}
 
-    async def main() -> tuple[RoomlessRunner, float]:
-        generator = LipstreamVideoGenerator(avatar_path)
+    async def main() -> tuple[Seen, float]:
+        on_state = lambda state: states.append((time.perf_counter(), state))  # noqa: E731
+        generator = LipstreamVideoGenerator(avatar_path, on_state=on_state)
         await generator.start()
         io = QueueAudioOutput(sample_rate=RATE, wait_playback_start=True)  # the agent's AudioOutput
-        io.on("playback_started", lambda ev: events.append(("started", ev)))
-        io.on("playback_finished", lambda ev: events.append(("finished", ev)))
-        runner = RoomlessRunner(
-            rtc.Room(), audio_recv=io, video_gen=generator, options=generator.avatar_options(RATE)
-        )
+        io.on("playback_started", lambda ev: events.append(("started", ev, time.perf_counter())))
+        io.on("playback_finished", lambda ev: events.append(("finished", ev, time.perf_counter())))
+        seen = Seen(generator)
+        options = generator.avatar_options(RATE)
+        runner = RoomlessRunner(rtc.Room(), audio_recv=io, video_gen=seen, options=options)
         await runner.start()
+        await asyncio.sleep(0.5)  # the face idles first
         started = time.perf_counter()
         for frame in audio_frames(reply):
             await io.capture_frame(frame)
         io.flush()
         finished = await asyncio.wait_for(io.wait_for_playout(), len(reply) / RATE + 10)
         elapsed = time.perf_counter() - started
+        await asyncio.sleep(0.3)  # idle between the replies
         # a second reply, interrupted 0.8 s in as AgentSession does on barge-in
         for frame in audio_frames(speech):
             await io.capture_frame(frame)
         io.flush()
         await asyncio.sleep(0.8)
+        marks["clear"] = time.perf_counter()
         io.clear_buffer()
         await asyncio.wait_for(io.wait_for_playout(), 5)
         await asyncio.sleep(0.3)
         await runner.aclose()
         await generator.aclose()
         assert not finished.interrupted
-        return runner, elapsed
+        return seen, elapsed
 
-    _runner, elapsed = asyncio.run(main())
-    kinds = [kind for kind, _ in events]
-    assert kinds[:2] == ["started", "finished"], kinds
+    seen, elapsed = asyncio.run(main())
+    kinds = [kind for kind, _, _ in events]
+    assert kinds == ["started", "finished", "started", "finished"], kinds  # idle frames start nothing
     first: PlaybackFinishedEvent = events[1][1]
     assert not first.interrupted
     assert first.playback_position == pytest.approx(len(reply) / RATE, abs=1e-6)  # every sample, once
     # the synchroniser plays in real time: the reply took at least its own length to play out
     assert elapsed >= len(reply) / RATE - 0.1
-    second = [ev for kind, ev in events[2:] if kind == "finished"]
-    assert len(second) == 1 and second[0].interrupted
+    second: PlaybackFinishedEvent = events[3][1]
+    assert second.interrupted
     # the position reported is what the synchroniser had been given when the agent cut in
-    assert 0.2 < second[0].playback_position < 1.6, second[0].playback_position
+    assert 0.2 < second.playback_position < 1.6, second.playback_position
+
+    # when: each reply's first audio frame comes right after its picture, the first speaking frame's; the
+    # runner says playback_started as it takes it, and playback_finished as it takes the AudioSegmentEnd
+    # that follows the last (items before the first reply: video only, ~0.5 s of idle)
+    items = seen.items
+    audio_at = [i for i, (_, x) in enumerate(items) if isinstance(x, rtc.AudioFrame)]
+    firsts = [i for i in audio_at if not isinstance(items[i - 2][1], rtc.AudioFrame)]
+    assert len(firsts) == 2 and firsts[0] >= 10 and isinstance(items[firsts[0] - 1][1], rtc.VideoFrame)
+    ends = [i for i, (_, x) in enumerate(items) if isinstance(x, AudioSegmentEnd)]
+    for (_, _, t_started), first_audio in zip(events[::2], firsts, strict=True):
+        assert 0 <= t_started - items[first_audio][0] < 0.04  # the same frame: taken, pushed, reported
+        assert 0 <= t_started - items[first_audio - 1][0] < 0.08  # within two frames of its picture
+    last_audio = max(i for i in audio_at if i < ends[0])
+    assert ends[0] == last_audio + 1 and 0 <= events[1][2] - items[ends[0]][0] < 0.01
+    assert events[1][2] - items[last_audio][0] < 0.08
+    assert 0 <= events[3][2] - marks["clear"] < 0.05  # the cut: at once
+    assert not any(isinstance(x, rtc.AudioFrame) for t, x in items if t > marks["clear"])
+    # agent_state: speaking and listening at those same moments
+    assert [state for _, state in states] == ["speaking", "listening"] * 2
+    assert all(abs(t - e[2]) < 0.01 for (t, _), e in zip(states, events, strict=True)), (states, events)
 
 
 def test_bad_arguments_are_refused_clearly(avatar_path: Path) -> None:

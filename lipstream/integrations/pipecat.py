@@ -8,8 +8,12 @@ One `Session` (raw RGB, no H.264) runs from StartFrame to EndFrame/CancelFrame. 
 as an `OutputImageRawFrame` followed by an audio frame holding exactly that frame's 40 ms of 16 kHz audio,
 so a transport that plays audio in order shows each picture with its own sound. Frames flow at the
 session's pace (audio is the master clock), and idle frames with silent audio keep the face alive between
-utterances. Needs `pip install 'lipstream[pipecat]'`; the avatar is prepared beforehand (`lipstream avatar
-prepare`, whose face tracker runs in its own environment: docs/integrations.md says why).
+utterances. Only speaking frames' audio is TTS audio and TTSStoppedFrame is held until the utterance's last
+frame, so the output transport's BotStarted/BotStoppedSpeakingFrame follow the face as it is played; the
+processor pushes no such frame itself, and its `agent_state` follows the ones coming back upstream.
+
+Needs `pip install 'lipstream[pipecat]'`; the avatar is prepared beforehand (`lipstream avatar prepare`,
+whose face tracker runs in its own environment: docs/integrations.md says why).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from lipstream.avatar.bundle import AvatarBundle
 from lipstream.engines.base import Engine
 from lipstream.errors import LipstreamError
 from lipstream.integrations.playback import load_avatar_and_engine, mono_int16, raw_frames_config
+from lipstream.integrations.states import AgentState, AgentStateView, StateCallback
 from lipstream.render.frames import AvatarFrame
 from lipstream.render.session import RenderSession, SessionConfig, SessionEvent
 
@@ -56,11 +61,13 @@ class LipstreamAvatar(FrameProcessor):
         config: SessionConfig | None = None,
         output_width: int | None = None,
         sync_with_audio: bool = True,
+        on_state: StateCallback | None = None,
         **kwargs: Any,
     ) -> None:
         """`avatar`: a prepared avatar's name (under $LIPSTREAM_HOME), folder or bundle; `engine`: a name or
         an Engine instance; `output_width`: scale the video down (the largest allowed size not wider);
-        `sync_with_audio`: mark images so the transport shows each one when its audio starts playing."""
+        `sync_with_audio`: mark images so the transport shows each one when its audio starts playing;
+        `on_state(agent)`: called with `speaking`/`listening` as `agent_state` changes."""
         super().__init__(**kwargs)
         self._avatar_source = avatar
         self._engine_source = engine
@@ -74,17 +81,25 @@ class LipstreamAvatar(FrameProcessor):
         self._awaiting: deque[pf.TTSStoppedFrame | None] = deque()
         self._drained = asyncio.Event()
         self._drained.set()
+        self._states = AgentStateView(on_state)
 
     @property
     def session(self) -> RenderSession | None:
         """The running Session (None before StartFrame and after EndFrame/CancelFrame)."""
         return self._session
 
+    @property
+    def agent_state(self) -> AgentState:
+        """`speaking` while the output transport plays the face's speech, else `listening`."""
+        return self._states.agent
+
     # ----- frames in --------------------------------------------------------------------------------------
 
     async def process_frame(self, frame: pf.Frame, direction: FrameDirection) -> None:
         """Route a frame: lifecycle, interruptions and TTS audio are ours; everything else passes."""
         interruption = bool(INTERRUPTION_FRAMES) and isinstance(frame, INTERRUPTION_FRAMES)
+        if direction == FrameDirection.UPSTREAM:
+            self._follow_transport(frame)
         if interruption:
             # before the base class cancels our frame task (an await): no speech frame may slip out meanwhile
             self._interrupt()
@@ -110,6 +125,18 @@ class LipstreamAvatar(FrameProcessor):
             self._end_utterance(frame)  # forwarded after the utterance's last frame (_on_event)
         else:
             await self.push_frame(frame, direction)
+
+    def _follow_transport(self, frame: pf.Frame) -> None:
+        # The transport says the bot speaks when it plays the first speaking frame's audio (the only TTS
+        # audio it gets from us) and stops at our held TTSStoppedFrame or an interruption: the face's own
+        # start and end, on the transport's clock, which this processor (ahead by its lead) does not see.
+        # Our frames go to the default destination; another destination's speech is not this face's.
+        if getattr(frame, "transport_destination", None) is not None:
+            return
+        if isinstance(frame, pf.BotStartedSpeakingFrame):
+            self._states.set(True)
+        elif isinstance(frame, pf.BotStoppedSpeakingFrame):
+            self._states.set(False)
 
     async def _start(self) -> None:
         if self._session is not None:
@@ -148,6 +175,7 @@ class LipstreamAvatar(FrameProcessor):
         self._open = False
         self._awaiting.clear()  # their TTSStoppedFrames belong to speech that will not be heard
         self._drained.set()
+        self._states.set(False)  # the transport's BotStoppedSpeakingFrame follows; nothing of ours plays on
         if self._session is not None:
             self._session.interrupt()  # drops queued speech and frames; the stream goes on idle
 
@@ -174,6 +202,7 @@ class LipstreamAvatar(FrameProcessor):
         self._awaiting.clear()
         self._open = False
         self._drained.set()
+        self._states.set(False)  # no face any more (a transport stopping sends no BotStoppedSpeakingFrame)
 
     async def cleanup(self) -> None:
         """Release the session if the pipeline ends without EndFrame/CancelFrame reaching us."""

@@ -46,6 +46,7 @@ from pipecat.workers.runner import WorkerRunner  # noqa: E402
 from lipstream.avatar.bundle import AvatarBundle, load_avatar  # noqa: E402
 from lipstream.engines.viseme.edges import EdgeConfig  # noqa: E402
 from lipstream.integrations.pipecat import LipstreamAvatar  # noqa: E402
+from tests.pipecat.paced_output import PacedOutput, Watcher, play, until  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 RATE = 16_000
@@ -444,3 +445,55 @@ print("ok")
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_bot_speaking_frames_follow_the_face(avatar_path: Path, bundle: AvatarBundle, speech) -> None:
+    """Through a real output transport playing in real time: BotStartedSpeakingFrame comes back upstream as
+    the first speaking frame starts to play (never for idle frames), BotStoppedSpeakingFrame as the reply's
+    last frame ends and at once on an interruption; `agent_state` follows them."""
+    pcm, rate = speech
+    out = PacedOutput(bundle.size)  # at the pipeline's 24 kHz, in 40 ms chunks: chunk k is frame k's sound
+    states: list[tuple[float, str]] = []
+    avatar = LipstreamAvatar(avatar_path, on_state=lambda s: states.append((time.perf_counter(), s)))
+    tts, watch, cut = ScriptedTTS(), Watcher(out), {}
+
+    async def script(worker: PipelineWorker) -> None:
+        await until(lambda: len(out.written) >= 10)  # idling first
+        await tts.speak(pcm[: rate * 3 // 2], rate)
+        await until(lambda: len(watch.events) == 2)
+        await asyncio.sleep(0.3)
+        first = out.speech_chunks()
+        await tts.speak(pcm, rate)
+        await until(lambda: out.speech_chunks() >= first + 15)  # 0.6 s of the second reply has played
+        cut["at"] = time.perf_counter()
+        await tts.barge_in()
+        await asyncio.sleep(0.5)
+        await worker.queue_frame(EndFrame())
+
+    async def main() -> list[ErrorFrame]:
+        worker, errors = make_worker(tts, watch, avatar, out)
+        await play(worker, script(worker))
+        return errors
+
+    assert not asyncio.run(main())
+    chunks, events = out.written, watch.events
+    assert [kind for _, kind, _ in events] == ["started", "stopped", "started", "stopped"]
+    speaking = [i for i, (_, meta) in enumerate(out.arrived) if meta["speaking"]]
+    talk = [i for i, (_, is_tts, _) in enumerate(chunks) if is_tts]
+    # started: as the chunk the first speaking frame completes plays (resampled: the one before its own)
+    (t_on, _, n_on), (t_off, _, n_off) = events[:2]
+    assert talk[0] in (speaking[0] - 1, speaking[0]) and n_on in (talk[0], talk[0] + 1)
+    assert abs(t_on - chunks[talk[0]][0]) < 0.02 and t_on > out.arrived[speaking[0]][0]
+    assert max(peak for _, _, peak in chunks[: talk[0]]) < 50
+    # stopped: as the chunk holding the reply's last frame ends
+    last = next(i for i in speaking if i + 1 not in speaking)
+    end = next(i for i in talk if i + 1 not in talk)
+    assert end in (last, last + 1) and n_off in (end + 1, end + 2)
+    assert -0.01 < t_off - (chunks[end][0] + 0.04) < 0.04
+    # interrupted: stopped at once, no speech plays after it, nothing starts it again
+    assert 0 <= events[3][0] - cut["at"] < 0.05, events[3][0] - cut["at"]
+    assert not any(is_tts for t, is_tts, _ in chunks if t > events[3][0])
+    # agent_state: speaking/listening at the same moments (the interruption's listening at once)
+    assert [s for _, s in states] == ["speaking", "listening"] * 2
+    assert all(abs(t - e) < 0.02 for (t, _), (e, _, _) in zip(states, events, strict=True))
+    assert avatar.agent_state == "listening"

@@ -6,6 +6,11 @@ RGB24 when asked) and, while the avatar speaks, an `rtc.AudioFrame` with exactly
 the pushed audio, at the pushed rate; an `AudioSegmentEnd` when a segment has played (or was cleared).
 Between segments it yields video only (the presenter's idle loop): the runner counts every audio frame as
 playback, so idle silence would report speech that never was.
+
+The runner tells the agent `lk.playback_started` when it has pushed a segment's first audio frame (ours: the
+first speaking frame's) and `lk.playback_finished` at `AudioSegmentEnd` or `clear_buffer`; the agent's
+`AgentSession` turns those into its `speaking` state. The generator adds no signal of its own: its
+`agent_state` changes at those same points, for the worker's side.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from lipstream.integrations.playback import (
     mono_int16,
     raw_frames_config,
 )
+from lipstream.integrations.states import AgentState, AgentStateView, StateCallback
 
 try:
     from livekit import rtc
@@ -58,11 +64,13 @@ class LipstreamVideoGenerator(VideoGenerator):
         fps: float = FPS,
         video_format: Literal["i420", "rgb24"] = "i420",
         config: SessionConfig | None = None,
+        on_state: StateCallback | None = None,
     ) -> None:
         """`avatar`: a prepared avatar's name (under $LIPSTREAM_HOME), folder or bundle; `engine`: a name or
         an Engine; `output_width`: scale the video down (the largest allowed size not wider); `fps`: 25,
         lipstream's timeline (anything else is refused rather than resampled); `video_format`: I420, what
-        WebRTC sends (composited on the render worker, only the mouth converted), or RGB24 pictures."""
+        WebRTC sends (composited on the render worker, only the mouth converted), or RGB24 pictures;
+        `on_state(agent)`: called with `speaking`/`listening` as `agent_state` changes."""
         if fps != FPS:
             raise LipstreamError(f"lipstream avatars run at {FPS} fps (got fps={fps:g}); use fps={FPS}")
         if video_format not in ("i420", "rgb24"):
@@ -76,6 +84,7 @@ class LipstreamVideoGenerator(VideoGenerator):
         self._cleared = asyncio.Event()  # wakes the iterator to yield that end at once
         self._start_lock = asyncio.Lock()
         self._started = False
+        self._states = AgentStateView(on_state)
 
     @property
     def width(self) -> int:
@@ -86,6 +95,12 @@ class LipstreamVideoGenerator(VideoGenerator):
     def height(self) -> int:
         """Height of the yielded video frames."""
         return self.session.height
+
+    @property
+    def agent_state(self) -> AgentState:
+        """`speaking` from a segment's first audio frame taken by the runner to its end or clear, else
+        `listening`: when the runner reports playback started and finished."""
+        return self._states.agent
 
     def avatar_options(
         self, audio_sample_rate: int = DEFAULT_SAMPLE_RATE, audio_channels: int = 1
@@ -107,6 +122,7 @@ class LipstreamVideoGenerator(VideoGenerator):
         """Stop the Session."""
         await self.session.aclose()
         self._segments.clear()
+        self._states.set(False)
 
     # ----- audio in ---------------------------------------------------------------------------------------
 
@@ -143,6 +159,7 @@ class LipstreamVideoGenerator(VideoGenerator):
         self._segments.clear()
         self.session.interrupt()
         self._cleared.set()
+        self._states.set(False)  # the runner reports the interrupted playback_finished right after this
 
     # ----- frames out -------------------------------------------------------------------------------------
 
@@ -176,12 +193,17 @@ class LipstreamVideoGenerator(VideoGenerator):
                 if isinstance(item, SessionEvent):
                     for out in self._on_event(item):
                         yield out
+                        if isinstance(out, AudioSegmentEnd):  # taken: the runner said playback_finished
+                            self._states.set(False)
                     continue
                 generation = self._generation
                 audio = self._audio_of(item)
                 yield self._video_of(item)
                 if audio is not None and generation == self._generation:  # not cleared meanwhile
                     yield audio
+                    # taken and pushed: the runner has said playback_started if it was the segment's first
+                    if generation == self._generation:
+                        self._states.set(True)
         finally:
             if next_item is not None:
                 next_item.cancel()

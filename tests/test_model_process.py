@@ -204,9 +204,11 @@ def _becomes_stopped(pid: int, stopped: bool = True, wait_seconds: float = 1.0) 
 
 
 @pytest.mark.slow
-def test_the_model_yields_its_core_for_a_moment_and_loses_nothing() -> None:
-    """Issue 35: while an answer's first phrase is synthesised the model process is stopped; a reply asked
-    for meanwhile starts when it resumes (by `resume` or by the pause's own timer), whole."""
+def test_the_model_yields_its_core_only_while_it_serves_one_answer() -> None:
+    """Issue 35: while an answer's first phrase is synthesised the model process is stopped, and goes on by
+    `resume` or by the pause's own timer. Issue 49: only while it serves that one answer: another
+    conversation's answer asked meanwhile resumes it at once and is written whole, and a pause asked while
+    two answers are in flight does nothing."""
     import asyncio
 
     from lipstream.talk.models.llm import ChatMessage, YieldsCores
@@ -218,17 +220,24 @@ def test_the_model_yields_its_core_for_a_moment_and_loses_nothing() -> None:
         messages = [ChatMessage("user", "Say hello.")]
         model.pause(5.0)
         assert _becomes_stopped(pid)
-        started = time.perf_counter()
-        reply = asyncio.create_task(_first_token(model, messages))
-        await asyncio.sleep(0.4)
-        assert not reply.done() and _becomes_stopped(pid)  # nothing is written while it is stopped
-        model.resume()
-        assert _becomes_stopped(pid, stopped=False)
-        token, at = await asyncio.wait_for(reply, 20)
-        assert token and at - started >= 0.4
+        reply = asyncio.create_task(_first_token(model, messages))  # another conversation's answer
+        await asyncio.sleep(0.05)  # the answer is asked for (on this loop), which resumes the child
+        assert _becomes_stopped(pid, stopped=False, wait_seconds=2.0)
+        token, _at = await asyncio.wait_for(reply, 20)
+        assert token
         model.pause(0.3)  # not resumed by hand: its timer lets it go on
+        assert _becomes_stopped(pid)
         await asyncio.sleep(0.6)
         assert _becomes_stopped(pid, stopped=False)
+        long_answer = [ChatMessage("user", "Tell me a long story about a lighthouse keeper.")]
+        first = model.stream(long_answer, 200)
+        second = model.stream(long_answer, 200)
+        assert await anext(first) and await anext(second)  # two answers in flight
+        model.pause(5.0)
+        await asyncio.sleep(0.3)
+        assert process_state(pid) != "T"  # the other answer needs the model more than a voice does
+        await first.aclose()
+        await second.aclose()
         text = "".join([delta async for delta in model.stream(messages, 8)])
         assert text.strip()
 

@@ -66,15 +66,20 @@ SCENARIO = "conversations"
 KEEP = ("visitor", "question", "voice", "text", "started_s", "ended_s", "final_transcript", "reply",
         "speech_end_to_first_frame_ms", "speech_end_to_first_frame_shown_ms", "end_of_turn_to_first_frame_ms",
         "turn_metrics_ms", "end_rule", "errors", "error",
+        "in_line", "waited", "waited_ms", "wait_seen_ms", "wait_heard_ms",  # a visitor beyond the seats
         # what judge_turn adds
         "transcript_distance_own", "transcript_nearer_another", "transcript_own", "reply_own_keywords",
         "reply_other_keywords", "crossed", "answered_own")  # fmt: skip
 
 
-async def ask(url: str, avatar: str, question: dict[str, Any], width: int | None, timeout: float) -> dict:
+async def ask(
+    url: str, avatar: str, question: dict[str, Any], width: int | None, timeout: float, stream: str = "full"
+) -> dict:
     """One question in a fresh session: the client's figures (conversation_figures.summarise) or its error."""
     try:
-        report = await run_converse(url, avatar, question["path"], output_width=width, timeout=timeout)
+        report = await run_converse(
+            url, avatar, question["path"], output_width=width, timeout=timeout, stream=stream
+        )
     except ClientError as exc:
         return {"text": question["text"], "voice": question["voice"], "error": str(exc)}
     except Exception as exc:  # noqa: BLE001 - one failed turn is a figure of the round, not the end of the run
@@ -97,7 +102,7 @@ async def visit(
     rows = []
     for j, question in enumerate(visitor["questions"]):
         started = time.perf_counter() - t0
-        row = await ask(url, args.avatar, question, args.width, args.timeout)
+        row = await ask(url, args.avatar, question, args.width, args.timeout, args.stream)
         row.update(visitor=visitor["visitor"], question=j, started_s=round(started, 2),
                    ended_s=round(time.perf_counter() - t0, 2))  # fmt: skip
         rows.append(row)
@@ -179,6 +184,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--width", type=int, default=None,
                         help="stream width the server encodes (default: the avatar's own); the clients never "
                         "decode video, whatever the width")  # fmt: skip
+    parser.add_argument("--stream", default="full", choices=["full", "patch"],
+                        help="whole frames (what client --converse and the integrations take) or the mouth "
+                        "patches the page plays (the server encodes only the mouth)")  # fmt: skip
     parser.add_argument("--voice", default="piper", choices=["piper", "espeak"], help="the avatar's voice")
     parser.add_argument("--server-arg", action="append", default=[], metavar="ARG",
                         help="one more argument for `lipstream serve --agent` (repeat it; write "
@@ -214,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"server up in {startup:.1f} s: {url}; server args {server_args}", flush=True)
         try:
             time.sleep(args.settle)
-            warm = asyncio.run(ask(url, args.avatar, warm_question, args.width, args.timeout))
+            warm = asyncio.run(ask(url, args.avatar, warm_question, args.width, args.timeout, args.stream))
             print(f"warm-up: {warm.get('speech_end_to_first_frame_ms', warm.get('error'))} ms, heard "
                   f"{warm.get('final_transcript')!r}", flush=True)  # fmt: skip
             with Progress() as progress:
@@ -243,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         "avatar": args.avatar,
         "avatar_size": f"{manifest['width']}x{manifest['height']}",
         "stream_width": width,
+        "stream": args.stream,
         "server_args": ["--agent", "--max-reply-tokens", str(MAX_REPLY_TOKENS), *server_args],
         "server_start_seconds": round(startup, 1),
         "stagger_s": args.stagger,

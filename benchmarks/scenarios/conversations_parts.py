@@ -120,15 +120,24 @@ def _distance(reference: str, transcript: str) -> float:
     return edits / max(words, 1)
 
 
+RESEMBLES = 0.5  # word edits over the question's words below which a transcript is that question, misheard
+
+
 def judge_turn(row: dict[str, Any], own: dict[str, Any], others: list[dict[str, Any]]) -> dict[str, Any]:
     """Whether a turn stayed its own: the final transcript nearest (word edits over the question's words) its
     own question rather than another visitor's of this round, and the reply naming its own question's
-    keywords and none of the others'. `crossed`: the transcript nearer another visitor's question, or the
-    reply naming another's keyword; `answered_own`: neither, the transcript nearest its own, and the reply
-    naming one of its own keywords."""
+    keywords and none of the others'. `crossed`: the transcript nearer another visitor's question (and
+    resembling it), or the reply naming another's keyword; `answered_own`: neither, the transcript nearest
+    its own, and the reply naming one of its own keywords."""
     transcript, reply = row.get("final_transcript") or "", row.get("reply") or ""
     own_distance = _distance(own["text"], transcript) if transcript else None
-    nearer = [o["text"] for o in others if transcript and _distance(o["text"], transcript) < own_distance]
+    # a transcript far from every question (misheard: "Why do volcanoes erupt?" heard as "Why do I can only
+    # love?") may land nearer another one by chance: only one that resembles it (half its words or more
+    # right) is that visitor's question
+    nearer = [
+        o["text"] for o in others
+        if transcript and _distance(o["text"], transcript) < min(own_distance, RESEMBLES)
+    ]  # fmt: skip
     tied = [o["text"] for o in others if transcript and _distance(o["text"], transcript) == own_distance]
     foreign = {o["text"]: found for o in others if (found := mentions(reply, tuple(o["keywords"])))}
     own_words = mentions(reply, tuple(own["keywords"]))

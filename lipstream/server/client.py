@@ -182,10 +182,12 @@ async def open_session(
     agent: bool = False,
     ready_timeout: float = 60.0,
     audio_codec: str = "pcm",
+    stream: str = "full",
 ) -> AsyncIterator[tuple[Any, dict[str, Any]]]:
     """Connect, say hello and wait for `ready`: yields (socket, ready). Fills the report's connect and ready
     times and stream format; a refused session is a ClientError. `audio_codec`: "opus" asks for Opus audio
-    (protocol 1.3); `ready["audio_codec"]` says what the server agreed to send (absent: PCM)."""
+    (protocol 1.3); `ready["audio_codec"]` says what the server agreed to send (absent: PCM); `stream`:
+    "patch" asks for the mouth-patch stream the page plays (protocol 1.2)."""
     if audio_codec not in AUDIO_CODECS:
         raise ClientError(f"unknown audio codec {audio_codec!r}; choose one of {', '.join(AUDIO_CODECS)}")
     headers = {"Authorization": f"Bearer {token}"} if token else None
@@ -197,6 +199,8 @@ async def open_session(
         }  # fmt: skip
         if agent:
             hello["agent"] = True
+        if stream != "full":
+            hello["stream"] = stream
         if audio_codec != "pcm":  # only when asked: a plain hello stays what v1 clients send
             hello["audio_codec"] = audio_codec
         await ws.send(json.dumps(hello))

@@ -176,10 +176,12 @@ async def run_converse(
     token: str | None = None,
     output_width: int | None = None,
     timeout: float = 120.0,
+    stream: str = "full",
 ) -> ConverseReport:
     """Open an agent session, stream `question` as a live microphone, record the answer; return the report.
 
-    `timeout`: seconds after the question's end to wait for the answer to finish playing."""
+    `timeout`: seconds after the question's end to wait for the answer to finish playing; `stream`: "patch"
+    asks for the page's mouth-patch stream (its patches are timed, not recorded)."""
     pcm = load_question(Path(question))
     speech_end = find_speech_end(pcm)
     report = ConverseReport(
@@ -187,7 +189,8 @@ async def run_converse(
         speech_end_samples=speech_end,
     )  # fmt: skip
     try:
-        async with open_session(url, avatar, report, token, output_width, agent=True) as (ws, ready):
+        opened = open_session(url, avatar, report, token, output_width, agent=True, stream=stream)
+        async with opened as (ws, ready):
             if ready.get("agent") is not True:
                 raise ClientError(
                     f"the server at {url} has no conversational agent (ready.agent is not true); "
@@ -296,10 +299,10 @@ async def _receive(ws: Any, turn: _Turn) -> None:
 def _on_media(turn: _Turn, msg: MediaMessage, now: float) -> None:
     if turn.player_t0 is None:
         turn.player_t0, turn.first_pts = now + JITTER_SECONDS, msg.pts
-    due = turn.due(msg.pts, now) if msg.kind == Kind.VIDEO else None
+    due = turn.due(msg.pts, now) if msg.kind in (Kind.VIDEO, Kind.PATCH) else None
     if turn.armed_at is None or turn.finished_at is not None:
         return
-    speaking = msg.kind == Kind.VIDEO and msg.flags & Flags.SPEAKING
+    speaking = msg.kind in (Kind.VIDEO, Kind.PATCH) and msg.flags & Flags.SPEAKING
     # the answer's frames come after its first reply_text; speech before it is not the answer (the wait
     # line of a visitor in line, the end of a greeting)
     if speaking and turn.answer_uid is None and turn.report.waited and turn.wait_heard_at is None:
@@ -308,7 +311,8 @@ def _on_media(turn: _Turn, msg: MediaMessage, now: float) -> None:
         turn.first_frame_at, turn.first_frame_due = now, due
         turn.report.first_frame_pts = msg.pts
     assert turn.stats is not None
-    turn.recorder.add(msg, turn.stats, 0.0)
+    if msg.kind != Kind.PATCH:  # a patch is the mouth alone: the recording is of whole frames
+        turn.recorder.add(msg, turn.stats, 0.0)
 
 
 def _on_control(turn: _Turn, message: dict[str, Any], now: float, at_ms: float) -> None:

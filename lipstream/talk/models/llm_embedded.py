@@ -15,7 +15,7 @@ import signal
 import ssl
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
@@ -67,6 +67,7 @@ class EmbeddedChatModel:
         label = f"language model {self.model_path.name}"
         self.process = SupervisedProcess(ChildCommand(argv, label), restart)
         self._paused_pid: int | None = None  # the child stopped by `pause`
+        self._in_flight = 0  # answers and judgements asked of the child and not yet over (any conversation)
         # one TLS context for every client of the child: httpx builds a new one per client otherwise (loading
         # the CA bundle: 20-70 ms on the event loop, twice in each turn's critical path: issue 35)
         self._tls = ssl.create_default_context()
@@ -77,11 +78,13 @@ class EmbeddedChatModel:
     def pause(self, seconds: float) -> None:
         """Stop the model's process (SIGSTOP) for at most `seconds`, until `resume`: while an answer's first
         phrase is synthesised its core goes to the voice (issue 35: on 2 cores Piper took 2-3x its idle
-        time beside the model writing on). Every conversation's model waits meanwhile. No-op without
-        SIGSTOP (Windows) or a running process."""
+        time beside the model writing on). Only while the model serves that one answer: another
+        conversation's answer or judgement in flight needs it more than that answer's later sentences do
+        (issue 49: it waited up to 1 s behind each other conversation's first phrase), and one that starts
+        meanwhile resumes it. No-op without SIGSTOP (Windows) or a running process."""
         stop = getattr(signal, "SIGSTOP", None)
         pid = self.process.status().pid
-        if stop is None or pid is None or self._paused_pid is not None:
+        if stop is None or pid is None or self._paused_pid is not None or self._in_flight > 1:
             return
         try:
             os.kill(pid, stop)
@@ -136,6 +139,11 @@ class EmbeddedChatModel:
 
         A child that died before this turn got its first token (it crashed between turns) is waited for
         once: its successor answers the turn."""
+        with self._needed():
+            async for delta in self._stream(messages, max_tokens):
+                yield delta
+
+    async def _stream(self, messages: list[ChatMessage], max_tokens: int) -> AsyncIterator[str]:
         for attempt in (1, 2):
             endpoint = await self._endpoint()
             # a client per turn: a connection on 127.0.0.1 costs well under a millisecond, and the model then
@@ -165,7 +173,8 @@ class EmbeddedChatModel:
         """How likely the last (user) message is a finished turn, 0..1 (the model's own judgement of where
         the message ends, in its judge's context; see LlamaChat.end_of_turn). LLMError when the model
         process cannot answer."""
-        reply = await self._post("end_of_turn", messages)
+        with self._needed():
+            reply = await self._post("end_of_turn", messages)
         try:
             return float(reply["probability"])
         except (KeyError, TypeError, ValueError) as exc:
@@ -183,6 +192,17 @@ class EmbeddedChatModel:
             return reply.json()
         except (httpx.HTTPError, ValueError) as exc:
             raise LLMError(f"the model's {route.replace('_', ' ')} failed: {exc}") from None
+
+    @contextlib.contextmanager
+    def _needed(self) -> Iterator[None]:
+        """An answer or a judgement is asked of the child: counted, and a paused child goes on at once."""
+        self._in_flight += 1
+        if self._paused_pid is not None:
+            self.resume()
+        try:
+            yield
+        finally:
+            self._in_flight -= 1
 
     def _client(self) -> httpx.AsyncClient:
         """An HTTP client for the child (the shared TLS context: the child speaks plain HTTP anyway)."""

@@ -290,6 +290,16 @@ def record_figures(rounds: list[dict[str, Any]], given: list[str], extra: dict[s
                 figures.append(
                     Figure(f"end of speech -> first answer frame {key}, {n} at once", lat[key], "ms")
                 )
+        seated, waits = summary["speech_end_to_first_frame_seated_ms"], summary["waiting"]
+        if waits["turns"]:  # beyond the seats: the seated turns' pace, and how soon the others heard the wait
+            figures += [
+                Figure(f"first answer frame p50 of turns not waiting, {n} at once", seated["p50"], "ms"),
+                Figure(f"first answer frame p90 of turns not waiting, {n} at once", seated["p90"], "ms"),
+                Figure(f"wait shown (state) worst, {n} at once", waits["seen_ms"]["worst"], "ms", "<= 300"),
+                Figure(f"wait heard (the wait line's first frame) p50, {n} at once",
+                       waits["heard_ms"]["p50"], "ms"),
+            ]  # fmt: skip
+    figures = [f for f in figures if f.value is not None]
     turns = sum(r["turns"] for r in rounds)
     figures += [
         Figure("turns crossed into another visitor's, all rounds", sum(r["crossed"] for r in rounds), "turns",

@@ -1,5 +1,6 @@
 """`lipstream doctor`: runs the checks (lipstream.commands.doctor_checks), each native one in a child
-process, and prints one line each with a fix."""
+process, and prints one line each with a fix; then the native libraries' instruction sets and threads on
+this CPU (lipstream.native_choices, also in a child process)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,15 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from lipstream.commands.doctor_checks import Check, default_checks, knowledge_check, persona_check
+from lipstream.native_choices import SECTION, child_env
 from lipstream.native_logs import quiet_native_logs
 from lipstream.talk.models.model_process import describe_exit
 
 CHECK_TIMEOUT_SECONDS = 180.0
+NATIVE_TIMEOUT_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -51,11 +55,9 @@ def run_in_process(run: Callable[[], str]) -> tuple[bool, str]:
 def run_isolated(check: Check, timeout: float = CHECK_TIMEOUT_SECONDS) -> tuple[bool, str]:
     """Run a check in a child process: a crash or a hang there is a failed line, not a dead doctor."""
     target = f"{check.run.__module__}:{check.run.__qualname__}"
-    # the child imports what we import, from where we import it
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     argv = [sys.executable, "-m", "lipstream.commands.doctor", target]
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=_child_env())
     except subprocess.TimeoutExpired:
         return False, f"no answer within {timeout:.0f} s"
     lines = done.stdout.strip().splitlines()
@@ -66,6 +68,38 @@ def run_isolated(check: Check, timeout: float = CHECK_TIMEOUT_SECONDS) -> tuple[
         except (ValueError, KeyError, TypeError):
             pass
     return False, f"crashed ({describe_exit(done.returncode, done.stderr.splitlines())})"
+
+
+def _child_env(native: bool = True) -> dict[str, str]:
+    """A check's child imports what we import, from where we import it, with (`native`) the settings the
+    model children get on this CPU (lipstream.native_choices.child_env)."""
+    settings = child_env() if native else {}
+    return {**os.environ, **settings, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+
+
+def native_report(timeout: float = NATIVE_TIMEOUT_SECONDS) -> dict[str, Any]:
+    """lipstream.native_choices' report, read in a child process (it imports every native library): its
+    JSON, or {"error": why} when that child crashed or hung. It sees our environment as it is, to say what
+    it changes for model children."""
+    argv = [sys.executable, "-m", "lipstream.native_choices", "--json"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=_child_env(False))
+    except subprocess.TimeoutExpired:
+        return {"error": f"no answer within {timeout:.0f} s"}
+    lines = done.stdout.strip().splitlines()
+    if done.returncode == 0 and lines:
+        try:
+            return dict(json.loads(lines[-1]))
+        except (ValueError, TypeError):
+            pass
+    return {"error": f"crashed ({describe_exit(done.returncode, done.stderr.splitlines())})"}
+
+
+def native_lines(report: dict[str, Any]) -> list[str]:
+    """The report's section: a heading and one indented line per library (one line when it failed)."""
+    if "error" in report:
+        return [f"✗ {SECTION}: {report['error']}"]
+    return [f"{SECTION}:", *(f"  {line}" for line in report.get("lines", []))]
 
 
 def run_checks(checks: Sequence[Check], on_result=None) -> list[CheckResult]:
@@ -86,8 +120,9 @@ def report_exit_code(results: Sequence[CheckResult]) -> int:
     return 0 if all(r.ok for r in results if r.required) else 1
 
 
-def doctor(as_json: bool = False, checks: Sequence[Check] | None = None) -> int:
-    """Run the checks, print one line each (or JSON), return the exit code."""
+def doctor(as_json: bool = False, checks: Sequence[Check] | None = None, native: bool = True) -> int:
+    """Run the checks, print one line each (or JSON), then (`native`) the native libraries' section; return
+    the exit code (the section never changes it)."""
     checks = default_checks() if checks is None else checks
 
     def show(result: CheckResult) -> None:
@@ -96,9 +131,14 @@ def doctor(as_json: bool = False, checks: Sequence[Check] | None = None) -> int:
 
     results = run_checks(checks, show)
     code = report_exit_code(results)
+    report = native_report() if native else None
     if as_json:
-        print(json.dumps({"ok": code == 0, "checks": [asdict(r) for r in results]}, indent=2))
-    elif code:
+        out = {"ok": code == 0, "checks": [asdict(r) for r in results]}
+        print(json.dumps(out if report is None else {**out, "native": report}, indent=2))
+        return code
+    if report is not None:
+        print("\n".join(native_lines(report)), flush=True)
+    if code:
         print("lipstream doctor: a component the default paths need does not work (✗ above)", flush=True)
     else:
         print("lipstream doctor: everything the default paths need works", flush=True)

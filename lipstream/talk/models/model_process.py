@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import IO, Any
 
+from lipstream.native_choices import child_env
+
 log = logging.getLogger(__name__)
 
 KEY_ENV = "LIPSTREAM_MODEL_KEY"  # lipstream.talk.models.llm_child reads it
@@ -267,7 +269,8 @@ class SupervisedProcess:
 
     def _spawn(self) -> tuple[subprocess.Popen[bytes], str]:
         key = secrets.token_urlsafe(32)
-        env = {**os.environ, **QUIET_BLAS, **self.command.env, KEY_ENV: key}
+        # child_env(): the native libraries' settings for this CPU (lipstream.native_choices), at each start
+        env = {**os.environ, **QUIET_BLAS, **child_env(), **self.command.env, KEY_ENV: key}
         argv = [*self.command.argv, "--parent-pid", str(os.getpid())]
         pipe = subprocess.PIPE
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=pipe, stderr=pipe, env=env)

@@ -243,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     width = args.width or manifest["width"]
     plot(rounds, turns, f"{len(rounds)} rounds of N conversations at once against one serve --agent "
-         f"({width} px wide, {args.questions_per_visitor} questions a visitor, {args.stagger} s stagger) — "
+         f"({'patch stream' if args.stream == 'patch' else f'{width} px wide'}, "
+         f"{args.questions_per_visitor} questions a visitor, {args.stagger} s stagger) — "
          f"{cpu_model()}, {os.cpu_count()} cores", png)  # fmt: skip
     print(f"wrote {png}; {time.perf_counter() - began:.0f} s in all")
     extra = {

@@ -279,8 +279,10 @@ def plot(rounds: list[dict[str, Any]], rows: dict[int, list[dict[str, Any]]], ti
     ns = [r["visitors"] for r in rounds]
     fig, (lat, fall, cpu) = plt.subplots(1, 3, figsize=(15, 5.2))
     for n in ns:
-        dots = [r["speech_end_to_first_frame_ms"] for r in rows[n] if r.get("speech_end_to_first_frame_ms")]
-        lat.scatter([n] * len(dots), dots, s=10, color="0.6", alpha=0.7, zorder=1)
+        for waited, color in ((False, "0.6"), (True, "tab:red")):  # red: the answer waited for a seat
+            dots = [r["speech_end_to_first_frame_ms"] for r in rows[n]
+                    if r.get("speech_end_to_first_frame_ms") and bool(r.get("waited")) == waited]  # fmt: skip
+            lat.scatter([n] * len(dots), dots, s=10, color=color, alpha=0.7, zorder=1)
     for key, style in (("p50", "o-"), ("p90", "s--"), ("worst", "^:")):
         lat.plot(ns, [r["speech_end_to_first_frame_ms"][key] for r in rounds], style, label=key, zorder=2)
     lat.set_xticks(ns)
@@ -289,7 +291,7 @@ def plot(rounds: list[dict[str, Any]], rows: dict[int, list[dict[str, Any]]], ti
     lat.set_ylim(bottom=0)
     lat.legend(fontsize=8)
     lat.grid(alpha=0.3)
-    lat.set_title("first answer frame (dots: every turn)", fontsize=9)
+    lat.set_title("first answer frame (dots: every turn; red: it waited for a seat)", fontsize=9)
     right = 0.0
     for i, r in enumerate(rounds):
         p50 = {s: r["stages_since_speech_end_ms"][s]["p50"] for s in STAGES}

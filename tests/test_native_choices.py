@@ -1,5 +1,6 @@
-"""Issue 48: the native libraries' instruction sets and threads on the CPU at hand (lipstream.native_choices),
-as `lipstream doctor` prints them and as model children are started with them."""
+"""Issue 48: the native libraries' instruction sets and threads on the CPU at hand
+(lipstream.talk.models.native_choices), as `lipstream doctor` prints them and as model children are started
+with them."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from lipstream.commands.doctor import doctor
-from lipstream.native_choices import (
+from lipstream.talk.models.model_process import ChildCommand, RestartPolicy, SupervisedProcess
+from lipstream.talk.models.native_choices import (
     CT2_AVX512,
     SECTION,
     CpuFacts,
@@ -22,7 +24,6 @@ from lipstream.native_choices import (
     ctranslate2_decision,
     read_cpu,
 )
-from lipstream.talk.models.model_process import ChildCommand, RestartPolicy, SupervisedProcess
 
 REPO = Path(__file__).resolve().parent.parent
 CPUINFO = Path("/proc/cpuinfo")
@@ -47,8 +48,8 @@ def cpuinfo_first(key: str) -> str:
 
 
 def report_here() -> dict:
-    """`python -m lipstream.native_choices --json`: the report the doctor shows, as it reads it."""
-    done = subprocess.run([sys.executable, "-m", "lipstream.native_choices", "--json"], cwd=REPO,
+    """`python -m lipstream.talk.models.native_choices --json`: the report the doctor shows."""
+    done = subprocess.run([sys.executable, "-m", "lipstream.talk.models.native_choices", "--json"], cwd=REPO,
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -29,7 +29,7 @@ SELECTED = (" - Selected ISA:", " - GEMM_S8 backend:", " - Use Intel MKL:")
 
 def settings() -> dict[str, dict[str, str]]:
     """The environments compared: CTranslate2's own choice, each ISA this CPU has, the other GEMM library."""
-    from lipstream.native_choices import CT2_ISA_FLAGS, read_cpu
+    from lipstream.talk.models.native_choices import CT2_ISA_FLAGS, read_cpu
 
     cpu = read_cpu()
     out: dict[str, dict[str, str]] = {"own choice": {}}
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         return child(args.child, args.decodes)
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
-    from lipstream.native_choices import read_cpu
+    from lipstream.talk.models.native_choices import read_cpu
     from lipstream.talk.voices.espeak_tts import EspeakTTS
 
     pcm = np.asarray(EspeakTTS().synthesize(TEXT).pcm, np.float32)[: 3 * 16000]

@@ -1,6 +1,6 @@
 """`lipstream doctor`: runs the checks (lipstream.commands.doctor_checks), each native one in a child
 process, and prints one line each with a fix; then the native libraries' instruction sets and threads on
-this CPU (lipstream.native_choices, also in a child process)."""
+this CPU (lipstream.talk.models.native_choices, also in a child process)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from lipstream.commands.doctor_checks import Check, default_checks, knowledge_check, persona_check
-from lipstream.native_choices import SECTION, child_env
 from lipstream.native_logs import quiet_native_logs
 from lipstream.talk.models.model_process import describe_exit
+from lipstream.talk.models.native_choices import SECTION, child_env
 
 CHECK_TIMEOUT_SECONDS = 180.0
 NATIVE_TIMEOUT_SECONDS = 60.0
@@ -72,16 +72,16 @@ def run_isolated(check: Check, timeout: float = CHECK_TIMEOUT_SECONDS) -> tuple[
 
 def _child_env(native: bool = True) -> dict[str, str]:
     """A check's child imports what we import, from where we import it, with (`native`) the settings the
-    model children get on this CPU (lipstream.native_choices.child_env)."""
+    model children get on this CPU (lipstream.talk.models.native_choices.child_env)."""
     settings = child_env() if native else {}
     return {**os.environ, **settings, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
 
 
 def native_report(timeout: float = NATIVE_TIMEOUT_SECONDS) -> dict[str, Any]:
-    """lipstream.native_choices' report, read in a child process (it imports every native library): its
-    JSON, or {"error": why} when that child crashed or hung. It sees our environment as it is, to say what
-    it changes for model children."""
-    argv = [sys.executable, "-m", "lipstream.native_choices", "--json"]
+    """The native libraries' report (talk.models.native_choices), read in a child process (it imports every
+    native library): its JSON, or {"error": why} when that child crashed or hung. It sees our environment
+    as it is, to say what it changes for model children."""
+    argv = [sys.executable, "-m", "lipstream.talk.models.native_choices", "--json"]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=_child_env(False))
     except subprocess.TimeoutExpired:

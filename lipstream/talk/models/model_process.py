@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import IO, Any
 
-from lipstream.native_choices import child_env
+from lipstream.talk.models.native_choices import child_env
 
 log = logging.getLogger(__name__)
 
@@ -269,7 +269,7 @@ class SupervisedProcess:
 
     def _spawn(self) -> tuple[subprocess.Popen[bytes], str]:
         key = secrets.token_urlsafe(32)
-        # child_env(): the native libraries' settings for this CPU (lipstream.native_choices), at each start
+        # child_env(): the native libraries' settings for this CPU (native_choices.py), at each start
         env = {**os.environ, **QUIET_BLAS, **child_env(), **self.command.env, KEY_ENV: key}
         argv = [*self.command.argv, "--parent-pid", str(os.getpid())]
         pipe = subprocess.PIPE

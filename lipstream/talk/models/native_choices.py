@@ -4,7 +4,7 @@
 processes start with beyond the parent's environment (lipstream.talk.models.model_process), decided from the
 CPU and the environment alone, without loading any library. `native_report()` says per library what it
 dispatches to and how many threads lipstream gives it; it imports the libraries (no model is loaded), so
-`lipstream doctor` runs it in a child process: `python -m lipstream.native_choices [--json]`.
+`lipstream doctor` runs it in a child process: `python -m lipstream.talk.models.native_choices [--json]`.
 docs/operations.md, "Native libraries on this CPU", has what was measured.
 """
 
@@ -286,7 +286,7 @@ def native_report(cpu: CpuFacts | None = None, environ: Mapping[str, str] | None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m lipstream.native_choices [--json]`: print the report (what `lipstream doctor` shows)."""
+    """`python -m lipstream.talk.models.native_choices [--json]`: print the report (as `lipstream doctor`)."""
     report = native_report()
     as_json = "--json" in (sys.argv[1:] if argv is None else argv)
     print(json.dumps(report.as_dict()) if as_json else "\n".join(report.lines()), flush=True)

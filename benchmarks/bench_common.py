@@ -31,6 +31,15 @@ def open_or_build_avatar(name: str) -> AvatarBundle:
         return build_sample_avatar(name)
 
 
+def served_avatar_manifest(avatars_dir: Path, name: str) -> dict:
+    """The manifest of the avatar a benchmark's server will serve from `avatars_dir`, built as the sample
+    there first if missing."""
+    if not (avatars_dir / name / "manifest.json").is_file():
+        os.environ["LIPSTREAM_HOME"] = str(avatars_dir.parent)
+        open_or_build_avatar(name)
+    return json.loads((avatars_dir / name / "manifest.json").read_text())
+
+
 def start_server(
     args: list[str], cwd: Path, env: dict[str, str] | None = None, launcher: list[str] | None = None
 ) -> tuple[subprocess.Popen, str, float]:

@@ -150,6 +150,23 @@ def live_server(avatars_root: Path) -> Iterator[ServerProcess]:
     server.stop()
 
 
+def write_speech_wav(path: Path, speech, lead_samples: int = 0, tail_samples: int = 4800) -> Path:  # noqa: ANN001
+    """A spoken question as a 16 kHz mono s16 WAV: `lead_samples` of silence, the float32 speech, then
+    `tail_samples` of silence (what a microphone hears around it)."""
+    import wave
+
+    import numpy as np
+
+    silence = np.zeros(lead_samples, np.float32), np.zeros(tail_samples, np.float32)
+    pcm = np.concatenate([silence[0], speech, silence[1]])
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(16000)
+        out.writeframes(np.clip(pcm * 32767, -32768, 32767).astype("<i2").tobytes())
+    return path
+
+
 class FakeLLMProcess:
     """tests/fake_llm_server.py (an OpenAI-compatible streaming endpoint) in a subprocess on a free port."""
 
@@ -169,6 +186,33 @@ class FakeLLMProcess:
         """Terminate and reap it."""
         self.proc.terminate()
         self.proc.wait(timeout=10)
+
+
+async def talk_until(ws, kind: str, avatar: str = "small", timeout: float = 30.0) -> dict:  # noqa: ANN001
+    """Say a Talk session's hello on the open WebSocket `ws`, then read until a text message of type `kind`
+    (returned)."""
+    await ws.send(json.dumps({"type": "hello", "version": 1, "avatar": avatar, "agent": True}))
+    while True:
+        message = await asyncio.wait_for(ws.recv(), timeout)
+        if isinstance(message, str) and (event := json.loads(message))["type"] == kind:
+            return event
+
+
+def agent_with_fake_llm(
+    avatars_dir: Path, llm_args: tuple[str, ...], *server_args: str
+) -> Iterator[ServerProcess]:
+    """For a module fixture: a `serve --agent` process answering with tests/fake_llm_server.py (started with
+    `llm_args`), the silence rule ending turns (no turn-judging model), INFO logs kept; both stopped after."""
+    llm = FakeLLMProcess(*llm_args)
+    try:
+        server = ServerProcess(
+            avatars_dir, "--agent", "--llm-url", llm.url, "--turn-detector", "silence", *server_args,
+            verbose=True,
+        )  # fmt: skip
+        yield server
+        server.stop()
+    finally:
+        llm.stop()
 
 
 BROWSER_DIR = REPO / "tests" / "browser"

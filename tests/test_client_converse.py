@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import wave
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import av
 import numpy as np
 import pytest
 import server_harness as harness
-from server_harness import REPO, FakeLLMProcess, ServerProcess
+from server_harness import REPO, FakeLLMProcess, ServerProcess, write_speech_wav
 
 pytestmark = pytest.mark.slow
 avatars_root = harness.avatars_root  # shared fixtures
@@ -40,16 +39,6 @@ def agent_server(avatars_root: Path, fake_llm: str) -> Iterator[ServerProcess]:
     proc.stop()
 
 
-def write_wav(path: Path, pcm: np.ndarray) -> Path:
-    """float32 16 kHz mono to a 16-bit WAV file."""
-    with wave.open(str(path), "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(16000)
-        out.writeframes(np.clip(pcm * 32767, -32768, 32767).astype("<i2").tobytes())
-    return path
-
-
 @pytest.fixture(scope="module")
 def question(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A spoken question in the bundled Piper voice, with the room's silence around it."""
@@ -57,7 +46,7 @@ def question(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     speech = create_tts("piper").synthesize("When does the museum open on Sunday?").pcm
     pcm = np.concatenate([np.zeros(8000, np.float32), speech, np.zeros(3200, np.float32)])
-    return write_wav(tmp_path_factory.mktemp("question") / "question.wav", pcm)
+    return write_speech_wav(tmp_path_factory.mktemp("question") / "question.wav", pcm, tail_samples=0)
 
 
 def client(*args: str) -> subprocess.CompletedProcess:
@@ -135,7 +124,7 @@ def test_converse_refuses_a_server_without_agent_and_bad_questions(
 
     garbage = tmp_path / "garbage.wav"
     garbage.write_bytes(b"RIFF not really a wave file" * 10)
-    silent = write_wav(tmp_path / "silent.wav", np.zeros(16000, np.float32))
+    silent = write_speech_wav(tmp_path / "silent.wav", np.zeros(16000, np.float32), tail_samples=0)
     for bad, says in ((garbage, "cannot read the question"), (silent, "holds no speech"),
                       (tmp_path / "missing.wav", "cannot read the question")):  # fmt: skip
         done = client("--url", url, "--avatar", "small", "--converse", str(bad), "--out", str(out))

@@ -9,16 +9,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import wave
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import numpy as np
 import pytest
 import server_harness as harness
 import websockets
-from server_harness import FakeLLMProcess, ServerProcess
+from server_harness import ServerProcess, agent_with_fake_llm, talk_until, write_speech_wav
 
 from lipstream.server.converse_client import ConverseReport, run_converse
 from lipstream.talk.conversation_types import same_words
@@ -36,16 +34,8 @@ QUESTIONS = {
 @pytest.fixture(scope="module")
 def seated_server(avatars_root: Path) -> Iterator[ServerProcess]:
     """Two conversations answered at once, one visitor in line; the silence rule ends turns."""
-    llm = FakeLLMProcess("--mode", "echo")
-    try:
-        server = ServerProcess(
-            avatars_root, "--agent", "--llm-url", llm.url, "--turn-detector", "silence",
-            "--max-conversations", "2", "--max-waiting", "1", verbose=True,
-        )  # fmt: skip
-        yield server
-        server.stop()
-    finally:
-        llm.stop()
+    seats = ("--max-conversations", "2", "--max-waiting", "1")
+    yield from agent_with_fake_llm(avatars_root, ("--mode", "echo"), *seats)
 
 
 @pytest.fixture(scope="module")
@@ -56,21 +46,20 @@ def questions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     tts, folder = create_tts("espeak"), tmp_path_factory.mktemp("questions")
     paths = {}
     for key, text in QUESTIONS.items():
-        speech = tts.synthesize(text).pcm
-        pcm = np.concatenate([np.zeros(8000, np.float32), speech, np.zeros(4800, np.float32)])
-        paths[key] = folder / f"{key}.wav"
-        with wave.open(str(paths[key]), "wb") as out:
-            out.setnchannels(1)
-            out.setsampwidth(2)
-            out.setframerate(16000)
-            out.writeframes(np.clip(pcm * 32767, -32768, 32767).astype("<i2").tobytes())
+        paths[key] = write_speech_wav(folder / f"{key}.wav", tts.synthesize(text).pcm, lead_samples=8000)
     return paths
 
 
+def _words(text: str) -> set[str]:
+    return {w.strip(".,?!").lower() for w in text.split()}
+
+
 def _own_reply(report: ConverseReport, key: str) -> None:
-    """The reply repeats this visitor's own transcript, names its own subject and no other visitor's."""
+    """The transcript is this visitor's question (it shares more words with it than with any other: Whisper
+    tiny may mishear a word, "weather" as "winner"), and the reply repeats that transcript and no other."""
     heard = report.final_transcript or ""
-    assert key in heard.lower(), (key, heard)
+    shared = {k: len(_words(heard) & _words(q)) for k, q in QUESTIONS.items()}
+    assert max(shared, key=shared.__getitem__) == key, (key, heard, shared)
     assert same_words(report.reply, f"You asked: {heard}"), (key, report.reply, heard)
     others = [k for k in QUESTIONS if k != key and k in report.reply.lower()]
     assert not others, (key, report.reply)
@@ -96,11 +85,7 @@ def test_simultaneous_questions_each_get_their_own_answer(
 async def _hold_seat(url: str, seated: asyncio.Event, leave: asyncio.Event) -> None:
     """A Talk session that keeps its seat until `leave` is set."""
     async with websockets.connect(url, max_size=None) as ws:
-        await ws.send(json.dumps({"type": "hello", "version": 1, "avatar": "small", "agent": True}))
-        while True:
-            message = await asyncio.wait_for(ws.recv(), 30)
-            if isinstance(message, str) and json.loads(message)["type"] == "ready":
-                break
+        await talk_until(ws, "ready")
         seated.set()
         while not leave.is_set():
             with contextlib.suppress(asyncio.TimeoutError):

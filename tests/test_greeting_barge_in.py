@@ -7,16 +7,13 @@ once, and their first 3 s could not be talked over by a microphone that does not
 from __future__ import annotations
 
 import asyncio
-import json
-import wave
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
 import server_harness as harness
 import websockets
-from server_harness import FakeLLMProcess, ServerProcess
+from server_harness import ServerProcess, agent_with_fake_llm, talk_until, write_speech_wav
 
 from lipstream.server.converse_client import ConverseReport, run_converse
 
@@ -39,16 +36,7 @@ def persona_server(avatars_root: Path, tmp_path_factory: pytest.TempPathFactory)
     model; the silence rule ends turns, so no turn-judging model is started."""
     persona = tmp_path_factory.mktemp("persona") / "ada.toml"
     persona.write_text(f'name = "Ada"\ngreeting = "{GREETING}"\n')
-    llm = FakeLLMProcess("--text", REPLY)
-    try:
-        server = ServerProcess(
-            avatars_root, "--agent", "--llm-url", llm.url, "--persona", str(persona),
-            "--turn-detector", "silence", verbose=True,
-        )  # fmt: skip
-        yield server
-        server.stop()
-    finally:
-        llm.stop()
+    yield from agent_with_fake_llm(avatars_root, ("--text", REPLY), "--persona", str(persona))
 
 
 @pytest.fixture(scope="module")
@@ -59,25 +47,15 @@ def question(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from lipstream.talk.voices.tts import create_tts
 
     speech = create_tts("espeak").synthesize("Can I borrow a bicycle?").pcm
-    lead = np.zeros(int(LEAD_SECONDS * 16000), np.float32)
-    pcm = np.concatenate([lead, speech, np.zeros(4800, np.float32)])
     path = tmp_path_factory.mktemp("question") / "question.wav"
-    with wave.open(str(path), "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(16000)
-        out.writeframes(np.clip(pcm * 32767, -32768, 32767).astype("<i2").tobytes())
+    write_speech_wav(path, speech, lead_samples=int(LEAD_SECONDS * 16000))
     return path
 
 
 async def _greeted_session(url: str) -> None:
     """A Talk session that stays until its greeting starts playing (its voice is then loaded)."""
     async with websockets.connect(url, max_size=None) as ws:
-        await ws.send(json.dumps({"type": "hello", "version": 1, "avatar": "small", "agent": True}))
-        while True:
-            message = await asyncio.wait_for(ws.recv(), 30)
-            if isinstance(message, str) and json.loads(message)["type"] == "speech_started":
-                return
+        await talk_until(ws, "speech_started")
 
 
 def _events(report: ConverseReport, kind: str) -> list[tuple[float, dict]]:

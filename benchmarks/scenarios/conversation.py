@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_common import child_pids, cpu_model, open_or_build_avatar, rss_mib
+from bench_common import child_pids, cpu_model, rss_mib, served_avatar_manifest
 
 import lipstream
 from benchmarks.scenarios.conversation_figures import aggregate, count_rules, paused_summary, plot, summarise
@@ -197,10 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.questions < 10:
         parser.error("--questions: at least 10")
-    if not (args.avatars_dir / args.avatar / "manifest.json").is_file():
-        os.environ["LIPSTREAM_HOME"] = str(args.avatars_dir.parent)
-        open_or_build_avatar(args.avatar)
-    manifest = json.loads((args.avatars_dir / args.avatar / "manifest.json").read_text())
+    manifest = served_avatar_manifest(args.avatars_dir, args.avatar)
     started = time.perf_counter()
     print(f"CPU: {cpu_model()} ({os.cpu_count()} cores), load average {os.getloadavg()}", flush=True)
     results: dict[str, Any] = {

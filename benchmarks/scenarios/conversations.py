@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 import tempfile
@@ -41,7 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench_common import cpu_model, open_or_build_avatar
+from bench_common import cpu_model, served_avatar_manifest
 from rich.progress import Progress
 
 from benchmarks.scenarios.conversation_figures import summarise
@@ -208,10 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     """Make the visitors, start the server, run each N, print, plot and record."""
     given = list(sys.argv[1:] if argv is None else argv)
     args = parse(given)
-    if not (args.avatars_dir / args.avatar / "manifest.json").is_file():
-        os.environ["LIPSTREAM_HOME"] = str(args.avatars_dir.parent)
-        open_or_build_avatar(args.avatar)
-    manifest = json.loads((args.avatars_dir / args.avatar / "manifest.json").read_text())
+    manifest = served_avatar_manifest(args.avatars_dir, args.avatar)
     began = time.perf_counter()
     print(f"CPU: {cpu_model()} ({os.cpu_count()} cores), load average {os.getloadavg()}", flush=True)
     server_args = ["--voice", args.voice, *args.server_arg]

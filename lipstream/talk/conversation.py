@@ -433,8 +433,8 @@ class Conversation:
             return
         self._states = states
         event: dict[str, Any] = {"type": "state", "agent": agent, "user": states[1]}
-        if position:
-            event["queue_position"] = position
+        if position:  # what the avatar says when a turn ends in line, for the page's caption
+            event.update(queue_position=position, wait_line=self.config.wait_line)
         await self.emit(event)
 
     async def aclose(self) -> None:

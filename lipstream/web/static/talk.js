@@ -128,8 +128,11 @@ export class TalkPanel {
     p.addEventListener('reply_text', (e) => this._onReply(e.detail));
     p.addEventListener('turn_metrics', (e) => this._onMetrics(e.detail));
     p.addEventListener('speech_started', () => {
-      this._state('answering');
-      if (this._greeting) { this._logLine('avatar', this._greeting); this._caption(this._greeting); this._greeting = null; }
+      if (this._greeting) {
+        this._state('answering');
+        this._logLine('avatar', this._greeting); this._caption(this._greeting); this._greeting = null;
+      } else if (this._waitLine) { this._state('asking you to wait'); this._caption(this._waitLine); }
+      else this._state('answering');
     });
     p.addEventListener('playback_finished', (e) => {
       if (e.detail.interrupted) {
@@ -263,6 +266,7 @@ export class TalkPanel {
   _onStates(d) {
     const el = this.$('states');
     el.dataset.agent = d.agent;
+    this._waitLine = d.agent === 'waiting' ? d.wait_line : null; // the speech that plays in line is this line
     el.dataset.user = d.user;
     // in line for a seat (every conversation of the server taken): say so plainly, with the place in line
     el.textContent = d.agent === 'waiting'

@@ -53,3 +53,21 @@ def test_default_capacity_is_one_per_core_and_at_least_one() -> None:
     assert default_capacity(0) == 1
     with pytest.raises(ValueError):
         ConversationSeats(capacity=0, max_waiting=0)
+
+
+def test_a_seat_left_unused_goes_to_a_visitor_in_line_who_asks() -> None:
+    async def main() -> None:
+        now = [0.0]
+        seats = ConversationSeats(capacity=2, max_waiting=2, idle_seconds=60, clock=lambda: now[0])
+        busy, idle, waiting = seats.take(), seats.take(), seats.take()
+        now[0] = 50.0
+        busy.touch()  # still in use
+        now[0] = 70.0
+        assert seats.reclaim_idle() == 1  # only the seat unused for 60 s changes hands
+        assert waiting.seated and busy.seated and not idle.seated and idle.position == 1
+        assert seats.reclaim_idle() == 0  # nobody idle is seated now (the new one was seated at 70)
+        now[0] = 200.0
+        assert seats.reclaim_idle() == 2 - 1  # both seated are idle, but one visitor is in line
+        assert idle.seated and seats.counts().active == 2 and seats.counts().waiting == 1
+
+    asyncio.run(main())

@@ -76,7 +76,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     # the conversation's defaults come from its config classes (one home each); no model is loaded
     from lipstream.talk.conversation_types import ConversationConfig
-    from lipstream.talk.seats import DEFAULT_MAX_WAITING
+    from lipstream.talk.seats import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_WAITING
     from lipstream.talk.turn_rule import TurnEndConfig
 
     talk, turn = ConversationConfig(), TurnEndConfig()
@@ -161,6 +161,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--max-waiting", type=int, default=DEFAULT_MAX_WAITING,
         help="visitors who may wait for a conversation; more are refused with a clear error "
         f"(default {DEFAULT_MAX_WAITING})",
+    )
+    agent.add_argument(
+        "--seat-idle-seconds", type=float, default=DEFAULT_IDLE_SECONDS,
+        help="a conversation unused this long gives its seat to a visitor in line who asks something "
+        f"(default {DEFAULT_IDLE_SECONDS:g} s)",
     )
     agent.add_argument(
         "--end-of-turn-ms", type=float, default=talk.end_silence_ms,
@@ -369,6 +374,7 @@ def _agent_config(args: argparse.Namespace):
         "echo_cancel": args.echo_cancel,
         "max_conversations": args.max_conversations,
         "max_waiting": args.max_waiting,
+        "seat_idle_seconds": args.seat_idle_seconds,
     }
     conversation: dict = {
         "max_reply_tokens": args.max_reply_tokens, "end_silence_ms": args.end_of_turn_ms,

@@ -27,7 +27,12 @@ from lipstream.talk.hearing.stt_embedded import EmbeddedWhisper
 from lipstream.talk.hearing.transcriber import FinalsInFlight
 from lipstream.talk.knowledge.persona import Persona
 from lipstream.talk.models.llm import ChatMessage, LanguageModel, ReportsProcess
-from lipstream.talk.seats import DEFAULT_MAX_WAITING, ConversationSeats, default_capacity
+from lipstream.talk.seats import (
+    DEFAULT_IDLE_SECONDS,
+    DEFAULT_MAX_WAITING,
+    ConversationSeats,
+    default_capacity,
+)
 from lipstream.talk.session_port import SessionPort
 from lipstream.talk.turn_end import EndOfTurnModel, TextTurnDetector, TurnDetector
 from lipstream.talk.turn_rule import TurnEndConfig
@@ -68,6 +73,7 @@ class AgentConfig(BaseModel):
     # visitors who may wait for a seat beyond them (more are refused)
     max_conversations: int | None = Field(None, ge=1)
     max_waiting: int = Field(DEFAULT_MAX_WAITING, ge=0)
+    seat_idle_seconds: float = Field(DEFAULT_IDLE_SECONDS, gt=0)  # an unused seat goes to a visitor in line
 
 
 def read_system_prompt(value: str) -> str:
@@ -304,7 +310,9 @@ def load_agent(config: AgentConfig) -> AgentServices:
     services = AgentServices(
         config=config, stt=stt, llm=llm, vad_model=SileroModel(), partial_stt=partial_stt, detector=detector,
         turn_model=turn_model, knowledge=knowledge,
-        seats=ConversationSeats(config.max_conversations or default_capacity(), config.max_waiting),
+        seats=ConversationSeats(
+            config.max_conversations or default_capacity(), config.max_waiting, config.seat_idle_seconds
+        ),
     )
     log.info("agent ready in %.1f s (%s)", time.perf_counter() - started, getattr(llm, "name", "llm"))
     return services

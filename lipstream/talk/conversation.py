@@ -287,6 +287,7 @@ class Conversation:
         """In line for a seat: say so at once (the answer is written once seated), and count the wait."""
         assert self.seat is not None
         started = time.perf_counter()
+        self.seat.reclaim_idle()  # a seat left unused for long goes to the first in line
         try:
             cfg = self.config
             speeches = await self.answers.speaker.speak(cfg.wait_line, cfg.voice, quick_start=True)
@@ -297,16 +298,16 @@ class Conversation:
         report.waited_ms = round((time.perf_counter() - started) * 1000.0, 1)
 
     def follow_seat(self) -> None:
-        """Once the client knows the session (after `ready`): while in line, a `state` event now, each time
-        the line moves and when seated."""
-        if self.seat is not None and not self.seat.seated and self._seat_task is None:
+        """Once the client knows the session (after `ready`): a `state` event now when in line, and each time
+        the line moves (seated, moved up, or sent back to the line after a long idle spell)."""
+        if self.seat is not None and self._seat_task is None:
             self._seat_task = asyncio.create_task(self._follow_seat(self.seat))
 
     async def _follow_seat(self, seat: Seat) -> None:
         moved = seat.watch()
         try:
             await self._states_changed()
-            while not seat.seated and not seat.released:
+            while not seat.released:
                 await moved.wait()
                 moved.clear()
                 await self._states_changed()
@@ -429,6 +430,8 @@ class Conversation:
         position = self.seat.position if self.seat is not None else 0
         agent = "waiting" if position else self.turns.agent.value
         states = (agent, self.turns.user.value, position)
+        if self.seat is not None and states[:2] != ("listening", "silent"):
+            self.seat.touch()  # in use: the seat is not idle
         if states == self._states:
             return
         self._states = states

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from lipstream.errors import LipstreamError
@@ -21,6 +23,7 @@ from lipstream.errors import LipstreamError
 # embedded models, docs/benchmarks.md "Several conversations at once"): one conversation per core
 CONVERSATIONS_PER_CORE = 1.0
 DEFAULT_MAX_WAITING = 4  # visitors told to wait before the next is refused
+DEFAULT_IDLE_SECONDS = 60.0  # a seat unused this long goes to a visitor in line who asks something
 
 
 class SeatsFull(LipstreamError):
@@ -58,6 +61,11 @@ class Seat:
         self._seats = seats
         self._granted = asyncio.Event()
         self.released = False
+        self.active_at = seats.clock()  # the conversation's last sign of life (a turn, an answer)
+
+    def touch(self) -> None:
+        """The conversation is in use now (the user speaks, the avatar answers)."""
+        self.active_at = self._seats.clock()
 
     @property
     def seated(self) -> bool:
@@ -81,9 +89,18 @@ class Seat:
         """Stop telling `event`."""
         self._seats.unwatch(event)
 
+    def reclaim_idle(self) -> int:
+        """Its conversation in line asked something: seats left unused for long go to the line."""
+        return self._seats.reclaim_idle()
+
     def grant(self) -> None:
         """Seat it (the seats' own call)."""
+        self.active_at = self._seats.clock()
         self._granted.set()
+
+    def unseat(self) -> None:
+        """Back in line (the seats' own call)."""
+        self._granted.clear()
 
     def release(self) -> None:
         """Give the seat (or the place in line) back (idempotent)."""
@@ -95,11 +112,18 @@ class Seat:
 class ConversationSeats:
     """At most `capacity` seated conversations and `max_waiting` in line, for one server."""
 
-    def __init__(self, capacity: int, max_waiting: int) -> None:
-        if capacity < 1 or max_waiting < 0:
-            raise ValueError("capacity must be at least 1 and max_waiting at least 0")
+    def __init__(
+        self, capacity: int, max_waiting: int, idle_seconds: float = DEFAULT_IDLE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """`idle_seconds`: a seated conversation unused this long gives its seat to a visitor in line who
+        asks something (and goes to the back of the line)."""
+        if capacity < 1 or max_waiting < 0 or idle_seconds <= 0:
+            raise ValueError("capacity must be at least 1, max_waiting at least 0, idle_seconds above 0")
         self.capacity = capacity
         self.max_waiting = max_waiting
+        self.idle_seconds = idle_seconds
+        self.clock = clock
         self._seated: set[Seat] = set()
         self._line: deque[Seat] = deque()
         self._refused = 0
@@ -134,6 +158,27 @@ class ConversationSeats:
             self._line.remove(seat)
         for watcher in self._watchers:  # the line moved: the waiting are told their new place
             watcher.set()
+
+    def reclaim_idle(self) -> int:
+        """A visitor in line asked something: every seated conversation idle for `idle_seconds` goes to the
+        back of the line and its seat to the first in line (a kiosk left open must not hold a seat for
+        good). Returns how many seats changed hands."""
+        now = self.clock()
+        idle = [s for s in self._seated if now - s.active_at >= self.idle_seconds]
+        idle.sort(key=lambda s: s.active_at)
+        moved = 0
+        for seat in idle[: len(self._line)]:  # one seat for each visitor in line before this call, no more
+            self._seated.discard(seat)
+            seat.unseat()
+            nxt = self._line.popleft()
+            self._line.append(seat)
+            self._seated.add(nxt)
+            nxt.grant()
+            moved += 1
+        if moved:
+            for watcher in self._watchers:
+                watcher.set()
+        return moved
 
     def position(self, seat: Seat) -> int:
         """0 when seated; its place in line (1 = next) otherwise."""

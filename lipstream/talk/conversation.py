@@ -275,9 +275,14 @@ class Conversation:
         await self.answers.report_error(prepared)  # it failed while the turn was not yet decided
 
     async def _reply(self, prepared: PreparedAnswer, report: TurnReport) -> None:
-        if self.seat is not None and not self.seat.seated:
-            await self._say_wait(report)
-        await self.answers.speak(prepared, report)
+        try:
+            if self.seat is not None and not self.seat.seated:
+                await self._say_wait(report)
+            await self.answers.speak(prepared, report)
+        except Exception:  # noqa: BLE001 - a fault ends this answer, not the session; logged, and said
+            log.exception("turn %d: the answer failed", report.turn)
+            failed = "the answer failed (the server log has the details)"
+            await self.emit({"type": "error", "code": "internal", "message": failed, "fatal": False})
         if report.utterance_id is None and report is self._replying:  # nothing was voiced: nothing will play
             self._replying = None
             self.turns.answer_done()

@@ -66,7 +66,6 @@ class LiveSessionFactory:
             output_width=output_width,
             voice=self.config.voice,
             max_lead_seconds=self.config.max_lead_seconds,
-            tts_lookahead_seconds=self.config.tts_lookahead_seconds,
             max_pending_seconds=self.config.limits.max_pending_seconds,
             stream=stream,
             patch_bitrate=self.config.patch_bitrate,

@@ -152,21 +152,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="silence that ends a turn the detector judged unfinished: the hard cap "
         f"(default {turn.max_wait_ms:g} ms)",
     )
-    agent.add_argument(
-        "--max-conversations", type=int, default=None,
-        help="conversations answered at once; a visitor beyond waits in line, told so "
-        "(default: one per CPU core, measured: docs/benchmarks.md)",
-    )
-    agent.add_argument(
-        "--max-waiting", type=int, default=DEFAULT_MAX_WAITING,
-        help="visitors who may wait for a conversation; more are refused with a clear error "
-        f"(default {DEFAULT_MAX_WAITING})",
-    )
-    agent.add_argument(
-        "--seat-idle-seconds", type=float, default=DEFAULT_IDLE_SECONDS,
-        help="a conversation unused this long gives its seat to a visitor in line who asks something "
-        f"(default {DEFAULT_IDLE_SECONDS:g} s)",
-    )
+    seats = (  # conversations answered at once, the line beyond them, an unused seat (docs/scaling.md)
+        ("--max-conversations", int, "one per CPU core", "conversations answered at once (measured: "
+         "docs/benchmarks.md); more wait in line, told so"),
+        ("--max-waiting", int, DEFAULT_MAX_WAITING, "visitors who may wait in line; more are refused"),
+        ("--seat-idle-seconds", float, DEFAULT_IDLE_SECONDS, "a conversation unused this long gives its seat "
+         "to a visitor in line who asks something"),
+    )  # fmt: skip
+    for flag, kind, default, text in seats:  # a default in words is the config's own (None here)
+        value = default if isinstance(default, int | float) else None
+        agent.add_argument(flag, type=kind, default=value, help=f"{text} (default {default})")
     agent.add_argument(
         "--end-of-turn-ms", type=float, default=talk.end_silence_ms,
         help="with --turn-detector silence: the silence that ends the user's turn "
@@ -243,7 +238,7 @@ def _token(args: argparse.Namespace) -> str | None:
 def run_serve(args: argparse.Namespace) -> int:
     """Start uvicorn with one shared engine, or `--workers N` processes each with its own."""
     from lipstream.server.app import create_app
-    from lipstream.server.config import AGENT_TTS_LOOKAHEAD_SECONDS, MIB, Limits, ServerConfig
+    from lipstream.server.config import MIB, Limits, ServerConfig
     from lipstream.server.launch import load_serving, uvicorn_server
     from lipstream.talk.agent import load_agent
 
@@ -284,7 +279,6 @@ def run_serve(args: argparse.Namespace) -> int:
         batching=args.batching,
         batch_sizes=tuple(args.batch_sizes),
         max_batch_wait_ms=args.max_batch_wait_ms,
-        **({"tts_lookahead_seconds": AGENT_TTS_LOOKAHEAD_SECONDS} if args.agent else {}),
     )
     _warn_of_unblinking_avatars(config.avatars_dir)
     if args.ray:

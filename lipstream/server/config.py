@@ -38,11 +38,6 @@ class Limits(BaseModel):
         return 2 * max(self.max_message_bytes, self.max_upload_bytes) + 64
 
 
-# an agent server's sessions synthesise an answer's later sentences just in time (4 s ahead of playback, each
-# takes well under 1 s), so one visitor's third sentence does not take the voices from another's first phrase
-AGENT_TTS_LOOKAHEAD_SECONDS = 4.0
-
-
 class ServerConfig(BaseModel):
     """What `lipstream serve` was asked for."""
 
@@ -53,8 +48,6 @@ class ServerConfig(BaseModel):
     avatars_dir: Path | None = None
     voice: str = "piper"
     max_lead_seconds: float = 1.0
-    # how far ahead of playback a session's text is synthesised (SessionConfig.tts_lookahead_seconds)
-    tts_lookahead_seconds: float = Field(15.0, gt=0)
     limits: Limits = Field(default_factory=Limits)
     stream_modes: tuple[str, ...] = ("full", "patch")  # what hello.stream may ask for (docs/protocol.md)
     patch_bitrate: int = Field(150_000, gt=0)  # the mouth-patch stream's cap (SessionConfig.patch_bitrate)

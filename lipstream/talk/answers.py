@@ -92,7 +92,7 @@ class AnswerMaker:
         (no notes) in a context of its own, so a judgement never waits behind an answer or its notes (issue
         47); a text detector reads the question ahead too. `on_judged(end_sample, score)`: told each
         judgement (the turn machine's `judged`). `seat`: the conversation's place on the server
-        (lipstream.talk.seats): while it waits in line, the model writes nor reads nothing for it."""
+        (lipstream.talk.seats): while it waits in line, the model neither writes nor reads for it."""
         self.llm = llm
         self.speaker = speaker
         self.session = session

@@ -292,7 +292,8 @@ class Conversation:
         """In line for a seat: say so at once (the answer is written once seated), and count the wait."""
         assert self.seat is not None
         started = time.perf_counter()
-        self.seat.reclaim_idle()  # a seat left unused for long goes to the first in line
+        if self.seat.reclaim_idle() and self.seat.seated:  # a seat left unused for long was this one's
+            return
         try:
             cfg = self.config
             speeches = await self.answers.speaker.speak(cfg.wait_line, cfg.voice, quick_start=True)

@@ -11,13 +11,13 @@ and writes no answer until a seat frees, then answers the question they asked me
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from lipstream.errors import LipstreamError
+from lipstream.threads import usable_cores
 
 # conversations answered at pace per core: measured with `python -m benchmarks conversations` (2 cores,
 # embedded models, docs/benchmarks.md "Several conversations at once"): one conversation per core
@@ -32,7 +32,7 @@ class SeatsFull(LipstreamError):
 
 def default_capacity(cores: int | None = None) -> int:
     """Conversations this machine answers at pace: one per core (measured on 2 cores), at least one."""
-    cores = cores if cores is not None else len(os.sched_getaffinity(0))
+    cores = cores if cores is not None else usable_cores()
     return max(1, int(cores * CONVERSATIONS_PER_CORE))
 
 

@@ -133,20 +133,16 @@ class ServerMetrics:
             current = counts()
             return float(current.get(key, 0)) if current is not None else 0.0
 
-        for key, kind, text in (
-            ("active", Gauge, "Conversations answered now (holding a seat)"),
-            ("waiting", Gauge, "Conversations waiting for a seat"),
-            ("capacity", Gauge, "Conversations answered at once at most (--max-conversations)"),
+        # all gauges read at scrape time; `refused` only grows (the server has one set of seats, never reset)
+        for key, text in (
+            ("active", "Conversations answered now (holding a seat)"),
+            ("waiting", "Conversations waiting for a seat"),
+            ("capacity", "Conversations answered at once at most (--max-conversations)"),
+            ("refused", "Conversations refused since start (every seat and the line full)"),
         ):
-            kind(f"lipstream_conversations_{key}", text, registry=self.registry).set_function(
+            Gauge(f"lipstream_conversations_{key}", text, registry=self.registry).set_function(
                 lambda key=key: read(key)
             )
-        # a counter read from the seats' own count: the server has one set of seats, never reset
-        Gauge(
-            "lipstream_conversations_refused",
-            "Conversations refused since start (every seat and the line full)",
-            registry=self.registry,
-        ).set_function(lambda: read("refused"))
 
     def session_opened(self) -> None:
         """A session reached `ready`."""

@@ -14,7 +14,7 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from lipstream.errors import LipstreamError
 from lipstream.threads import usable_cores
@@ -48,10 +48,7 @@ class SeatCounts:
 
     def as_dict(self) -> dict[str, int]:
         """JSON-ready (for /healthz)."""
-        return {
-            "capacity": self.capacity, "active": self.active, "waiting": self.waiting,
-            "refused": self.refused, "max_waiting": self.max_waiting,
-        }  # fmt: skip
+        return asdict(self)
 
 
 class Seat:
@@ -151,13 +148,10 @@ class ConversationSeats:
         if seat in self._seated:
             self._seated.discard(seat)
             if self._line:
-                nxt = self._line.popleft()
-                self._seated.add(nxt)
-                nxt.grant()
+                self._seat_first_in_line()
         elif seat in self._line:
             self._line.remove(seat)
-        for watcher in self._watchers:  # the line moved: the waiting are told their new place
-            watcher.set()
+        self._line_moved()
 
     def reclaim_idle(self) -> int:
         """A visitor in line asked something: every seated conversation idle for `idle_seconds` goes to the
@@ -170,15 +164,21 @@ class ConversationSeats:
         for seat in idle[: len(self._line)]:  # one seat for each visitor in line before this call, no more
             self._seated.discard(seat)
             seat.unseat()
-            nxt = self._line.popleft()
+            self._seat_first_in_line()
             self._line.append(seat)
-            self._seated.add(nxt)
-            nxt.grant()
             moved += 1
         if moved:
-            for watcher in self._watchers:
-                watcher.set()
+            self._line_moved()
         return moved
+
+    def _seat_first_in_line(self) -> None:
+        seat = self._line.popleft()
+        self._seated.add(seat)
+        seat.grant()
+
+    def _line_moved(self) -> None:
+        for watcher in self._watchers:  # the waiting are told their new place
+            watcher.set()
 
     def position(self, seat: Seat) -> int:
         """0 when seated; its place in line (1 = next) otherwise."""

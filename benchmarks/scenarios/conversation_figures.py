@@ -55,14 +55,15 @@ def _minus(a: float | None, b: float | None) -> float | None:
 
 
 def percentiles(values: list[float | None]) -> dict[str, Any]:
-    """p50/p90/p95 (and n) of the values that exist."""
+    """p50/p90/p95, the worst (and n) of the values that exist."""
     have = [v for v in values if v is not None]
     if not have:
-        return {"p50": None, "p90": None, "p95": None, "n": 0}
+        return {"p50": None, "p90": None, "p95": None, "worst": None, "n": 0}
     return {
         "p50": round(float(np.percentile(have, 50)), 1),
         "p90": round(float(np.percentile(have, 90)), 1),
         "p95": round(float(np.percentile(have, 95)), 1),
+        "worst": round(float(max(have)), 1),
         "n": len(have),
     }
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.scenarios.conversation_figures import _waterfall_row
+from benchmarks.scenarios.conversation_figures import _waterfall_row, percentiles
 from benchmarks.scenarios.conversation_questions import STAGES, _write_wav, espeak_wav
 from lipstream.talk.hearing.stt import word_edits
 
@@ -213,15 +213,6 @@ def cpu_delta(before: dict[int, dict[str, Any]], after: dict[int, dict[str, Any]
 # ----- one round's figures --------------------------------------------------------------------------------
 
 
-def spread(values: list[float | None]) -> dict[str, Any]:
-    """p50, p90 and the worst of the values that exist, and how many there are."""
-    have = [v for v in values if v is not None]
-    if not have:
-        return {"p50": None, "p90": None, "worst": None, "n": 0}
-    return {"p50": round(float(np.percentile(have, 50)), 1), "p90": round(float(np.percentile(have, 90)), 1),
-            "worst": round(float(max(have)), 1), "n": len(have)}  # fmt: skip
-
-
 def summarise_round(
     n: int, rows: list[dict[str, Any]], cpu: dict[str, float], wall_s: float
 ) -> dict[str, Any]:
@@ -230,7 +221,7 @@ def summarise_round(
     ok = [r for r in rows if "error" not in r]
     stages = {}
     for stage in STAGES:
-        marks = spread([(r.get("turn_metrics_ms") or {}).get(stage) for r in ok])
+        marks = percentiles([(r.get("turn_metrics_ms") or {}).get(stage) for r in ok])
         stages[stage] = {"p50": marks["p50"], "p90": marks["p90"], "n": marks["n"]}
     server_total = sum(v for k, v in cpu.items() if k != CLIENTS and "ended" not in k)
     return {
@@ -240,19 +231,19 @@ def summarise_round(
             {"visitor": r["visitor"], "text": r["text"], "error": r["error"]} for r in rows if "error" in r
         ],
         "no_first_frame": sum(1 for r in ok if r.get("speech_end_to_first_frame_ms") is None),
-        "speech_end_to_first_frame_ms": spread([r.get("speech_end_to_first_frame_ms") for r in ok]),
-        "speech_end_to_first_frame_shown_ms": spread(
+        "speech_end_to_first_frame_ms": percentiles([r.get("speech_end_to_first_frame_ms") for r in ok]),
+        "speech_end_to_first_frame_shown_ms": percentiles(
             [r.get("speech_end_to_first_frame_shown_ms") for r in ok]
         ),
         "stages_since_speech_end_ms": stages,
         # turns of visitors in line for a seat: when they saw and heard the wait, how long their answer waited
         "waiting": {
             "turns": sum(1 for r in ok if r.get("waited")),
-            "seen_ms": spread([r.get("wait_seen_ms") for r in ok if r.get("waited")]),
-            "heard_ms": spread([r.get("wait_heard_ms") for r in ok if r.get("waited")]),
-            "waited_ms": spread([r.get("waited_ms") for r in ok if r.get("waited")]),
+            "seen_ms": percentiles([r.get("wait_seen_ms") for r in ok if r.get("waited")]),
+            "heard_ms": percentiles([r.get("wait_heard_ms") for r in ok if r.get("waited")]),
+            "waited_ms": percentiles([r.get("waited_ms") for r in ok if r.get("waited")]),
         },
-        "speech_end_to_first_frame_seated_ms": spread(
+        "speech_end_to_first_frame_seated_ms": percentiles(
             [r.get("speech_end_to_first_frame_ms") for r in ok if not r.get("waited")]
         ),
         "wall_s": round(wall_s, 1),

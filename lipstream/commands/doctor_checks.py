@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from lipstream.talk.models.native_choices import read_cpu
+
 # packages the default paths import (version shown), and those only preparing avatars needs
 CORE_PACKAGES = ("numpy", "av", "onnxruntime", "faster-whisper", "ctranslate2", "llama-cpp-python",
                  "piper-tts", "fastapi", "uvicorn")  # fmt: skip
@@ -58,19 +60,9 @@ def check_python() -> str:
 
 
 def cpu_info(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[str, set[str]]:
-    """The CPU's model name and feature flags (Linux), else the platform's processor string."""
-    try:
-        text = cpuinfo.read_text()
-    except OSError:
-        return platform.processor() or platform.machine(), set()
-    model, flags = platform.machine(), set()
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "model name" and model == platform.machine():
-            model = value.strip()
-        elif key.strip() == "flags" and not flags:
-            flags = set(value.split())
-    return model, flags
+    """The CPU's model name and feature flags (Linux), else the platform's machine name."""
+    facts = read_cpu(cpuinfo)
+    return facts.model, set(facts.flags)
 
 
 def check_cpu() -> str:

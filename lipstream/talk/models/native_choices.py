@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lipstream.threads import usable_cores
+
 SECTION = "native libraries on this CPU"
 SHOWN_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile")
 # CTranslate2's AVX512 level (cpu_info.cc): all five, as its CT2_FORCE_CPU_ISA=AVX512 checks
@@ -89,15 +91,18 @@ class NativeReport:
 def read_cpu(cpuinfo: Path = Path("/proc/cpuinfo")) -> CpuFacts:
     """The CPU's model, vendor and flags (its first processor's), and this process's usable cores."""
     fields: dict[str, str] = {}
-    for line in (cpuinfo.read_text() if cpuinfo.is_file() else "").splitlines():
+    try:
+        text = cpuinfo.read_text()
+    except OSError:  # not Linux: the platform's machine name, no flags
+        text = ""
+    for line in text.splitlines():
         if not line.strip() and fields:
             break  # the first processor's block is enough
         key, sep, value = line.partition(":")
         if sep:
             fields.setdefault(key.strip(), value.strip())
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    model = fields.get("model name") or platform.processor() or platform.machine()
-    return CpuFacts(model, fields.get("vendor_id", ""), frozenset(fields.get("flags", "").split()), cores)
+    model, flags = fields.get("model name") or platform.machine(), frozenset(fields.get("flags", "").split())
+    return CpuFacts(model, fields.get("vendor_id", ""), flags, usable_cores())
 
 
 def _version(package: str) -> str:

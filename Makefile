@@ -111,10 +111,11 @@ test: setup
 	$(PYTEST) -q --durations=15 -n $(TEST_WORKERS) --dist loadfile tests
 	@echo "test report above; artifacts under $${TMPDIR:-/tmp}/pytest-of-$$(id -un)"
 
-# the fast tier: unit and fast integration tests, no browser, no server or model process (docs/testing.md)
+# the fast tier: unit and fast integration tests, no browser, no server or model process (docs/testing.md);
+# on the same two workers as `make test` (91 s in one process, 57 s on two, AMD EPYC 2026-12-06)
 check: $(VENV)/.installed
 	$(BIN)/ruff check lipstream tests benchmarks
-	$(PYTEST) -q --durations=10 -m "not slow and not browser" tests
+	$(PYTEST) -q --durations=10 -n $(TEST_WORKERS) --dist loadfile -m "not slow and not browser" tests
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check lipstream tests benchmarks

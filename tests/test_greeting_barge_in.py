@@ -17,7 +17,7 @@ from server_harness import ServerProcess, agent_with_fake_llm, talk_until, write
 
 from lipstream.server.converse_client import ConverseReport, run_converse
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.realtime]  # the greeting plays in real time as it is talked over
 avatars_root = harness.avatars_root  # shared fixtures
 
 REPLY = "Yes, bicycles are lent at the front desk."

@@ -39,11 +39,36 @@ def words() -> np.ndarray:
     return create_tts("espeak").synthesize(cut_in).pcm.astype(np.float32)
 
 
-def _listen(answer: np.ndarray, user: np.ndarray | None, user_at: int, echo: float = 0.3) -> list[VadEvent]:
-    """Play `answer` from pts 0 and feed the microphone its echo (120 ms, ×`echo`) plus `user` from
-    `user_at`, in 20 ms chunks with the playback position reported; the events the listener gives."""
+def _played(length: int, stall_every: int | None, stall: int) -> np.ndarray:
+    """The pts the player plays at each sample of its time (-1 while it stalls): after every `stall_every`
+    samples played it waits `stall` samples for late frames (None: never)."""
+    if stall_every is None:
+        return np.arange(length)
+    pts = np.full(length, -1)
+    t = played = 0
+    while t < length:
+        run = min(stall_every, length - t)
+        pts[t : t + run] = np.arange(played, played + run)
+        played, t = played + run, t + run + stall
+    return pts
+
+
+def _listen(
+    answer: np.ndarray,
+    user: np.ndarray | None,
+    user_at: int,
+    echo: float = 0.3,
+    stall_every: int | None = None,
+    stall: int = 0,
+) -> list[VadEvent]:
+    """Play `answer` from pts 0 (stalling as `_played` says) and feed the microphone its echo (120 ms,
+    ×`echo`) plus `user` from `user_at`, in 20 ms chunks with the playback position reported; the events
+    the listener gives."""
     mic = np.zeros(len(answer) + DELAY + SR, dtype=np.float32)
-    mic[DELAY : DELAY + len(answer)] += echo * answer
+    pts = _played(len(mic), stall_every, stall)
+    heard = np.where((pts >= 0) & (pts < len(answer)), answer[np.clip(pts, 0, len(answer) - 1)], 0.0)
+    mic[DELAY:] += echo * heard[: len(mic) - DELAY].astype(np.float32)
+    position = np.maximum.accumulate(pts)  # a stalled player reports where it waits
     if user is not None:
         mic[user_at : user_at + len(user)] += user[: len(mic) - user_at]
     mic += np.random.default_rng(0).standard_normal(len(mic)).astype(np.float32) * 5e-4
@@ -60,7 +85,8 @@ def _listen(answer: np.ndarray, user: np.ndarray | None, user_at: int, echo: flo
                     listener.add_reference(sent, pcm16[sent : sent + FRAME])
                     sent += FRAME
                 piece = (mic[i : i + CHUNK] * 32767).astype(np.int16)
-                events += (await listener.hear(piece, SR, i + len(piece))).events
+                playing = int(position[min(i + len(piece), len(position) - 1)])
+                events += (await listener.hear(piece, SR, playing)).events
         finally:
             listener.close()
         return events
@@ -102,3 +128,18 @@ def test_a_microphone_that_does_not_hear_the_avatar_is_heard_over_its_first_word
     assert len(starts) == 1, events
     assert user_at - int(0.1 * SR) <= starts[0] <= user_at + int(0.2 * SR), (starts[0] / SR, user_at / SR)
     assert [e.kind for e in events].count("speech_end") == 1
+
+
+def test_a_question_is_heard_while_the_player_keeps_stalling(answer: np.ndarray) -> None:
+    """A loaded server: frames come late and the player stalls 100 ms every 300 ms, so the canceller
+    resynchronises again and again and its delay search never completes. A question over the avatar, on a
+    microphone that does not hear it, is still heard once 0.8 s of it held no echo (a stall restarted that
+    count, and the question was dropped as echo: 'the server never heard speech')."""
+    question = create_tts("espeak").synthesize("Can I borrow a bicycle?").pcm.astype(np.float32)
+    user_at = int(1.0 * SR)
+    events = _listen(
+        answer[: 4 * SR], question, user_at, echo=0.0, stall_every=int(0.3 * SR), stall=int(0.1 * SR)
+    )
+    starts = [e.sample for e in events if e.kind == "speech_start"]
+    assert len(starts) == 1, events
+    assert user_at - int(0.1 * SR) <= starts[0] <= user_at + int(0.2 * SR), (starts[0] / SR, user_at / SR)

@@ -48,7 +48,6 @@ class EchoGate:
         self._held_start: VadEvent | None = None  # a speech start waiting for the canceller to lock on
         self._held_double_talk = 0  # samples of the user louder than the echo since the held start
         self._held_unmatched = 0  # samples of held voice, the avatar audible, searched with no echo found
-        self._held_resyncs = 0  # the canceller's resync count when that count started
         self._voice_from: int | None = None  # while a start is held: where the voice heard now began
         self._quiet = 0  # samples of silence since the VAD last heard a voice
         self._samples = 0  # microphone samples gated so far
@@ -98,7 +97,6 @@ class EchoGate:
                 log.info("speech start at %d held: echo not locked yet (%s)", event.sample, self.echo.stats)
                 self._held_start = event
                 self._held_double_talk = self._held_unmatched = 0
-                self._held_resyncs = self.echo.stats.resyncs
                 self._voice_from, self._quiet = event.sample, 0
                 continue
             out.append(event)
@@ -118,11 +116,11 @@ class EchoGate:
         return out
 
     def _count_unmatched(self, samples: int) -> None:
-        """Worker: count the held voice the delay search read while the avatar was audible and found no
-        echo in; a resync restarts the search, and the count with it."""
+        """Worker: count the held voice heard while the avatar was audible and no echo delay was found.
+        A resync (the player stalled for late frames) restarts the delay search but not this count, as it
+        does not restart `search_ms`: on a loaded server the player stalled every 0.2-0.5 s, each stall
+        emptied the search, and a question over the greeting was dropped as echo (issue 47)."""
         stats = self.echo.stats
-        if stats.resyncs != self._held_resyncs:
-            self._held_resyncs, self._held_unmatched = stats.resyncs, 0
         if self.vad.speaking and stats.reference_active and stats.delay_ms is None:
             self._held_unmatched += samples
 

@@ -20,7 +20,7 @@ from lipstream.server.converse_client import ConverseReport, run_converse
 pytestmark = [pytest.mark.slow, pytest.mark.realtime]  # the greeting plays in real time as it is talked over
 avatars_root = harness.avatars_root  # shared fixtures
 
-REPLY = "Yes, bicycles are lent at the front desk."
+REPLY = "Yes, the printers are on the first floor."
 GREETING = (
     "Hello, I am Ada, the assistant of the Riverside Library. I can tell you about our opening hours, our "
     "reading rooms, the children's corner and the events of this month. What would you like to know?"
@@ -41,12 +41,14 @@ def persona_server(avatars_root: Path, tmp_path_factory: pytest.TempPathFactory)
 
 @pytest.fixture(scope="module")
 def question(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A short spoken question (espeak-ng). Chosen among a few: the echo canceller's delay search, comparing
-    the question with the greeting, takes it for the greeting's echo at none of 19 offsets (0.3-1.2 s); "When
-    do you open on Sunday?" was taken for it at one (docs/protocol.md: such a start stays held)."""
+    """A short spoken question (espeak-ng) that Whisper tiny.en reads right however the turn is cut: "Can I
+    print documents here?" in 16 of 16 cuts (0.05-0.4 s before it, 0.2-0.9 s after), where "Can I borrow a
+    bicycle?" was read right in 2 ("Can I minimize it all?", "Can I am I, is it cool?": the suite's failures).
+    "When do you open on Sunday?" was taken for the greeting's echo by the delay search at one of 19 offsets
+    (docs/protocol.md: such a start stays held)."""
     from lipstream.talk.voices.tts import create_tts
 
-    speech = create_tts("espeak").synthesize("Can I borrow a bicycle?").pcm
+    speech = create_tts("espeak").synthesize("Can I print documents here?").pcm
     path = tmp_path_factory.mktemp("question") / "question.wav"
     write_speech_wav(path, speech, lead_samples=int(LEAD_SECONDS * 16000))
     return path
@@ -79,6 +81,6 @@ def test_a_question_over_the_greeting_is_heard_in_every_session(
                if m["utterance_id"] == greeting["utterance_id"]]  # fmt: skip
         assert cut and cut[0][1]["interrupted"] and cut[0][0] >= heard_at, (session, cut, log)
         words = {w.strip(".,?!").lower() for w in (report.final_transcript or "").split()}
-        assert "borrow" in words, (session, report.final_transcript, log)
+        assert "print" in words, (session, report.final_transcript, log)
         assert report.reply == REPLY and report.turn_metrics is not None, (session, report.reply, log)
         assert report.turn_metrics["turn"] == 1 and report.interrupted is False

@@ -54,7 +54,8 @@ def make(
         events.append(message)
 
     config = config or ConversationConfig(start_ms=100, partial_every_seconds=0.3)
-    config = config.model_copy(update={"streaming_recognition": True})
+    # commits from the first words: these turns are short, and commitment is what is tested
+    config = config.model_copy(update={"streaming_recognition": True, "commit_after_seconds": 0.0})
     vad = LevelVAD(config.start_ms, config.pause_ms, config.vad_end_silence_ms)
     conversation = Conversation(
         session, stt, llm, emit, config, vad=vad, speaker=Speaker(voices=lambda _name: ToneVoice()),

@@ -102,7 +102,7 @@ def test_the_client_transcribes_with_word_timings_through_the_endpoint(standin, 
 def test_streaming_recognition_commits_words_from_the_endpoint(standin, question) -> None:
     url, _ = standin
     client = OpenAITranscriber(url, "standin", timeout=120)
-    recog = TurnRecogniser(client, client, turn_start=0)
+    recog = TurnRecogniser(client, client, turn_start=0, whole_turn_seconds=0.0)  # commits at once
     for end in range(SAMPLE_RATE // 2, len(question), SAMPLE_RATE // 2):
         start = recog.audio_from()
         recog.partial(question[start:end], start)

@@ -73,7 +73,7 @@ def test_streaming_recognition_commits_words_and_decodes_only_the_tail(
     stt: WhisperSTT, spoken: list[np.ndarray]
 ) -> None:
     pcm = np.concatenate([spoken[0], np.zeros(SAMPLE_RATE // 5, np.float32), spoken[2]])
-    recog = TurnRecogniser(stt, stt, turn_start=0)
+    recog = TurnRecogniser(stt, stt, turn_start=0, whole_turn_seconds=0.0)  # commits from the first words
     step = SAMPLE_RATE // 2
     for end in range(step, len(pcm), step):  # a partial decode every 0.5 s of speech, as a live turn has
         start = recog.audio_from()

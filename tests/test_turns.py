@@ -293,7 +293,7 @@ def test_same_words_ignores_case_and_punctuation(a: str, b: str, same: bool) -> 
 
 def test_local_agreement_commits_what_two_decodes_agree_on_and_drops_repeats() -> None:
     sr = 16000
-    state = StreamingTranscript(turn_start=0, hold_seconds=0.5)
+    state = StreamingTranscript(turn_start=0, hold_seconds=0.5, whole_turn_seconds=0.0)
 
     def words(*spec: tuple[str, float, float]) -> list[TimedWord]:
         return [TimedWord(" " + w, int(a * sr), int(b * sr)) for w, a, b in spec]
@@ -309,6 +309,20 @@ def test_local_agreement_commits_what_two_decodes_agree_on_and_drops_repeats() -
     assert state.update(third, audio_end=int(2.2 * sr)) == "what time does the library"
     assert state.finish(words(("library", 1.1, 1.5), ("open", 1.5, 1.8))) == "what time does the library open"
     assert state.tail_start < int(1.1 * sr)
+
+
+def test_a_turn_shorter_than_the_commit_length_is_read_whole_each_time() -> None:
+    """A question: decodes that agree commit nothing, so the next decode and the final read the whole turn
+    (a tail cut after "Can I" read "borrow a bicycle" as "Myroma is equal")."""
+    sr = 16000
+    state = StreamingTranscript(turn_start=0, hold_seconds=0.5, whole_turn_seconds=12.0)
+    said = (("can", 0.0, 0.3), ("I", 0.3, 0.5))
+    spoken = [TimedWord(" " + w, int(a * sr), int(b * sr)) for w, a, b in said]
+    for end in (1.5, 2.0, 2.5):
+        assert state.update(spoken, audio_end=int(end * sr)) == "can I"
+    assert not state.committed and state.tail_start == 0 and state.prompt == ""
+    state.update(spoken, audio_end=int(12.5 * sr))  # a long turn: agreed words are committed again
+    assert [w.key for w in state.committed] == ["can", "i"]
 
 
 def test_a_failing_model_costs_the_turn_an_apology_and_an_error_event_not_the_session() -> None:

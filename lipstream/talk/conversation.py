@@ -213,7 +213,10 @@ class Conversation:
 
     async def _start_turn(self, action: StartTurn) -> None:
         streaming = self.config.streaming_recognition
-        recog = TurnRecogniser(self.partial_stt, self.stt, action.start - self._preroll, streaming=streaming)
+        recog = TurnRecogniser(
+            self.partial_stt, self.stt, action.start - self._preroll, streaming=streaming,
+            whole_turn_seconds=self.config.commit_after_seconds,
+        )  # fmt: skip
         every = self.config.partial_every_seconds
         self._heard = LiveTranscription(recog, self.recogniser, every, action.start, self.finals)
         self.answers.dropped = (0, 0)

@@ -10,6 +10,7 @@ from typing import Any, Literal, Protocol, get_args
 
 from pydantic import BaseModel, Field
 
+from lipstream.talk.hearing.transcriber import WHOLE_TURN_SECONDS
 from lipstream.talk.hearing.vad import END_SILENCE_MS, PAUSE_MS, START_MS, VoiceActivityDetector
 from lipstream.talk.turn_rule import TurnEndConfig, TurnRule
 
@@ -33,6 +34,9 @@ class ConversationConfig(BaseModel):
     # commit stable words while the user speaks and decode only each turn's tail at the end
     # (lipstream.talk.hearing.transcriber); off: every decode reads the whole turn, as before
     streaming_recognition: bool = False
+    # with streaming recognition, a turn shorter than this commits nothing and is decoded whole (a question
+    # decodes whole faster and truer than as a prompted tail: lipstream.talk.hearing.transcriber)
+    commit_after_seconds: float = Field(WHOLE_TURN_SECONDS, ge=0)
     preroll_seconds: float = Field(0.25, ge=0)  # audio before the detected onset given to STT
     start_ms: float = Field(START_MS, gt=0)  # speech shorter than this (a cough, a click) never starts a turn
     end_silence_ms: float = Field(END_SILENCE_MS, ge=100, le=5000)  # silence that ends the user's turn

@@ -23,6 +23,12 @@ from lipstream.talk.hearing.mic_buffer import MicBuffer
 from lipstream.talk.hearing.vad import VadEvent, VoiceActivityDetector
 
 MAX_REFERENCES = 500  # frames of the avatar's audio kept for the canceller with no microphone coming in: 20 s
+# a player stall: the last chunks' playback offsets agree with each other (within STALL_SPREAD_MS) and sit
+# STALL_STEP_MS or more behind the 2 s median. Followed at once: the median alone took a second to move,
+# and meanwhile the misplaced echo read as the user over it and the avatar interrupted itself
+STALL_CHUNKS = 8
+STALL_SPREAD_MS = 30.0
+STALL_STEP_MS = 80.0
 
 
 @dataclass(frozen=True)
@@ -84,8 +90,17 @@ class MicListener:
         self._mic_clock += samples
         if self.echo is None or self._mic_offsets is None:
             return None
-        self._mic_offsets.append(position - self._mic_clock)
-        return int(self._mic_clock + float(np.median(self._mic_offsets)))
+        offsets = self._mic_offsets
+        offsets.append(position - self._mic_clock)
+        median = float(np.median(offsets))
+        if len(offsets) > STALL_CHUNKS:
+            recent = list(offsets)[-STALL_CHUNKS:]
+            spread, step = max(recent) - min(recent), median - max(recent)
+            if spread <= STALL_SPREAD_MS * SAMPLE_RATE / 1000 and step >= STALL_STEP_MS * SAMPLE_RATE / 1000:
+                offsets.clear()  # the player stalled: its new timeline from now on
+                offsets.extend(recent)
+                median = float(np.median(recent))
+        return int(self._mic_clock + median)
 
     def _analyse(self, pcm: np.ndarray, rate: int, playback: int | None) -> tuple[np.ndarray, Heard]:
         """Worker: 16 kHz float audio with the avatar's echo removed, and the VAD's events."""

@@ -79,7 +79,9 @@ def test_a_question_over_the_greeting_is_heard_in_every_session(
         assert greeting_at < LEAD_SECONDS * 1000, (session, greeting_at)
         cut = [(at, m) for at, m in _events(report, "playback_finished")
                if m["utterance_id"] == greeting["utterance_id"]]  # fmt: skip
-        assert cut and cut[0][1]["interrupted"] and cut[0][0] >= heard_at, (session, cut, log)
+        # the barge-in interrupts in the step that starts the turn (talk/turns.py: Interrupt, then StartTurn),
+        # so the greeting's playback_finished may arrive a moment before user_speech_started (0.07 ms once)
+        assert cut and cut[0][1]["interrupted"] and cut[0][0] >= heard_at - 20, (session, cut, heard_at, log)
         words = {w.strip(".,?!").lower() for w in (report.final_transcript or "").split()}
         assert "print" in words, (session, report.final_transcript, log)
         assert report.reply == REPLY and report.turn_metrics is not None, (session, report.reply, log)

@@ -210,6 +210,9 @@ SCENARIOS: tuple[Scenario, ...] = (
           H("barge-in starts heard > 150 ms late (of 210)", "summary > after > gated_missed", "cases"),)),
     S("stt_window", "stt_window",
       "Whisper on the audio's own window vs 30 s: transcript ms and WER, side by side (records its figures)"),
+    S("stt_streaming", "stt_streaming",
+      "streaming recognition: words committed from the start vs a question read whole, final decode ms and "
+      "WER side by side (records its figures)"),
     S("native_isa", "native_isa",
       "Whisper with CTranslate2's instruction set and GEMM library its own or forced, side by side, a fresh "
       "process each (records no figures: docs/operations.md)", raw="native_isa_bench.json"),

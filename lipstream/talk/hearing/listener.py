@@ -24,11 +24,11 @@ from lipstream.talk.hearing.vad import VadEvent, VoiceActivityDetector
 
 MAX_REFERENCES = 500  # frames of the avatar's audio kept for the canceller with no microphone coming in: 20 s
 # a player stall: the last chunks' playback offsets agree with each other (within STALL_SPREAD_MS) and sit
-# STALL_STEP_MS or more behind the 2 s median. Followed at once: the median alone took a second to move,
-# and meanwhile the misplaced echo read as the user over it and the avatar interrupted itself
+# behind the 2 s median by the canceller's own resync threshold or more. Followed at once: the median alone
+# took a second to move, and meanwhile the misplaced echo read as the user over it and the avatar
+# interrupted itself
 STALL_CHUNKS = 8
 STALL_SPREAD_MS = 30.0
-STALL_STEP_MS = 80.0
 
 
 @dataclass(frozen=True)
@@ -90,13 +90,13 @@ class MicListener:
         self._mic_clock += samples
         if self.echo is None or self._mic_offsets is None:
             return None
-        offsets = self._mic_offsets
+        offsets, jump = self._mic_offsets, self.echo.resync  # a smaller step the canceller ignores anyway
         offsets.append(position - self._mic_clock)
         median = float(np.median(offsets))
         if len(offsets) > STALL_CHUNKS:
             recent = list(offsets)[-STALL_CHUNKS:]
             spread, step = max(recent) - min(recent), median - max(recent)
-            if spread <= STALL_SPREAD_MS * SAMPLE_RATE / 1000 and step >= STALL_STEP_MS * SAMPLE_RATE / 1000:
+            if spread <= STALL_SPREAD_MS * SAMPLE_RATE / 1000 and step >= jump:
                 offsets.clear()  # the player stalled: its new timeline from now on
                 offsets.extend(recent)
                 median = float(np.median(recent))

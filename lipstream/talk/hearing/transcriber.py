@@ -27,10 +27,11 @@ from lipstream.talk.text import bare_word
 PROMPT_CHARS = 200  # the committed text handed to Whisper as its prompt: the last words are enough context
 OVERLAP_SECONDS = 0.2  # audio before the last committed word's end that a decode re-reads (word ends drift)
 # nothing is committed until the turn is this long: up to here every decode reads the whole turn. Measured
-# (Whisper tiny.en, one thread, AMD EPYC; 8 questions x espeak-ng and Piper, partials every 0.5 s at 4
-# phases): the whole turn decoded in 158 ms p50 at WER 0.12, a prompted tail in 612 ms (a prompt takes the
-# 30 s window) at WER 0.23; a tail cut after "Can I" read "borrow a bicycle" as "Myroma is equal". A whole
-# 12 s turn still decodes in ~400 ms, under a prompted 1 s tail's 520 ms.
+# (`python -m benchmarks stt_streaming`: Whisper tiny.en, one thread, AMD EPYC, 60 questions x 4 partial
+# schedules): the final decode read whole took 110 ms p50 at WER 0.185, a prompted tail after words
+# committed from the start 549 ms (a prompt takes the 30 s window) at WER 0.364; a tail cut after "Can I"
+# read "borrow a bicycle" as "Myroma is equal". A whole 12 s turn still decodes in ~400 ms, under a
+# prompted 1 s tail's 520 ms.
 WHOLE_TURN_SECONDS = 12.0
 
 

@@ -138,6 +138,20 @@ def test_a_keyframe_request_or_a_lowered_lid_leaves_the_replay(small_avatar) -> 
     assert sink.replay.replayed == 3  # back on the cache at the next GOP start
 
 
+def test_a_cache_the_interpreter_fails_to_read_is_encoded_again(tmp_path, monkeypatch) -> None:
+    """CPython 3.11 once failed np.load's header parse in one of two sessions warming up at once
+    (SystemError 'AST constructor recursion depth mismatch'): that session encodes its loop, as for a
+    damaged cache, rather than failing to start."""
+    path = tmp_path / "loop.npz"
+    np.savez(path, encoder=np.array("x"), gop=np.array(25))
+
+    def racing_load(*_args, **_kwargs):
+        raise SystemError("AST constructor recursion depth mismatch (before=42, after=39)")
+
+    monkeypatch.setattr(idle_loop_fill.np, "load", racing_load)
+    assert idle_loop_fill.load(IdleGops(50), path) is False
+
+
 def test_the_loop_filled_ahead_is_kept_on_disk_and_plays_in_a_live_stream(small_avatar, tmp_path) -> None:
     """The background fill encodes the whole loop on one thread and writes it to the cache; a fresh loop
     reads it back unit for unit; a live stream (another encoder, two threads) replays it from its first

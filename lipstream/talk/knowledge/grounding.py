@@ -89,6 +89,15 @@ class KnowledgeGrounding:
     def _answers(self, passage: Passage) -> bool:
         return passage.coverage >= self.config.min_coverage or passage.meant
 
+    def fallback(self, grounded: GroundedPrompt) -> str | None:
+        """What `guard` says instead of a reply that strays (the unknown answer where no passage answers);
+        None for chit-chat, where the model's words pass."""
+        if not isinstance(grounded, KnowledgePrompt) or grounded.chit_chat:
+            return None
+        if not grounded.found:
+            return self.config.unknown_answer
+        return spoken_fallback(grounded, self.config.min_coverage)
+
     def prefetch(self, partial_text: str) -> None:
         """Search for the question heard so far; `ground` reuses it when the final transcript has the same
         content words (a few ms on 1,000 pages, on the caller's thread)."""

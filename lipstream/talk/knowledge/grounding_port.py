@@ -36,3 +36,6 @@ class Grounding(Protocol):
 
     def guard(self, grounded: GroundedPrompt, sentences: AsyncIterator[str]) -> AsyncIterator[str]:
         """The reply's sentences as they come, or the passages' best sentence where the model strays."""
+
+    # optional: `fallback(grounded) -> str | None`, what `guard` would say instead of a reply that strays (or
+    # the unknown answer), so the conversation can synthesise it while the model writes

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections import OrderedDict
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 from typing import Any, TypeVar
 
 from lipstream.audio.speech import Speech
@@ -19,6 +20,8 @@ from lipstream.talk.voices.shared import SharedVoices
 from lipstream.talk.voices.tts import TTS
 
 T = TypeVar("T")
+
+MAX_PREPARED = 4  # texts synthesised ahead and not yet spoken (a turn prepares one; older ones are dropped)
 
 
 async def one_text(text: str) -> AsyncIterator[str]:
@@ -40,6 +43,32 @@ class Speaker:
         self.voices = voices or SharedVoices(threads=0, warm_up=False)
         self.executor = executor
         self.default_voice = default_voice
+        # (voice, text) -> its sentences' speech, synthesised ahead (`prepare`); kept ones stay after use
+        self._prepared: OrderedDict[tuple[str, str], Future[list[Speech]]] = OrderedDict()
+        self._kept: dict[tuple[str, str], Future[list[Speech]]] = {}
+
+    def prepare(self, text: str, voice: str | None = None, keep: bool = False) -> None:
+        """Start synthesising `text` on the executor now: a later `speak` of exactly this text takes its
+        speech from here instead of waiting for it (the answer the guard would fall back to, while the model
+        writes; the persona's unknown answer once, `keep`). No executor: nothing is prepared."""
+        key = (voice or self.default_voice, text)
+        if self.executor is None or not text.strip() or key in self._prepared or key in self._kept:
+            return
+
+        def synthesise() -> list[Speech]:
+            return list(self.voices(key[0]).synthesize_sentences(text))
+
+        future = self.executor.submit(synthesise)
+        if keep:
+            self._kept[key] = future
+            return
+        self._prepared[key] = future
+        while len(self._prepared) > MAX_PREPARED:
+            self._prepared.popitem(last=False)[1].cancel()
+
+    def _take_prepared(self, voice: str, text: str) -> Future[list[Speech]] | None:
+        key = (voice, text)
+        return self._kept.get(key) or self._prepared.pop(key, None)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.executor, functools.partial(fn, *args))
@@ -54,9 +83,10 @@ class Speaker:
         """Load the voice now (an unknown one raises here), then return the sentence stream of `texts`;
         `on_speech` sees each sentence as it is handed on. With `quick_start`, the first text's first phrase
         is synthesised alone (`split_first_phrase`), and the rest while it plays, joined without a seam."""
-        tts = await self._run(self.voices, voice or self.default_voice)
+        name = voice or self.default_voice
+        tts = await self._run(self.voices, name)
         stream = one_text(texts) if isinstance(texts, str) else texts
-        return self._sentences(tts, stream, on_speech, quick_start)
+        return self._sentences(tts, stream, on_speech, quick_start, name)
 
     async def _sentences(
         self,
@@ -64,8 +94,21 @@ class Speaker:
         texts: AsyncIterable[str],
         on_speech: Callable[[Speech], None] | None,
         quick_start: bool,
+        voice: str = "",
     ) -> AsyncIterator[Speech]:
         async for text in texts:
+            ready = None if quick_start else self._take_prepared(voice, text)
+            if ready is not None and not ready.cancelled():
+                try:
+                    speeches = await asyncio.wrap_future(ready)
+                except Exception:  # noqa: BLE001 - a failed preparation is synthesised again below
+                    speeches = None
+                if speeches is not None:
+                    for speech in speeches:
+                        if on_speech is not None:
+                            on_speech(speech)
+                        yield speech
+                    continue
             pieces = split_first_phrase(text) if quick_start else [text]
             quick_start = False  # the first text only: later ones are synthesised while earlier ones play
             for index, piece in enumerate(pieces):

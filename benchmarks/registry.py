@@ -220,6 +220,9 @@ SCENARIOS: tuple[Scenario, ...] = (
     S("knowledge_desk", "knowledge_desk_bench",
       "36 spoken questions about 24 notes to serve --agent --knowledge: right, declined, invented, waterfall "
       "(records its own figures)", usage="--avatars-dir $LIPSTREAM_HOME/avatars"),
+    S("knowledge_heldout", "knowledge_heldout",
+      "paraphrased questions on a clinic's notes no threshold was chosen on: words only vs sentence vectors, "
+      "side by side (records its figures)"),
     S("knowledge_desk_notes", "knowledge_desk_corpus",
       "writes the knowledge desk's 24 notes and persona to a folder, to try them with serve", usage="FOLDER"),
     # the serverless page

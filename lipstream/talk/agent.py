@@ -37,7 +37,7 @@ from lipstream.talk.session_port import SessionPort
 from lipstream.talk.turn_end import EndOfTurnModel, TextTurnDetector, TurnDetector
 from lipstream.talk.turn_rule import TurnEndConfig
 from lipstream.talk.voices.shared import SharedVoices
-from lipstream.talk.voices.speaker import Speaker
+from lipstream.talk.voices.speaker import KeptSpeech, Speaker
 from lipstream.threads import background_pool
 
 log = logging.getLogger(__name__)
@@ -114,6 +114,8 @@ class AgentServices:
     # 240 characters, and in a busy server each synthesis without the arena took ~50k page faults, ~1.5x
     # its CPU time alone (first phrase -> audio p50 194 -> 124 ms; docs/conversation.md)
     answer_voices: SharedVoices = field(default_factory=lambda: SharedVoices(keep_arena=True))
+    # sentences every conversation says alike (a persona's unknown answer), synthesised once for all of them
+    kept_speech: KeptSpeech = field(default_factory=dict)
     knowledge: Any = None  # the KnowledgeBase over config.knowledge (None: answers from the model alone)
     seats: ConversationSeats | None = None  # the conversations answered at once (None: no limit)
     # the final transcripts being decoded for any conversation: partial decodes wait for them
@@ -147,7 +149,8 @@ class AgentServices:
         vad = cfg.voice_activity(self.vad_model)
         echo = _echo_canceller(self.config)
         default_voice = speaker.default_voice if speaker is not None else "piper"
-        speaker = Speaker(self.answer_voices, executor=self.answer_voice, default_voice=default_voice)
+        speaker = Speaker(self.answer_voices, executor=self.answer_voice, default_voice=default_voice,
+                          kept=self.kept_speech)  # fmt: skip
         # the voice loads (the first time: ~0.3 s) while the user says the first question
         self.answer_voice.submit(self._load_voice, cfg.voice or default_voice)
         return Conversation(

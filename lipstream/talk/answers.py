@@ -189,9 +189,10 @@ class AnswerMaker:
         messages, prepared.grounded = answer_prompt(self.config.system_prompt, history, text, self.grounding)
         fallback = getattr(self.grounding, "fallback", None)
         said = None if fallback is None or prepared.grounded is None else fallback(prepared.grounded)
-        if said is not None:  # what the guard would say is synthesised while the model writes; a decline is
-            # the same sentence every time: kept
-            self.speaker.prepare(said, self.config.voice, keep=not prepared.grounded.passages)
+        if said is not None and not prepared.grounded.passages:  # a decline: the same words every time,
+            # synthesised once and kept by the server (a sentence of the notes synthesised ahead was measured
+            # and dropped: on 2 cores it slowed the decision and the model as much as it saved)
+            self.speaker.keep(said, self.config.voice)
         return messages
 
     def read_ahead_prefix(self, history: list[ChatMessage], partial_text: str) -> list[ChatMessage] | None:

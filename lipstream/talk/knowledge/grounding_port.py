@@ -38,4 +38,4 @@ class Grounding(Protocol):
         """The reply's sentences as they come, or the passages' best sentence where the model strays."""
 
     # optional: `fallback(grounded) -> str | None`, what `guard` would say instead of a reply that strays (or
-    # the unknown answer), so the conversation can synthesise it while the model writes
+    # the unknown answer): the conversation keeps the unknown answer's speech

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections import OrderedDict
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, MutableMapping
 from concurrent.futures import Executor, Future
 from typing import Any, TypeVar
 
@@ -21,7 +20,8 @@ from lipstream.talk.voices.tts import TTS
 
 T = TypeVar("T")
 
-MAX_PREPARED = 4  # texts synthesised ahead and not yet spoken (a turn prepares one; older ones are dropped)
+MAX_KEPT = 16  # sentences kept synthesised (a persona's unknown answer, per voice): the oldest go first
+KeptSpeech = MutableMapping[tuple[str, str], "Future[list[Speech]]"]  # (voice, text) -> its speech
 
 
 async def one_text(text: str) -> AsyncIterator[str]:
@@ -37,38 +37,29 @@ class Speaker:
         voices: Callable[[str], TTS] | None = None,
         executor: Executor | None = None,
         default_voice: str = "piper",
+        kept: KeptSpeech | None = None,
     ) -> None:
         """`voices`: name -> loaded TTS (a server's SharedVoices); `executor`: where synthesis runs (a
-        server's low-priority speech pool; None: asyncio's default executor)."""
+        server's low-priority speech pool; None: asyncio's default executor); `kept`: sentences synthesised
+        once and spoken again from memory, shared by the speakers given the same mapping."""
         self.voices = voices or SharedVoices(threads=0, warm_up=False)
         self.executor = executor
         self.default_voice = default_voice
-        # (voice, text) -> its sentences' speech, synthesised ahead (`prepare`); kept ones stay after use
-        self._prepared: OrderedDict[tuple[str, str], Future[list[Speech]]] = OrderedDict()
-        self._kept: dict[tuple[str, str], Future[list[Speech]]] = {}
+        self._kept: KeptSpeech = {} if kept is None else kept
 
-    def prepare(self, text: str, voice: str | None = None, keep: bool = False) -> None:
-        """Start synthesising `text` on the executor now: a later `speak` of exactly this text takes its
-        speech from here instead of waiting for it (the answer the guard would fall back to, while the model
-        writes; the persona's unknown answer once, `keep`). No executor: nothing is prepared."""
+    def keep(self, text: str, voice: str | None = None) -> None:
+        """Synthesise `text` on the executor now, once, and keep it: every later `speak` of exactly this
+        text takes its speech from memory (a persona's unknown answer, said often). No executor: nothing."""
         key = (voice or self.default_voice, text)
-        if self.executor is None or not text.strip() or key in self._prepared or key in self._kept:
+        if self.executor is None or not text.strip() or key in self._kept:
             return
 
         def synthesise() -> list[Speech]:
             return list(self.voices(key[0]).synthesize_sentences(text))
 
-        future = self.executor.submit(synthesise)
-        if keep:
-            self._kept[key] = future
-            return
-        self._prepared[key] = future
-        while len(self._prepared) > MAX_PREPARED:
-            self._prepared.popitem(last=False)[1].cancel()
-
-    def _take_prepared(self, voice: str, text: str) -> Future[list[Speech]] | None:
-        key = (voice, text)
-        return self._kept.get(key) or self._prepared.pop(key, None)
+        self._kept[key] = self.executor.submit(synthesise)
+        while len(self._kept) > MAX_KEPT:
+            del self._kept[next(iter(self._kept))]
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.executor, functools.partial(fn, *args))
@@ -97,7 +88,7 @@ class Speaker:
         voice: str = "",
     ) -> AsyncIterator[Speech]:
         async for text in texts:
-            ready = None if quick_start else self._take_prepared(voice, text)
+            ready = None if quick_start else self._kept.get((voice, text))
             if ready is not None and not ready.cancelled():
                 try:
                     speeches = await asyncio.wrap_future(ready)

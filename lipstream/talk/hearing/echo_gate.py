@@ -31,6 +31,11 @@ RUN_BREAK_MS = 150.0
 # echo cancellation, a client sending a recording). Waiting for NO_ECHO_AFTER_MS instead dropped every
 # question over before the avatar's first 3 s ended: no Talk session's greeting could be talked over.
 VOICE_WITHOUT_ECHO_MS = 800.0
+# a delay the filter cannot cancel is no echo: a real one is cancelled by >= 10 dB within ~0.5 s of its delay
+# being found (benchmarks/echo_bench.py). The user's question in the avatar's own voice (Piper over a Piper
+# greeting) made the delay search accept a delay (-91 ms, confidence 9.97) the filter never adapted to
+# (ERLE 0 to -16 dB): held voice with such a delay counts as voice without echo after this grace
+ADAPT_GRACE_MS = 500.0
 
 
 class EchoGate:
@@ -48,6 +53,7 @@ class EchoGate:
         self._held_start: VadEvent | None = None  # a speech start waiting for the canceller to lock on
         self._held_double_talk = 0  # samples of the user louder than the echo since the held start
         self._held_unmatched = 0  # samples of held voice, the avatar audible, searched with no echo found
+        self._held_unadapted = 0  # ... with a delay found that the filter has not (yet) cancelled
         self._voice_from: int | None = None  # while a start is held: where the voice heard now began
         self._quiet = 0  # samples of silence since the VAD last heard a voice
         self._samples = 0  # microphone samples gated so far
@@ -96,7 +102,7 @@ class EchoGate:
             if event.kind == "speech_start" and likely:
                 log.info("speech start at %d held: echo not locked yet (%s)", event.sample, self.echo.stats)
                 self._held_start = event
-                self._held_double_talk = self._held_unmatched = 0
+                self._held_double_talk = self._held_unmatched = self._held_unadapted = 0
                 self._voice_from, self._quiet = event.sample, 0
                 continue
             out.append(event)
@@ -121,13 +127,20 @@ class EchoGate:
         does not restart `search_ms`: on a loaded server the player stalled every 0.2-0.5 s, each stall
         emptied the search, and a question over the greeting was dropped as echo (issue 47)."""
         stats = self.echo.stats
-        if self.vad.speaking and stats.reference_active and stats.delay_ms is None:
+        if not (self.vad.speaking and stats.reference_active):
+            return
+        if stats.delay_ms is None:
             self._held_unmatched += samples
+        elif not stats.adapted:
+            self._held_unadapted += samples
 
     def _voice_without_echo(self) -> bool:
         """Worker: the held voice has been compared with the avatar's audio for VOICE_WITHOUT_ECHO_MS and
-        holds no echo of it: the user is talking over an avatar this microphone does not hear."""
-        return self._held_unmatched >= VOICE_WITHOUT_ECHO_MS * SAMPLE_RATE / 1000
+        holds no echo of it (no delay found, or one found that the filter could not cancel within
+        ADAPT_GRACE_MS): the user is talking over an avatar this microphone does not hear."""
+        grace = ADAPT_GRACE_MS * SAMPLE_RATE / 1000
+        unmatched = self._held_unmatched + max(0.0, self._held_unadapted - grace)
+        return unmatched >= VOICE_WITHOUT_ECHO_MS * SAMPLE_RATE / 1000
 
     def _track_voice(self, chunk_start: int, samples: int) -> None:
         """Worker: where the voice heard now began, a run of voiced chunks broken only by RUN_BREAK_MS of

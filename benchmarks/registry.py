@@ -220,6 +220,10 @@ SCENARIOS: tuple[Scenario, ...] = (
     S("knowledge_desk", "knowledge_desk_bench",
       "36 spoken questions about 24 notes to serve --agent --knowledge: right, declined, invented, waterfall "
       "(records its own figures)", usage="--avatars-dir $LIPSTREAM_HOME/avatars"),
+    S("knowledge_desk_replies", "knowledge_desk_replies",
+      "two knowledge_desk runs' replies word for word, side by side, as Markdown "
+      "(docs/knowledge_desk_replies.md)",
+      usage="BEFORE.json AFTER.json --labels A B"),
     S("knowledge_heldout", "knowledge_heldout",
       "paraphrased questions on a clinic's notes no threshold was chosen on: words only vs sentence vectors, "
       "side by side (records its figures)"),

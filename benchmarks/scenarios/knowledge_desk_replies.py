@@ -1,6 +1,6 @@
 """The knowledge desk's replies word for word, two runs side by side, as Markdown (issue 47's closing notes).
 
-    .venv/bin/python benchmarks/knowledge_desk_replies.py BEFORE.json AFTER.json --labels A B \
+    .venv/bin/python -m benchmarks knowledge_desk_replies BEFORE.json AFTER.json --labels A B \
         [--out docs/knowledge_desk_replies.md]
 
 BEFORE and AFTER are `python -m benchmarks knowledge_desk` raw results (benchmarks/results/
@@ -51,7 +51,7 @@ def render(before: dict[str, Any], after: dict[str, Any], labels: tuple[str, str
         "(benchmarks/knowledge_desk_corpus.py), what Whisper tiny.en heard, and what "
         "`serve --agent --knowledge --persona` said, in two runs: "
         f"{a} and {b} ({before['cpu']} / {after['cpu']}, {after['cores']} cores). Written by "
-        "`benchmarks/knowledge_desk_replies.py` from the two runs' raw JSON.",
+        "`python -m benchmarks knowledge_desk_replies` from the two runs' raw JSON.",
         "",
         f"| | {a} | {b} | goal |",
         "|---|---|---|---|",

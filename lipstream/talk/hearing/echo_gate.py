@@ -36,6 +36,12 @@ VOICE_WITHOUT_ECHO_MS = 800.0
 # greeting) made the delay search accept a delay (-91 ms, confidence 9.97) the filter never adapted to
 # (ERLE 0 to -16 dB): held voice with such a delay counts as voice without echo after this grace
 ADAPT_GRACE_MS = 500.0
+# ... and held voice with no echo confirmed at all (no delay, then a delay not cancelled) for this long is
+# the user's: a real echo's delay is locked within 0.54 s of the avatar speaking (echo bench), its start held
+# 0.2 s into it, and its filter removes 10 dB well within 0.5 s of the lock (< ~0.85 s in all); a short
+# question late in the greeting, its player stalling, had 0.6 s with no delay, then 0.52 s of an uncancelled
+# one, and was dropped
+NO_ECHO_CONFIRMED_MS = 1000.0
 
 
 class EchoGate:
@@ -140,7 +146,11 @@ class EchoGate:
         ADAPT_GRACE_MS): the user is talking over an avatar this microphone does not hear."""
         grace = ADAPT_GRACE_MS * SAMPLE_RATE / 1000
         unmatched = self._held_unmatched + max(0.0, self._held_unadapted - grace)
-        return unmatched >= VOICE_WITHOUT_ECHO_MS * SAMPLE_RATE / 1000
+        unconfirmed = self._held_unmatched + self._held_unadapted
+        return (
+            unmatched >= VOICE_WITHOUT_ECHO_MS * SAMPLE_RATE / 1000
+            or unconfirmed >= NO_ECHO_CONFIRMED_MS * SAMPLE_RATE / 1000
+        )
 
     def _track_voice(self, chunk_start: int, samples: int) -> None:
         """Worker: where the voice heard now began, a run of voiced chunks broken only by RUN_BREAK_MS of

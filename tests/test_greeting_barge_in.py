@@ -1,8 +1,9 @@
 """Issue 47: the persona's greeting can be talked over in every Talk session of a server. The reference
 client (`client --converse`) asks a spoken question (espeak-ng) while the greeting plays, in a real
 `serve --agent --persona` process's second and third sessions: the question is heard, transcribed and
-answered. (The first session's greeting starts later, its voice still loading; the later ones start at
-once, and their first 3 s could not be talked over by a microphone that does not hear the avatar.)"""
+answered. (The greeting is synthesised once, when the server starts, so every session's greeting starts at
+once; before issue 47 the first 3 s of one could not be talked over by a microphone that does not hear the
+avatar.)"""
 
 from __future__ import annotations
 

@@ -142,6 +142,8 @@ def create_app(
     else:
         factory_speaker, pools = factory.speaker, factory.pools
     voices = factory_speaker.voices  # one loaded voice for sessions and POST /api/tts
+    if agent is not None and agent.greeting:  # every Talk session starts with it: synthesised once, now
+        factory_speaker.keep(agent.greeting, agent.voice)
     bundles = SharedBundles(config.avatars_dir)  # one open bundle per avatar for all sessions
     app.state.registry = registry
     app.state.metrics = metrics

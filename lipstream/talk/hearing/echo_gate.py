@@ -31,16 +31,13 @@ RUN_BREAK_MS = 150.0
 # echo cancellation, a client sending a recording). Waiting for NO_ECHO_AFTER_MS instead dropped every
 # question over before the avatar's first 3 s ended: no Talk session's greeting could be talked over.
 VOICE_WITHOUT_ECHO_MS = 800.0
-# a delay the filter cannot cancel is no echo: a real one is cancelled by >= 10 dB within ~0.5 s of its delay
-# being found (benchmarks/echo_bench.py). The user's question in the avatar's own voice (Piper over a Piper
-# greeting) made the delay search accept a delay (-91 ms, confidence 9.97) the filter never adapted to
-# (ERLE 0 to -16 dB): held voice with such a delay counts as voice without echo after this grace
-ADAPT_GRACE_MS = 500.0
-# ... and held voice with no echo confirmed at all (no delay, then a delay not cancelled) for this long is
-# the user's: a real echo's delay is locked within 0.54 s of the avatar speaking (echo bench), its start held
-# 0.2 s into it, and its filter removes 10 dB well within 0.5 s of the lock (< ~0.85 s in all); a short
-# question late in the greeting, its player stalling, had 0.6 s with no delay, then 0.52 s of an uncancelled
-# one, and was dropped
+# ... and held voice with no echo confirmed (no delay found, or a delay the filter has not cancelled) for this
+# long in all is the user's: a real echo's delay is locked within 0.54 s of the avatar speaking (echo bench),
+# its start held 0.2 s into it, and its filter removes 10 dB well within 0.5 s of the lock (< ~0.85 s in
+# all). A delay the filter cannot cancel is no echo: the user's question in the avatar's own voice (Piper
+# over a Piper greeting) made the delay search accept one (-91 ms, confidence 9.97) the filter never adapted
+# to (ERLE 0 to -16 dB), and a short question late in the greeting, its player stalling, had 0.6 s with no
+# delay then 0.52 s of an uncancelled one: both were dropped
 NO_ECHO_CONFIRMED_MS = 1000.0
 
 
@@ -141,14 +138,12 @@ class EchoGate:
             self._held_unadapted += samples
 
     def _voice_without_echo(self) -> bool:
-        """Worker: the held voice has been compared with the avatar's audio for VOICE_WITHOUT_ECHO_MS and
-        holds no echo of it (no delay found, or one found that the filter could not cancel within
-        ADAPT_GRACE_MS): the user is talking over an avatar this microphone does not hear."""
-        grace = ADAPT_GRACE_MS * SAMPLE_RATE / 1000
-        unmatched = self._held_unmatched + max(0.0, self._held_unadapted - grace)
+        """Worker: the held voice has been compared with the avatar's audio for VOICE_WITHOUT_ECHO_MS with
+        no delay found, or for NO_ECHO_CONFIRMED_MS with none found or one the filter could not cancel: the
+        user is talking over an avatar this microphone does not hear."""
         unconfirmed = self._held_unmatched + self._held_unadapted
         return (
-            unmatched >= VOICE_WITHOUT_ECHO_MS * SAMPLE_RATE / 1000
+            self._held_unmatched >= VOICE_WITHOUT_ECHO_MS * SAMPLE_RATE / 1000
             or unconfirmed >= NO_ECHO_CONFIRMED_MS * SAMPLE_RATE / 1000
         )
 

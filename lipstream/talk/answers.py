@@ -186,13 +186,15 @@ class AnswerMaker:
     def messages(self, prepared: PreparedAnswer, history: list[ChatMessage], text: str) -> list[ChatMessage]:
         """The model's input for the transcript `text`: the system prompt, the history, the question (with
         the passages before it when a knowledge source is given)."""
-        messages, prepared.grounded = answer_prompt(self.config.system_prompt, history, text, self.grounding)
+        messages, grounded = answer_prompt(self.config.system_prompt, history, text, self.grounding)
+        prepared.grounded = grounded
         fallback = getattr(self.grounding, "fallback", None)
-        said = None if fallback is None or prepared.grounded is None else fallback(prepared.grounded)
-        if said is not None and not prepared.grounded.passages:  # a decline: the same words every time,
-            # synthesised once and kept by the server (a sentence of the notes synthesised ahead was measured
-            # and dropped: on 2 cores it slowed the decision and the model as much as it saved)
-            self.speaker.keep(said, self.config.voice)
+        if fallback is not None and grounded is not None and not grounded.passages:
+            # a decline (or chit-chat: None): the same words every time, synthesised once and kept by the
+            # server (a sentence of the notes synthesised ahead was measured and dropped: on 2 cores it slowed
+            # the decision and the model as much as it saved)
+            if (said := fallback(grounded)) is not None:
+                self.speaker.keep(said, self.config.voice)
         return messages
 
     def read_ahead_prefix(self, history: list[ChatMessage], partial_text: str) -> list[ChatMessage] | None:

@@ -70,10 +70,10 @@ def load(gops: IdleGops, path: Path) -> bool:
             if str(saved["encoder"]) != ENCODER_TAG or int(saved["gop"]) != gops.gop:
                 return False
             data, offsets, keyframes = saved["data"].tobytes(), saved["offsets"], saved["keyframes"]
-    except (OSError, ValueError, KeyError):  # none, or damaged: encoded again
+    except (OSError, ValueError, KeyError, SystemError):
+        # none, or damaged: encoded again. SystemError: np.load parses its header with ast, whose depth
+        # count CPython 3.11 keeps across threads: two sessions warming up at once failed one
         return False
-    except SystemError:  # np.load parses its header with ast, whose depth count CPython 3.11 keeps across
-        return False  # threads: two sessions warming up at once failed one ('recursion depth mismatch')
     if len(keyframes) != gops.loop_length or len(offsets) != len(keyframes) + 1:
         return False
     bounds = zip(offsets[:-1], offsets[1:], keyframes, strict=True)

@@ -57,11 +57,9 @@ def _chunk(completion_id: str, model: str, delta: dict[str, str], finish: str | 
 def create_child_app(chat: Any, key: str, model_name: str) -> FastAPI:
     """The child's FastAPI app around a loaded `LlamaChat`."""
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
-    # a thread per llama.cpp context (they are not thread-safe): answers and read-aheads queue on the
-    # answer's, judgements on the judge's, so a judgement never waits for an answer or for notes being read
-    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llm")
+    # the judge's context has a thread of its own, so a judgement never waits for an answer or notes being
+    # read; answers and read-aheads go to the model's batched writer, which decodes them all on its thread
     judge_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llm-judge")
-    waiting: set[threading.Event] = set()  # answers queued on the answer's context: read-aheads stop for them
 
     def error(status: int, message: str) -> JSONResponse:
         return JSONResponse({"error": {"message": message}}, status_code=status)
@@ -79,24 +77,17 @@ def create_child_app(chat: Any, key: str, model_name: str) -> FastAPI:
             with contextlib.suppress(RuntimeError):  # the loop may be gone after a cancellation
                 loop.call_soon_threadsafe(queue.put_nowait, (kind, value))
 
-        def work() -> None:
-            waiting.discard(cancel)
-            try:
-                for delta in chat.generate(messages, request.max_tokens, cancel, sampling):
-                    post("delta", delta)
-            except Exception as exc:  # reported to the client, never lost in the thread
-                post("error", exc)
-            finally:
-                post("end", None)
-
-        waiting.add(cancel)
-        executor.submit(work)
+        try:
+            chat.answer(messages, request.max_tokens, cancel, lambda text: post("delta", text),
+                        lambda error: post("end", error), sampling)  # fmt: skip
+        except ValueError as exc:  # the prompt does not fit the context
+            raise RuntimeError(f"ValueError: {exc}") from None
         try:
             while True:
                 kind, value = await queue.get()
                 if kind == "delta":
                     yield value
-                elif kind == "error":
+                elif value is not None:  # the end, with the error that ended it
                     raise RuntimeError(f"{type(value).__name__}: {value}")
                 else:
                     return
@@ -133,8 +124,14 @@ def create_child_app(chat: Any, key: str, model_name: str) -> FastAPI:
             return body
         messages = [ChatMessage(m.role, m.content) for m in body.messages]
         loop = asyncio.get_running_loop()
-        read = await loop.run_in_executor(executor, chat.read_ahead, messages, lambda: bool(waiting))
-        return {"tokens": read}
+        read: asyncio.Future[int] = loop.create_future()
+
+        def done(tokens: int) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop may be gone
+                loop.call_soon_threadsafe(lambda: read.done() or read.set_result(tokens))
+
+        chat.read_ahead(messages, done)
+        return {"tokens": await read}
 
     @app.get("/health")
     async def health(request: Request) -> Any:

@@ -33,6 +33,9 @@ from lipstream.talk.models.model_process import (
 )
 
 UNAVAILABLE = "language model unavailable"
+# a read-ahead of a full context (2,048 tokens) takes ~12 s on one busy core: it is read in the background
+# while answers go first, and its caller waits for it only to know when to send the next one
+READ_AHEAD_TIMEOUT_S = 60.0
 
 
 class EmbeddedChatModel:
@@ -167,7 +170,7 @@ class EmbeddedChatModel:
         """Read the answer's prompt up to the open last message (a knowledge turn's notes, the question heard
         so far) into the answer's cache while the user is still speaking; an answer asked for meanwhile
         stops it (what was read stays cached)."""
-        await self._post("read_ahead", messages)
+        await self._post("read_ahead", messages, timeout=READ_AHEAD_TIMEOUT_S)
 
     async def end_of_turn(self, messages: list[ChatMessage]) -> float:
         """How likely the last (user) message is a finished turn, 0..1 (the model's own judgement of where
@@ -180,13 +183,14 @@ class EmbeddedChatModel:
         except (KeyError, TypeError, ValueError) as exc:
             raise LLMError(f"the end-of-turn score failed: {exc}") from None
 
-    async def _post(self, route: str, messages: list[ChatMessage]) -> dict:
-        """One of the child's own routes (`/v1/lipstream/<route>`): its JSON reply."""
+    async def _post(self, route: str, messages: list[ChatMessage], timeout: float | None = None) -> dict:
+        """One of the child's own routes (`/v1/lipstream/<route>`): its JSON reply (within `timeout`
+        seconds, the model's own by default)."""
         endpoint = await self._endpoint()
         headers = {"Authorization": f"Bearer {endpoint.key}"}
         body = {"messages": [m.to_dict() for m in messages], "stream": False}
         try:
-            async with self._client() as client:
+            async with self._client(timeout) as client:
                 reply = await client.post(f"{endpoint.url}/v1/lipstream/{route}", json=body, headers=headers)
             reply.raise_for_status()
             return reply.json()
@@ -204,9 +208,9 @@ class EmbeddedChatModel:
         finally:
             self._in_flight -= 1
 
-    def _client(self) -> httpx.AsyncClient:
+    def _client(self, timeout: float | None = None) -> httpx.AsyncClient:
         """An HTTP client for the child (the shared TLS context: the child speaks plain HTTP anyway)."""
-        return httpx.AsyncClient(timeout=httpx.Timeout(self.timeout), verify=self._tls)
+        return httpx.AsyncClient(timeout=httpx.Timeout(timeout or self.timeout), verify=self._tls)
 
     async def _explain(self, endpoint: Endpoint, exc: LLMError) -> LLMError:
         """The error of a failed turn, in terms of the model process (died, hung, or what the child said)."""

@@ -7,10 +7,10 @@ that child, never the server (issue 19). Everything else talks to the child over
 from __future__ import annotations
 
 import importlib.util
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,9 @@ import numpy as np
 
 from lipstream.errors import ModelError
 from lipstream.talk.models.llm import ChatMessage, as_spoken
+from lipstream.talk.models.llm_batch import BatchedWriter
+from lipstream.talk.models.llm_sampling import SamplingConfig
+from lipstream.talk.models.llm_schedule import Job
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # the instruction-set features a build of llama.cpp may use on every x86-64 machine the project runs on
@@ -38,15 +41,6 @@ def bundled_gguf_path() -> Path:
     return path
 
 
-@dataclass(frozen=True)
-class SamplingConfig:
-    """How the model picks tokens: low temperature plus a repetition penalty (a 135M model loops without)."""
-
-    temperature: float = 0.3
-    top_p: float = 0.9
-    repeat_penalty: float = 1.2
-
-
 def compiled_features() -> dict[str, bool]:
     """The CPU features this llama.cpp build was compiled with ("AVX2": True, "AVX512": False, ...)."""
     import llama_cpp
@@ -61,22 +55,17 @@ def compiled_features() -> dict[str, bool]:
     return features
 
 
-# tokens a read-ahead evaluates between two looks at whether an answer is waiting (~16 x 3-6 ms on one core)
-READ_AHEAD_CHUNK = 16
-
-
 class LlamaChat:
-    """SmolLM2 on llama.cpp: blocking token-by-token chat generation in one context, and the end-of-turn
-    judgement in a second context of the same weights (issue 47: a judgement never queues behind an answer's
-    prompt, the knowledge notes it reads included, and each context's prompt cache keeps its own prefix).
+    """SmolLM2 on llama.cpp: the answers of several conversations written at once in one context (issue 49:
+    `BatchedWriter`, a sequence each), and the end-of-turn judgement in a second context of the same weights
+    (issue 47: a judgement never queues behind an answer's prompt, the knowledge notes it reads included).
 
-    The chat template is the one stored in the GGUF (ChatML), generation stops at its end-of-turn token.
-    llama.cpp keeps each context's previous prompt in its KV cache, so a next turn that extends the same
-    history only evaluates the new tokens. `threads` defaults to 1: llama.cpp's worker threads spin at
-    barriers, and when the cores are also busy with STT, TTS and rendering, 2 threads on 2 cores ran 3-10x
-    slower than 1 (measured); a 135M model is fast enough on one core. The weights are mapped once and
-    shared by both contexts (a second `Llama` would load and repack them again: +155 MB); the judge's context
-    costs its KV cache and buffers.
+    The chat template is the one stored in the GGUF (ChatML), generation stops at its end-of-turn token. Each
+    answer's sequence keeps its prompt in the KV cache, so a next turn that extends the same history only
+    evaluates the new tokens. `threads` defaults to 1: llama.cpp's worker threads spin at barriers, and when
+    the cores are also busy with STT, TTS and rendering, 2 threads on 2 cores ran 3-10x slower than 1
+    (measured); a 135M model is fast enough on one core. The weights are mapped once and shared by both
+    contexts (a second `Llama` would load and repack them again: +155 MB); each context costs its KV cache.
     """
 
     def __init__(
@@ -86,26 +75,40 @@ class LlamaChat:
         context_tokens: int = 2048,
         sampling: SamplingConfig | None = None,
         seed: int = 0,
+        slots: int = 4,
     ) -> None:
         try:
             from llama_cpp import Llama
+            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
         except ImportError as exc:
             raise ModelError("the embedded LLM needs llama-cpp-python: run `make setup`") from exc
         self.model_path = Path(model_path) if model_path is not None else bundled_gguf_path()
         self.sampling = sampling or SamplingConfig()
+        self.context_tokens = context_tokens
+        self._seed = seed
         started = time.perf_counter()
         try:
+            # this context only tokenizes and holds the weights: the answers' and the judge's decode elsewhere
             self._llama = Llama(
-                model_path=str(self.model_path), n_ctx=context_tokens, n_threads=threads,
-                n_threads_batch=threads, seed=seed, verbose=False,
+                model_path=str(self.model_path), n_ctx=64, n_threads=threads, n_threads_batch=threads,
+                seed=seed, verbose=False,
             )  # fmt: skip
+            self._llama.context_params.n_ctx = context_tokens  # the judge's copy of these params
             self._judge = SecondContext(self._llama)
+            self._writer = BatchedWriter(self._llama, slots=slots, context_tokens=context_tokens)
         except (ValueError, RuntimeError, OSError) as exc:
             raise ModelError(f"could not load {self.model_path.name} with llama.cpp: {exc}") from exc
+        template = self._llama.metadata.get("tokenizer.chat_template", "")
+        eos = self._llama.token_eos()
+        self._format = Jinja2ChatFormatter(template, eos_token=self._piece(eos), bos_token="",
+                                           stop_token_ids=[eos])  # fmt: skip
         self.load_seconds = time.perf_counter() - started
-        self._lock = threading.Lock()  # the answer's context
         self._judge_lock = threading.Lock()
         self._end_tokens: list[int] | None = None
+        self._answers = 0
+
+    def _piece(self, token: int) -> str:
+        return self._llama.detokenize([token], special=True).decode("utf-8", "replace")
 
     def warm_up(self) -> float:
         """Generate a few tokens so the first real turn pays no first-call costs; returns seconds."""
@@ -115,6 +118,34 @@ class LlamaChat:
         self.end_of_turn([ChatMessage("user", "Hi")])
         return time.perf_counter() - started
 
+    def prompt_tokens(self, messages: list[ChatMessage]) -> list[int]:
+        """The tokens an answer to `messages` begins with (the GGUF's chat template, the assistant's turn
+        opened); ValueError when they leave the answer no room in a sequence's context."""
+        text = self._format(messages=[m.to_dict() for m in messages]).prompt
+        tokens = self._llama.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+        if len(tokens) >= self.context_tokens - 1:
+            raise ValueError(
+                f"the prompt is {len(tokens)} tokens, over the context of {self.context_tokens}: "
+                "shorten the notes or the history"
+            )
+        return tokens
+
+    def answer(
+        self,
+        messages: list[ChatMessage],
+        max_tokens: int,
+        cancel: threading.Event,
+        emit: Callable[[str], None],
+        finish: Callable[[BaseException | None], None],
+        sampling: SamplingConfig | None = None,
+    ) -> None:
+        """Start writing an answer beside any others; `emit` gets its text piece by piece and `finish` its
+        end (None, or the error), both on the decoding thread. Cancelling stops it within a token."""
+        self._answers += 1
+        job = Job(self.prompt_tokens(messages), max_tokens, sampling or self.sampling, emit,
+                  lambda error, _read: finish(error), cancel, seed=self._seed + self._answers)  # fmt: skip
+        self._writer.submit(job)
+
     def generate(
         self,
         messages: list[ChatMessage],
@@ -122,28 +153,20 @@ class LlamaChat:
         cancel: threading.Event,
         sampling: SamplingConfig | None = None,
     ) -> Iterator[str]:
-        """Blocking generation, one text delta per token; stops when `cancel` is set."""
-        sampling = sampling or self.sampling
-        with self._lock:
-            if cancel.is_set():
-                return
-            chunks = self._llama.create_chat_completion(
-                messages=[m.to_dict() for m in messages],  # type: ignore[misc]
-                max_tokens=max_tokens,
-                temperature=sampling.temperature,
-                top_p=sampling.top_p,
-                repeat_penalty=sampling.repeat_penalty,
-                stream=True,
-            )
-            try:
-                for chunk in chunks:
-                    if cancel.is_set():
-                        break
-                    delta = chunk["choices"][0]["delta"].get("content")  # type: ignore[index,union-attr]
-                    if delta:
-                        yield delta
-            finally:
-                chunks.close()  # type: ignore[union-attr]
+        """Blocking generation, one text piece per token; stops when `cancel` is set."""
+        pieces: queue.SimpleQueue[tuple[str | None, BaseException | None]] = queue.SimpleQueue()
+        self.answer(messages, max_tokens, cancel, lambda text: pieces.put((text, None)),
+                    lambda error: pieces.put((None, error)), sampling)  # fmt: skip
+        try:
+            while True:
+                text, error = pieces.get()
+                if error is not None:
+                    raise error
+                if text is None:
+                    return
+                yield text
+        finally:
+            cancel.set()
 
     def end_of_turn(self, messages: list[ChatMessage]) -> float:
         """The probability that the last (user) message is a finished turn: how likely the model finds it
@@ -151,8 +174,8 @@ class LlamaChat:
 
         The text is scored as spoken, without its final punctuation (speech recognition adds "?" to a
         fragment as readily as to a question). It runs in the judge's own context, whose cache keeps the
-        conversation's prompt up to the user's words from the last judgement or read-ahead: a score costs
-        only the new words (≈ 20-40 ms on one thread), whatever the answer's context is doing."""
+        conversation's prompt up to the user's words from the last judgement: a score costs only the new
+        words (≈ 20-40 ms on one thread), whatever the answers' context is doing."""
         *context, last = messages
         with self._judge_lock:
             llama = self._judge
@@ -163,18 +186,21 @@ class LlamaChat:
         odds = np.exp(logits - logits.max())
         return float(odds[ends].sum() / odds.sum())
 
-    def read_ahead(self, messages: list[ChatMessage], stop: Callable[[], bool] = lambda: False) -> int:
-        """Read the answer's prompt as far as `messages` go (the last, the user's, left open: a knowledge
-        turn's notes, or the question heard so far) into the answer's context while the user still speaks,
-        `READ_AHEAD_CHUNK` tokens at a time; it stops early, keeping what it read, once `stop()` says an
-        answer is waiting (an answer never waits behind a head start). Returns the tokens read."""
+    def read_ahead(self, messages: list[ChatMessage], done: Callable[[int], None]) -> None:
+        """Start reading the answer's prompt as far as `messages` go (the last, the user's, left open: a
+        knowledge turn's notes, or the question heard so far) into a sequence of the answers' context while
+        the user still speaks; `done` gets the tokens read. It reads only when no answer is writing its first
+        phrase, and ends early, keeping what it read, when an answer that goes on from it (or one with no
+        free sequence) is asked for."""
         *context, last = messages
-        with self._lock:
-            return self._eval_missing(self._llama, _chatml(context, last.role, last.content), stop)
+        text = _chatml(context, last.role, last.content)
+        tokens = self._llama.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+        tokens = tokens[: self.context_tokens - 1]
+        self._writer.submit(Job(tokens, 0, None, lambda _text: None, lambda _error, read: done(read),
+                                threading.Event()))  # fmt: skip
 
-    def _eval_missing(self, llama: Any, prompt: str, stop: Callable[[], bool] | None = None) -> int:
-        """Evaluate `prompt` in `llama`'s context past what its cache already holds (in chunks, checking
-        `stop` between them, when given); returns the tokens evaluated."""
+    def _eval_missing(self, llama: Any, prompt: str) -> int:
+        """Evaluate `prompt` in `llama`'s context past what its cache already holds; the tokens evaluated."""
         tokens = llama.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
         if len(tokens) >= llama.n_ctx():
             tokens = tokens[-(llama.n_ctx() - 1) :]
@@ -185,14 +211,8 @@ class LlamaChat:
             kept += 1
         llama.n_tokens = kept  # the cache past this point is dropped by eval
         missing = tokens[kept:]
-        step = READ_AHEAD_CHUNK if stop is not None else max(1, len(missing))
-        done = 0
-        while done < len(missing):
-            if stop is not None and stop():
-                break
-            llama.eval(missing[done : done + step])
-            done += step
-        return min(done, len(missing))
+        llama.eval(missing)
+        return len(missing)
 
     def _turn_end_tokens(self) -> list[int]:
         if self._end_tokens is None:
@@ -204,8 +224,9 @@ class LlamaChat:
 
     def close(self) -> None:
         """Free both contexts."""
-        with self._lock, self._judge_lock:
-            self._judge.close()  # before the model it uses
+        with self._judge_lock:
+            self._writer.close()
+            self._judge.close()  # before the model they use
             self._llama.close()
 
 

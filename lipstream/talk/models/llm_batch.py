@@ -1,0 +1,220 @@
+"""Several answers written at once in one llama.cpp context (issue 49 item 3).
+
+Each answer is a sequence of its own in a context of `slots` sequences; one thread decodes them, the tokens
+`llm_schedule.plan_step` picks (every first phrase being written, a chunk of a waiting prompt, later sentences
+at a pace) in one batch a step. Before, one answer was written to its end while a new one waited.
+
+Each sequence keeps its tokens in the cache after its answer: the next request takes the free sequence whose
+cache shares the longest start with its prompt (a conversation's next turn, or its own read-ahead), so only
+the new tokens are read.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from lipstream.talk.models.llm_sampling import next_token
+from lipstream.talk.models.llm_schedule import Entry, Job, plan_step
+
+SLOTS = 4  # answers written at once (a fifth waits for a sequence); the server seats fewer (docs/scaling.md)
+STEP_TOKENS = 64  # the most tokens in one decode (plan_step's chunks, plus one token per answer)
+
+
+class BatchedWriter:
+    """The answers' context of a loaded `Llama`: `submit` a job from any thread; one thread decodes."""
+
+    def __init__(self, llama: Any, slots: int = SLOTS, context_tokens: int = 2048) -> None:
+        import llama_cpp
+        from llama_cpp import _internals
+
+        self._lib = llama_cpp
+        params = type(llama.context_params).from_buffer_copy(llama.context_params)
+        params.n_seq_max = slots
+        params.n_ctx = slots * context_tokens  # each sequence its own `context_tokens`
+        params.kv_unified = False
+        params.n_batch = params.n_ubatch = STEP_TOKENS
+        self._ctx = _internals.LlamaContext(model=llama._model, params=params, verbose=False)
+        self._batch = _internals.LlamaBatch(n_tokens=STEP_TOKENS, embd=0, n_seq_max=1, verbose=False)
+        self._memory = llama_cpp.llama_get_memory(self._ctx.ctx)
+        self._llama = llama
+        self._vocab = llama.n_vocab()
+        self._end_tokens = {llama.token_eos(), *_im_end(llama)}
+        self.context_tokens = context_tokens
+        self._cached: list[list[int]] = [[] for _ in range(slots)]  # each sequence's tokens in the cache
+        self._used = [0.0] * slots  # when each sequence last served (the least recent is reused first)
+        self._jobs: list[Job] = []  # holding a sequence
+        self._waiting: list[Job] = []  # for a sequence
+        self._inbox: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="llm-batch", daemon=True)
+        self._thread.start()
+
+    def submit(self, job: Job) -> None:
+        """Queue `job`; its `emit` and `finish` are called from the decoding thread."""
+        self._inbox.put(job)
+
+    def close(self) -> None:
+        """Finish the thread (jobs still queued end with an error) and free the context."""
+        self._inbox.put(None)
+        self._thread.join()
+        self._batch.close()
+        self._ctx.close()
+
+    # -- the decoding thread ---------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        entries: list[Entry] = []
+        while self._take(block=not entries):
+            self._drop_finished()
+            self._seat_waiting()
+            entries = plan_step(self._jobs, time.monotonic())
+            if not entries:
+                continue
+            try:
+                self._step(entries)
+            except Exception as exc:  # a failed decode ends the jobs in it, never the thread
+                for entry in entries:
+                    self._end(entry.job, exc)
+        for job in [*self._jobs, *self._waiting]:
+            self._end(job, RuntimeError("the language model is shutting down"))
+
+    def _take(self, block: bool) -> bool:
+        """Move submitted jobs to the waiting list; False once `close` was called."""
+        try:
+            item = self._inbox.get(block=block)
+        except queue.Empty:
+            return True
+        while item is not None:
+            self._waiting.append(item)
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                return True
+        return False
+
+    def _drop_finished(self) -> None:
+        """End cancelled jobs, and the read-aheads a waiting job needs ended: one whose whole read its prompt
+        begins with (it goes on from there), or, for an answer, one whose place it needs (none is free)."""
+        for job in [*self._jobs, *self._waiting]:
+            if job.cancel.is_set():
+                self._end(job, None)
+        free = len(self._cached) - len(self._jobs)
+        answer_waits = any(job.is_answer for job in self._waiting)
+        for job in [j for j in self._jobs if not j.is_answer and self._waiting]:
+            assert job.slot is not None
+            read = self._cached[job.slot]
+            continued = any(_shared_start(read, w.prompt, len(w.prompt)) == len(read) for w in self._waiting)
+            if continued or (answer_waits and free == 0):
+                self._end(job, None)
+                free += 1
+
+    def _seat_waiting(self) -> None:
+        """Give free sequences to waiting jobs, answers first: each the free sequence whose cache shares the
+        longest start with its prompt, or the least recently used."""
+        busy = {job.slot for job in self._jobs}
+        for job in sorted(self._waiting, key=lambda j: not j.is_answer):
+            free = [slot for slot in range(len(self._cached)) if slot not in busy]
+            if not free:
+                break
+            # an answer reads its last prompt token again when all is cached: its logits start the answer
+            limit = len(job.prompt) - 1 if job.is_answer else len(job.prompt)
+            shared = {slot: _shared_start(self._cached[slot], job.prompt, limit) for slot in free}
+            slot = max(free, key=lambda s: (shared[s], -self._used[s]))
+            self._lib.llama_memory_seq_rm(self._memory, slot, shared[slot], -1)
+            del self._cached[slot][shared[slot] :]
+            job.slot, job.read = slot, shared[slot]
+            job.rng = np.random.default_rng(job.seed)
+            busy.add(slot)
+            self._waiting.remove(job)
+            self._jobs.append(job)
+            if job.left == 0:  # a read-ahead of what the cache already holds
+                self._end(job, None)
+
+    def _step(self, entries: list[Entry]) -> None:
+        """Decode the entries in one batch, then pick each answer's next token where its logits came."""
+        batch = self._batch.batch
+        n = 0
+        rows: list[tuple[Job, int]] = []
+        for entry in entries:
+            slot = entry.job.slot
+            assert slot is not None
+            start = len(self._cached[slot])
+            for offset, token in enumerate(entry.tokens):
+                batch.token[n] = token
+                batch.pos[n] = start + offset
+                batch.seq_id[n][0] = slot
+                batch.n_seq_id[n] = 1
+                batch.logits[n] = entry.logits and offset == len(entry.tokens) - 1
+                n += 1
+            if entry.logits:
+                rows.append((entry.job, n - 1))
+        batch.n_tokens = n
+        self._ctx.decode(self._batch)
+        now = time.monotonic()
+        for entry in entries:
+            job = entry.job
+            assert job.slot is not None
+            self._cached[job.slot].extend(entry.tokens)
+            self._used[job.slot] = job.last_step = now
+            if job.left > 0:
+                job.read += len(entry.tokens)
+                if job.left == 0 and not job.is_answer:
+                    self._end(job, None)
+        for job, row in rows:
+            self._write(job, row)
+
+    def _write(self, job: Job, row: int) -> None:
+        """Pick the job's next token from its logits row; emit its text or end the answer."""
+        assert job.sampling is not None and job.rng is not None and job.slot is not None
+        logits = np.ctypeslib.as_array(self._ctx.get_logits_ith(row), shape=(self._vocab,))
+        token = next_token(logits, job.written, job.sampling, job.rng)
+        if token in self._end_tokens or job.cancel.is_set():
+            self._end(job, None)
+            return
+        job.written.append(token)
+        job.pending += self._llama.detokenize([token], prev_tokens=job.written[:-1])
+        text, job.pending = _complete_utf8(job.pending)
+        if text:
+            job.emit(text)
+        if len(job.written) >= job.max_tokens or len(self._cached[job.slot]) >= self.context_tokens - 1:
+            self._end(job, None)
+
+    def _end(self, job: Job, error: BaseException | None) -> None:
+        """Take the job off the lists and report its end (once)."""
+        if job in self._jobs:
+            self._jobs.remove(job)
+        elif job in self._waiting:
+            self._waiting.remove(job)
+        else:
+            return
+        job.finish(error, job.read)
+
+
+def _shared_start(cached: list[int], prompt: list[int], limit: int) -> int:
+    """How many first tokens `cached` and `prompt[:limit]` share."""
+    count = 0
+    for a, b in zip(cached, prompt[:limit], strict=False):
+        if a != b:
+            break
+        count += 1
+    return count
+
+
+def _complete_utf8(data: bytes) -> tuple[str, bytes]:
+    """The text of `data`'s complete characters, and the bytes of a character cut at its end."""
+    for cut in range(len(data), max(len(data) - 4, -1), -1):
+        try:
+            return data[:cut].decode("utf-8"), data[cut:]
+        except UnicodeDecodeError:
+            continue
+    return data.decode("utf-8", "replace"), b""
+
+
+def _im_end(llama: Any) -> list[int]:
+    """The chat template's end-of-message token, when the vocabulary has one."""
+    tokens = llama.tokenize(b"<|im_end|>", add_bos=False, special=True)
+    return tokens[:1] if len(tokens) == 1 else []

@@ -1,0 +1,102 @@
+"""What the answers' context decodes next when several conversations want the model (issue 49 item 2 and 3).
+
+On a CPU a decode costs in proportion to the tokens in it (measured on the 2-core box, one thread, SmolLM2
+135M: a token written ≈ 15 ms for one sequence, 29 for two, 52 for four; a prompt token read ≈ 6 ms, in chunks
+of 16 as of 256), so batching saves little and the order is what counts. Work goes in order of need:
+
+1. every answer still writing its first phrase decodes its next token in every step (a listener waits for it);
+2. then one answer's prompt, the shortest left first (a short one reaches its first phrase soonest), in chunks
+   that keep a step short — only when no first phrase is being written, except a prompt nearly read;
+3. an answer past its first phrase decodes every step while no one else needs the model, and otherwise one
+   token every `LATER_PACE_S` (still faster than speech: playback is seconds behind its later sentences);
+4. a read-ahead (a prompt read while its user still speaks) only when no answer waits for its first phrase.
+
+Pure logic (no llama.cpp, no clock of its own): table-driven tests in tests/test_llm_schedule.py.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lipstream.talk.models.llm_sampling import SamplingConfig
+
+FIRST_PHRASE_TOKENS = 16  # an answer's tokens until its first phrase is surely written
+PROMPT_CHUNK = 32  # a prompt's tokens in one step (≈ 200 ms on one core): an answer asked meanwhile waits
+NEARLY_READ = 8  # a prompt with this few tokens left joins a step of first phrases (≈ 50 ms)
+READ_AHEAD_CHUNK = 16  # a read-ahead's tokens in one step (≈ 100 ms)
+LATER_PACE_S = 0.15  # one token of a later sentence per this, while others need the model (≈ 5 words/s)
+
+
+@dataclass(eq=False)
+class Job:
+    """An answer to write (with `sampling` None: a prompt to read ahead) in a sequence of the context."""
+
+    prompt: list[int]
+    max_tokens: int
+    sampling: SamplingConfig | None
+    emit: Callable[[str], None]  # a piece of the answer's text (called on the decoding thread)
+    finish: Callable[[BaseException | None, int], None]  # the end: the error if any, prompt tokens read
+    cancel: threading.Event
+    seed: int = 0
+    slot: int | None = None
+    read: int = 0  # prompt tokens in the sequence's cache
+    written: list[int] = field(default_factory=list)
+    last_step: float = 0.0  # when it last decoded
+    pending: bytes = b""  # the end of a character split across tokens
+    rng: np.random.Generator | None = None
+
+    @property
+    def is_answer(self) -> bool:
+        """It writes an answer (not only reads ahead)."""
+        return self.sampling is not None
+
+    @property
+    def left(self) -> int:
+        """Prompt tokens not read yet."""
+        return len(self.prompt) - self.read
+
+    @property
+    def urgent(self) -> bool:
+        """An answer whose first phrase is not written yet."""
+        return self.is_answer and len(self.written) < FIRST_PHRASE_TOKENS
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A job's tokens in a decode; `logits`: its last token's logits pick the job's next token."""
+
+    job: Job
+    tokens: list[int]
+    logits: bool
+
+
+def plan_step(jobs: list[Job], now: float) -> list[Entry]:
+    """The next decode for `jobs` (each holding a sequence) at time `now`, in order of need; empty when no
+    job has anything to decode."""
+    answers = [job for job in jobs if job.is_answer]
+    writing = [job for job in answers if job.left == 0]
+    reading = sorted((job for job in answers if job.left > 0), key=lambda job: job.left)
+    first_phrases = [job for job in writing if job.urgent]
+    entries = [Entry(job, job.written[-1:], True) for job in first_phrases]
+    if first_phrases:
+        entries += [_read(job, job.left) for job in reading if job.left <= NEARLY_READ]
+    elif reading:
+        entries.append(_read(reading[0], PROMPT_CHUNK))
+    else:
+        ahead = [job for job in jobs if not job.is_answer and job.left > 0]
+        entries += [_read(job, READ_AHEAD_CHUNK) for job in ahead[:1]]
+    busy = bool(entries)
+    later = [job for job in writing if not job.urgent]
+    due = [job for job in later if not busy or now - job.last_step >= LATER_PACE_S]
+    entries += [Entry(job, job.written[-1:], True) for job in due]
+    return entries
+
+
+def _read(job: Job, chunk: int) -> Entry:
+    """The job's next `chunk` prompt tokens; the logits of the last one when it ends an answer's prompt."""
+    tokens = job.prompt[job.read : job.read + chunk]
+    return Entry(job, tokens, job.is_answer and job.read + len(tokens) == len(job.prompt))

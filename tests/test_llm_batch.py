@@ -1,0 +1,96 @@
+"""Several answers written at once by the embedded SmolLM2 in one llama.cpp context (issue 49 item 3), in
+this process (the server runs it in its model child: tests/test_talk_llm.py)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from lipstream.talk.models.llm import ChatMessage
+from lipstream.talk.models.llm_sampling import SamplingConfig
+
+pytestmark = pytest.mark.slow
+
+SYSTEM = ChatMessage("system", "You are a friendly assistant. Answer in one short sentence.")
+QUESTIONS = ["Why is the sky blue?", "What do bees eat?", "Where do penguins live?", "How do bees fly?"]
+GREEDY = SamplingConfig(temperature=0.0)
+
+
+@pytest.fixture(scope="module")
+def chat():
+    from lipstream.talk.models.llm_llama import LlamaChat
+
+    model = LlamaChat(threads=1, slots=4)
+    model.warm_up()
+    yield model
+    model.close()
+
+
+class Answer:
+    """One answer asked of the model: its pieces with their times, its end."""
+
+    def __init__(self, chat, question: str, max_tokens: int = 24, sampling=GREEDY) -> None:
+        self.pieces: list[tuple[float, str]] = []
+        self.ended = threading.Event()
+        self.error: BaseException | None = None
+        self.cancel = threading.Event()
+        self.asked = time.perf_counter()
+        messages = [SYSTEM, ChatMessage("user", question)]
+        chat.answer(messages, max_tokens, self.cancel, self._piece, self._end, sampling)
+
+    def _piece(self, text: str) -> None:
+        self.pieces.append((time.perf_counter(), text))
+
+    def _end(self, error: BaseException | None) -> None:
+        self.error, self.ended_at = error, time.perf_counter()
+        self.ended.set()
+
+    @property
+    def text(self) -> str:
+        return "".join(text for _, text in self.pieces)
+
+    def wait(self) -> str:
+        assert self.ended.wait(60), "the answer never ended"
+        assert self.error is None, self.error
+        return self.text
+
+
+def test_answers_written_at_once_equal_each_written_alone(chat) -> None:
+    alone = [Answer(chat, q).wait() for q in QUESTIONS]
+    together = [Answer(chat, q) for q in QUESTIONS]
+    assert [a.wait() for a in together] == alone
+    assert all(len(text.split()) >= 3 for text in alone), alone
+
+
+def test_an_answer_asked_while_another_is_written_starts_before_that_one_ends(chat) -> None:
+    first = Answer(chat, "Tell me a long story about a dragon.", max_tokens=120)
+    while not first.pieces:
+        time.sleep(0.005)
+    second = Answer(chat, "What is the capital of France?", max_tokens=8)
+    second.wait()
+    first.wait()
+    assert second.pieces[0][0] < first.ended_at  # its first words came while the story was still written
+    assert len(first.pieces) > 40
+
+
+def test_a_fifth_answer_waits_for_a_free_sequence_and_a_cancelled_one_frees_its_own(chat) -> None:
+    long = [Answer(chat, f"Tell me a long story about {animal}.", max_tokens=200, sampling=None)
+            for animal in ("a dragon", "a cat", "a fox", "an owl")]  # fmt: skip
+    fifth = Answer(chat, "What is two plus two?", max_tokens=8)
+    time.sleep(0.5)
+    assert not fifth.pieces  # all four sequences are writing
+    long[0].cancel.set()
+    assert fifth.wait()
+    for answer in long[1:]:
+        answer.cancel.set()
+    for answer in long:
+        answer.wait()
+    assert len(long[0].pieces) < 200
+
+
+def test_a_prompt_longer_than_a_sequence_is_refused_with_its_size(chat) -> None:
+    notes = "The room opens at nine. " * 400
+    with pytest.raises(ValueError, match="over the context of 2048"):
+        chat.prompt_tokens([SYSTEM, ChatMessage("user", notes)])

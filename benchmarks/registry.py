@@ -188,6 +188,13 @@ SCENARIOS: tuple[Scenario, ...] = (
           H("Whisper STT, 3 s of speech, 2 threads", "stt > cpu_threads_2 > ms_3s", "ms"),
           H("SmolLM2 on llama.cpp, 1 thread", "llm > llama_cpp > threads_1 > tokens_per_s_median",
             "tokens/s"))),
+    S("model_answers", "model_answers",
+      "answers asked of the embedded model process at once: question -> first token, first phrase, per N",
+      raw="model_answers.json", headlines=(
+          H("model alone, 4 answers at once: question -> first phrase p50",
+            "counts > 4 > first_phrase_ms_p50", "ms"),
+          H("model alone, 4 answers at once: question -> first phrase p90",
+            "counts > 4 > first_phrase_ms_p90", "ms")), same_script=True),
     S("llm_process", "llm_process", "the embedded LLM out of process: tokens/s, crash recovery, memory",
       raw="llm_process_bench.json", headlines=(
           H("SmolLM2 through the model process", "speed > portable_model_process > tokens_per_s_median",

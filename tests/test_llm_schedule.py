@@ -12,7 +12,6 @@ from lipstream.talk.models.llm_sampling import SamplingConfig, next_token
 from lipstream.talk.models.llm_schedule import (
     FIRST_PHRASE_TOKENS,
     LATER_PACE_S,
-    NEARLY_READ,
     PROMPT_CHUNK,
     READ_AHEAD_CHUNK,
     Job,
@@ -42,17 +41,21 @@ CASES = {
     "one prompt: read in chunks": ([job("a", 100)], [("a", PROMPT_CHUNK, False)]),
     "a prompt's last chunk asks for logits": ([job("a", 100, read=90)], [("a", 10, True)]),
     "one answer writing: every step": ([job("a", 50, 50, written=3)], [("a", 1, True)]),
-    "first phrases together": (
+    "of two first phrases the nearer is written alone": (
         [job("a", 50, 50, written=3), job("b", 40, 40, written=FIRST - 1)],
-        [("a", 1, True), ("b", 1, True)],
+        [("b", 1, True)],
     ),
-    "a prompt waits for a first phrase": (
+    "of equals the older": (
+        [job("a", 50, 50, written=3), job("b", 40, 40, written=3)],
+        [("a", 1, True)],
+    ),
+    "a long prompt waits for a first phrase": (
         [job("a", 50, 50, written=3), job("b", 300, 100)],
         [("a", 1, True)],
     ),
-    "a nearly read prompt joins a first phrase": (
-        [job("a", 50, 50, written=3), job("b", 300, 300 - NEARLY_READ)],
-        [("a", 1, True), ("b", NEARLY_READ, True)],
+    "a first phrase begun goes before a prompt nearly read": (
+        [job("b", 300, 296), job("a", 50, 50, written=1)],
+        [("a", 1, True)],
     ),
     "the shortest prompt is read first": (
         [job("long", 400, 0), job("short", 60, 10)],
@@ -67,10 +70,10 @@ CASES = {
         [("new", PROMPT_CHUNK, False), ("old", 1, True)],
     ),
     "later sentences every step when no one else needs the model": (
-        [job("old", 50, 50, written=FIRST + 5, last=10.0)],
-        [("old", 1, True)],
+        [job("old", 50, 50, written=FIRST + 5, last=10.0), job("older", 9, 9, written=FIRST + 9, last=10.0)],
+        [("old", 1, True), ("older", 1, True)],
     ),
-    "a read-ahead only when no answer waits": (
+    "a read-ahead waits for an answer's prompt": (
         [job("ahead", 500, answer=False), job("b", 300, 100)],
         [("b", PROMPT_CHUNK, False)],
     ),

@@ -1,17 +1,18 @@
-"""What the answers' context decodes next when several conversations want the model (issue 49 item 2 and 3).
+"""What the answers' context decodes next when several conversations want the model (issue 49 items 2, 3).
 
 On a CPU a decode costs in proportion to the tokens in it (measured on the 2-core box, one thread, SmolLM2
 135M: a token written ≈ 15 ms for one sequence, 29 for two, 52 for four; a prompt token read ≈ 6 ms, in chunks
 of 16 as of 256), so batching saves little and the order is what counts. Work goes in order of need:
 
-1. every answer still writing its first phrase decodes its next token in every step (a listener waits for it);
-2. then one answer's prompt, the shortest left first (a short one reaches its first phrase soonest), in chunks
-   that keep a step short — only when no first phrase is being written, except a prompt nearly read;
-3. an answer past its first phrase decodes every step while no one else needs the model, and otherwise one
+1. of the answers not past their first phrase, the one nearest to it (its prompt left to read and its first
+   phrase left to write, costed as above) gets the step: a listener waits for each, and the shortest job
+   first has the fewest waiting longest (writing all first phrases side by side had every one of them late);
+2. an answer past its first phrase decodes every step while no one else needs the model, and otherwise one
    token every `LATER_PACE_S` (still faster than speech: playback is seconds behind its later sentences);
-4. a read-ahead (a prompt read while its user still speaks) only when no answer waits for its first phrase.
+3. a read-ahead (a prompt read while its user still speaks) only when no answer waits for its first phrase.
 
-Pure logic (no llama.cpp, no clock of its own): table-driven tests in tests/test_llm_schedule.py.
+Measured before and after with `python -m benchmarks conversations` (docs/benchmarks.md, "Several
+conversations at once"). Pure logic (no llama.cpp, no clock of its own): tests/test_llm_schedule.py.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from lipstream.talk.models.llm_sampling import SamplingConfig
 
 FIRST_PHRASE_TOKENS = 16  # an answer's tokens until its first phrase is surely written
 PROMPT_CHUNK = 32  # a prompt's tokens in one step (≈ 200 ms on one core): an answer asked meanwhile waits
-NEARLY_READ = 8  # a prompt with this few tokens left joins a step of first phrases (≈ 50 ms)
+READ_TOKEN_MS = 6.0  # a prompt token's share of a decode, one core (measured, see above)
+WRITE_TOKEN_MS = 15.0  # a written token's decode
 READ_AHEAD_CHUNK = 16  # a read-ahead's tokens in one step (≈ 100 ms)
 LATER_PACE_S = 0.15  # one token of a later sentence per this, while others need the model (≈ 5 words/s)
 
@@ -61,8 +63,8 @@ class Job:
 
     @property
     def urgent(self) -> bool:
-        """An answer whose first phrase is not written yet."""
-        return self.is_answer and len(self.written) < FIRST_PHRASE_TOKENS
+        """An answer whose first phrase is not written yet (its prompt included)."""
+        return self.is_answer and (self.left > 0 or len(self.written) < FIRST_PHRASE_TOKENS)
 
 
 @dataclass(frozen=True)
@@ -78,22 +80,28 @@ def plan_step(jobs: list[Job], now: float) -> list[Entry]:
     """The next decode for `jobs` (each holding a sequence) at time `now`, in order of need; empty when no
     job has anything to decode."""
     answers = [job for job in jobs if job.is_answer]
-    writing = [job for job in answers if job.left == 0]
-    reading = sorted((job for job in answers if job.left > 0), key=lambda job: job.left)
-    first_phrases = [job for job in writing if job.urgent]
-    entries = [Entry(job, job.written[-1:], True) for job in first_phrases]
-    if first_phrases:
-        entries += [_read(job, job.left) for job in reading if job.left <= NEARLY_READ]
-    elif reading:
-        entries.append(_read(reading[0], PROMPT_CHUNK))
+    urgent = [job for job in answers if job.urgent]
+    entries = []
+    if urgent:
+        nearest = min(urgent, key=to_first_phrase_ms)  # the first of equals: the oldest
+        entries.append(_read(nearest, PROMPT_CHUNK) if nearest.left else _next(nearest))
     else:
         ahead = [job for job in jobs if not job.is_answer and job.left > 0]
         entries += [_read(job, READ_AHEAD_CHUNK) for job in ahead[:1]]
     busy = bool(entries)
-    later = [job for job in writing if not job.urgent]
-    due = [job for job in later if not busy or now - job.last_step >= LATER_PACE_S]
-    entries += [Entry(job, job.written[-1:], True) for job in due]
+    later = [job for job in answers if not job.urgent]
+    entries += [_next(job) for job in later if not busy or now - job.last_step >= LATER_PACE_S]
     return entries
+
+
+def to_first_phrase_ms(job: Job) -> float:
+    """The decode time an answer needs until its first phrase is written: its prompt left, its words."""
+    return job.left * READ_TOKEN_MS + max(0, FIRST_PHRASE_TOKENS - len(job.written)) * WRITE_TOKEN_MS
+
+
+def _next(job: Job) -> Entry:
+    """An answer's last written token, whose logits pick the next."""
+    return Entry(job, job.written[-1:], True)
 
 
 def _read(job: Job, chunk: int) -> Entry:

@@ -190,7 +190,7 @@ SCENARIOS: tuple[Scenario, ...] = (
             "tokens/s"))),
     S("model_answers", "model_answers",
       "answers asked of the embedded model process at once: question -> first token, first phrase, per N",
-      raw="model_answers.json", headlines=(
+      raw="model_answers_bench.json", headlines=(
           H("model alone, 4 answers at once: question -> first phrase p50",
             "counts > 4 > first_phrase_ms_p50", "ms"),
           H("model alone, 4 answers at once: question -> first phrase p90",

@@ -1,7 +1,7 @@
 """Answers asked of the embedded model process at once (issue 49 item 3): the model alone, no server.
 
     .venv/bin/python -m benchmarks model_answers [--counts 1 2 3 4] [--rounds 3] [--stagger 0.15]
-        [--out benchmarks/results/model_answers.json]
+        [--out benchmarks/results/model_answers_bench.json]
 
 N clients ask the model process (`EmbeddedChatModel`, what `serve --agent` uses) N different questions,
 `--stagger` seconds apart, each with a conversation's prompt (a system prompt and a short history, so the
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--counts", type=int, nargs="+", default=[1, 2, 3, 4])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--stagger", type=float, default=0.15)
-    parser.add_argument("--out", type=Path, default=RESULTS / "model_answers.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "model_answers_bench.json")
     args = parser.parse_args(argv)
     model = talk_model("llm_embedded").EmbeddedChatModel(threads=1)
     model.warm_up()

@@ -182,12 +182,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     scale.add_argument("--max-replicas", type=int, default=2, help="replicas at most (default 2)")
     scale.add_argument(
-        "--sessions-per-replica", type=int, default=4,
-        help="live sessions one replica takes at most (default 4)",
+        "--sessions-per-replica", type=int, default=None,
+        help="live sessions one replica takes at most (default 4; with --agent: its seats and line, "
+        "--max-conversations + --max-waiting)",
     )
     scale.add_argument(
         "--target-sessions", type=float, default=None,
-        help="live sessions per replica the autoscaler aims for (default 3/4 of --sessions-per-replica)",
+        help="live sessions per replica the autoscaler aims for (default 3/4 of --sessions-per-replica; "
+        "with --agent: its seats)",
     )
     scale.add_argument(
         "--downscale-delay", type=float, default=60.0,
@@ -328,23 +330,25 @@ def _run_ray(args: argparse.Namespace, config) -> int:
     """`serve --ray`: the same app in Ray Serve replicas (Ray is imported only on this path)."""
     from pydantic import ValidationError
 
-    from lipstream.server.ray_serve import RayOptions, run_ray_serve
+    from lipstream.server.ray_serve import RayOptions, for_conversations, run_ray_serve
 
     address = args.ray_address
     if address is not None and address != "auto" and ":" not in address:
         raise LipstreamError(f"--ray-address must be auto, ray://HOST:PORT or HOST:PORT (got {address})")
+    given = {"sessions_per_replica": args.sessions_per_replica, "target_sessions": args.target_sessions}
     try:
         options = RayOptions(
             address=args.ray_address, min_replicas=args.min_replicas, max_replicas=args.max_replicas,
-            sessions_per_replica=args.sessions_per_replica, cpus_per_replica=args.cpus_per_replica,
-            gpus_per_replica=args.gpus_per_replica, target_sessions=args.target_sessions,
-            downscale_delay_s=args.downscale_delay,
+            cpus_per_replica=args.cpus_per_replica, gpus_per_replica=args.gpus_per_replica,
+            downscale_delay_s=args.downscale_delay, **{k: v for k, v in given.items() if v is not None},
         )  # fmt: skip
     except ValidationError as exc:
         first = exc.errors()[0]
         where = f"--{str(first['loc'][0]).replace('_', '-')}: " if first["loc"] else ""
         raise LipstreamError(f"{where}{first['msg'].removeprefix('Value error, ')}") from None
     agent = _agent_config(args) if args.agent else None
+    if agent is not None:
+        options, agent = for_conversations(options, agent)
     # a replica's own cap is Serve's (max_ongoing_requests): beyond it the proxy queues, it does not refuse
     limits = config.limits.model_copy(update={"max_sessions": options.sessions_per_replica})
     config = config.model_copy(update={"limits": limits})

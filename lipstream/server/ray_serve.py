@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import signal
 import socket
@@ -24,6 +25,7 @@ from pydantic import BaseModel, Field, model_validator
 from lipstream.errors import LipstreamError
 from lipstream.server.config import ServerConfig
 from lipstream.talk.agent import AgentConfig
+from lipstream.talk.seats import default_capacity
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +73,22 @@ class ReplicaSpec(BaseModel):
     engine_options: dict[str, Any] = Field(default_factory=dict)
     agent: AgentConfig | None = None
     board: str  # the board actor's name
+
+
+def for_conversations(options: RayOptions, agent: AgentConfig) -> tuple[RayOptions, AgentConfig]:
+    """`serve --ray --agent`: replicas sized by conversations (issue 49). Each replica seats
+    `--max-conversations` (default: one per CPU it reserves) and keeps its own line; Serve takes at most
+    seats + line sessions to a replica and routes a new one to the less busy of two (so conversations fill
+    free seats across replicas before anyone waits in a line), and the autoscaler adds a replica when the
+    seats are full. Options given on the command line are kept."""
+    seats = agent.max_conversations or default_capacity(math.ceil(options.cpus_per_replica))
+    given = options.model_fields_set
+    update: dict[str, Any] = {}
+    if "sessions_per_replica" not in given:
+        update["sessions_per_replica"] = seats + agent.max_waiting
+    if "target_sessions" not in given:
+        update["target_sessions"] = float(seats)
+    return options.model_copy(update=update), agent.model_copy(update={"max_conversations": seats})
 
 
 def import_ray() -> tuple[Any, Any]:
@@ -314,6 +332,8 @@ def app_builder(args: dict[str, Any]) -> Any:
     board_name = options.app_name + BOARD_SUFFIX
     create_board(ray, board_name)
     agent = AgentConfig(**args["agent"]) if args.get("agent") else None  # AgentConfig fields: `serve --agent`
+    if agent is not None:
+        options, agent = for_conversations(options, agent)
     spec = ReplicaSpec(
         config=config, engine_options=args.get("engine_options") or {}, agent=agent, board=board_name
     )

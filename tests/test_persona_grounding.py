@@ -212,6 +212,20 @@ def test_guard_replaces_a_reply_that_strays(grounding: KnowledgeGrounding) -> No
     assert said == ["Printing costs 10 cents a page."]
 
 
+def test_courtesy_words_answer_nothing_where_the_notes_use_them(tmp_path: Path, persona_file: Path) -> None:
+    """"I'm glad to assist you." holds "assist", a word of the notes' "Assistance dogs" sentence, and says
+    nothing: the guard says that sentence instead (the knowledge desk's service-animal question)."""
+    docs = tmp_path / "access"
+    docs.mkdir()
+    access = "Assistance dogs are welcome in every part of the library. The lift is next to the front desk."
+    (docs / "access.md").write_text(f"{FAQ}\n## Accessibility\n{access}\n")
+    g = KnowledgeGrounding(KnowledgeBase(docs, home=tmp_path / "home"), Persona.load(persona_file))
+    said = _guarded(g, "Can I bring my assistance dog?", "I'm glad to assist you.")
+    assert said == ["Assistance dogs are welcome in every part of the library."]
+    said = _guarded(g, "Can I bring my assistance dog?", "Yes, assistance dogs are welcome everywhere.")
+    assert said == ["Yes, assistance dogs are welcome everywhere."]
+
+
 def test_the_fallback_is_what_the_guard_says_for_a_reply_that_strays(grounding: KnowledgeGrounding) -> None:
     """What the conversation synthesises while the model writes is exactly the guard's own sentence."""
     for question in ("Where is the library?", "How much does printing cost?", "Do you sell coffee?"):

@@ -27,6 +27,10 @@ NOTES_OPEN, NOTES_CLOSE = "<notes>", "</notes>"
 SENTENCE_WORDS_WEIGHT = 0.25  # a sentence's word alignment counts at this share beside its meaning
 # a passage found by meaning alone whose best sentence is under this cosine is read out whole when short
 WEAK_MEANING = 0.4
+# a reply's courtesy words answer nothing, even where the notes use them ("I'm glad to assist you." beside
+# "Assistance dogs are welcome": the knowledge desk's service-animal question, issue 47); not "welcome",
+# which answers "may I bring ...?"
+COURTESY = frozenset(stem(w) for w in ("glad", "happy", "help", "assist", "thank"))
 MAX_WHOLE_CHARS = 300
 
 
@@ -180,7 +184,7 @@ class KnowledgeGrounding:
                 return
             agree = numbers_agree(sentence, notes) and names_agree(sentence, notes)
             held = agree and supported(sentence, allowed, self.config.min_support)
-            answers = holds_any(sentence, answer or keys) and _numbers_within(sentence, best)
+            answers = holds_any(sentence, (answer or keys) - COURTESY) and _numbers_within(sentence, best)
             if first and not (held and answers):
                 await _close(sentences_in)
                 yield best

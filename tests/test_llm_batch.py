@@ -94,3 +94,40 @@ def test_a_prompt_longer_than_a_sequence_is_refused_with_its_size(chat) -> None:
     notes = "The room opens at nine. " * 400
     with pytest.raises(ValueError, match="over the context of 2048"):
         chat.prompt_tokens([SYSTEM, ChatMessage("user", notes)])
+
+
+def test_an_answer_asked_while_its_read_ahead_still_reads_goes_on_from_what_it_read(chat) -> None:
+    """The read-ahead reads the notes and the question as heard so far; the answer's prompt ends otherwise
+    (the final transcript, the template's end of message). Asked while the notes are still being read, the
+    answer takes the read-ahead's sequence (which ends there) and reads only what it had not."""
+    from lipstream.talk.models.llm_schedule import Job
+
+    notes = " ".join(f"Note {i}: the room on floor {i % 4} opens at {8 + i % 3} am." for i in range(30))
+    heard = [SYSTEM, ChatMessage("user", f"{notes}\n\nWhen does the room on floor")]
+    final = [SYSTEM, ChatMessage("user", f"{notes}\n\nWhen does the room on floor 2 open?")]
+    ahead = chat._llama.tokenize(_open(heard).encode(), add_bos=False, special=True)
+    read_done = threading.Event()
+    chat._writer.submit(Job(ahead, 0, None, print, lambda _e, _r: read_done.set(), threading.Event()))
+    time.sleep(1.0)  # part of it is read
+    assert not read_done.is_set()
+    prompt = chat.prompt_tokens(final)
+    seated: list[Job] = []
+    answer = Job(prompt, 4, GREEDY, lambda _t: None, lambda _e, _r: seated.append(answer), threading.Event())
+    chat._writer.submit(answer)
+    assert read_done.wait(10) and _wait(lambda: bool(seated))
+    assert answer.cached > 100  # what the read-ahead had read, not the system prompt alone
+    assert answer.cached <= len(prompt) - 1
+
+
+def _open(messages: list[ChatMessage]) -> str:
+    from lipstream.talk.models.llm_llama import _chatml
+
+    *context, last = messages
+    return _chatml(context, last.role, last.content)
+
+
+def _wait(done, seconds: float = 30.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return done()

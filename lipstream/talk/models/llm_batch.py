@@ -23,6 +23,7 @@ from lipstream.talk.models.llm_schedule import Entry, Job, plan_step
 
 SLOTS = 4  # answers written at once (a fifth waits for a sequence); the server seats fewer (docs/scaling.md)
 STEP_TOKENS = 64  # the most tokens in one decode (plan_step's chunks, plus one token per answer)
+READ_AHEAD_TAIL = 32  # a read-ahead's last tokens a request that goes on from it may differ in
 
 
 class BatchedWriter:
@@ -97,20 +98,29 @@ class BatchedWriter:
         return False
 
     def _drop_finished(self) -> None:
-        """End cancelled jobs, and the read-aheads a waiting job needs ended: one whose whole read its prompt
-        begins with (it goes on from there), or, for an answer, one whose place it needs (none is free)."""
+        """End cancelled jobs, and the read-aheads a waiting job goes on from: one whose read the job's prompt
+        begins with, but for its last words (a partial transcript's end may differ from the final's, and
+        the words at the notes' end tokenize differently when the question follows them), when no free
+        sequence holds more of it; and, for an answer with no free sequence, a read-ahead to make room."""
         for job in [*self._jobs, *self._waiting]:
             if job.cancel.is_set():
                 self._end(job, None)
-        free = len(self._cached) - len(self._jobs)
-        answer_waits = any(job.is_answer for job in self._waiting)
-        for job in [j for j in self._jobs if not j.is_answer and self._waiting]:
-            assert job.slot is not None
-            read = self._cached[job.slot]
-            continued = any(_shared_start(read, w.prompt, len(w.prompt)) == len(read) for w in self._waiting)
-            if continued or (answer_waits and free == 0):
+        busy = {job.slot for job in self._jobs}
+        free = [slot for slot in range(len(self._cached)) if slot not in busy]
+        for waiting in self._waiting:
+            prompt = waiting.prompt
+            held = max((_shared_start(self._cached[slot], prompt, len(prompt)) for slot in free), default=0)
+            for job in [j for j in self._jobs if not j.is_answer]:
+                assert job.slot is not None
+                read = self._cached[job.slot]
+                shared = _shared_start(read, prompt, len(prompt))
+                if shared > held and shared >= len(read) - READ_AHEAD_TAIL:
+                    self._end(job, None)
+                    free.append(job.slot)
+                    break
+        if any(job.is_answer for job in self._waiting) and not free:
+            for job in [j for j in self._jobs if not j.is_answer][:1]:
                 self._end(job, None)
-                free += 1
 
     def _seat_waiting(self) -> None:
         """Give free sequences to waiting jobs, answers first: each the free sequence whose cache shares the
@@ -127,6 +137,7 @@ class BatchedWriter:
             self._lib.llama_memory_seq_rm(self._memory, slot, shared[slot], -1)
             del self._cached[slot][shared[slot] :]
             job.slot, job.read = slot, shared[slot]
+            job.cached = shared[slot]
             job.rng = np.random.default_rng(job.seed)
             busy.add(slot)
             self._waiting.remove(job)

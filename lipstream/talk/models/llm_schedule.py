@@ -46,6 +46,7 @@ class Job:
     seed: int = 0
     slot: int | None = None
     read: int = 0  # prompt tokens in the sequence's cache
+    cached: int = 0  # ... of them found there when it was seated (not read again)
     written: list[int] = field(default_factory=list)
     last_step: float = 0.0  # when it last decoded
     pending: bytes = b""  # the end of a character split across tokens

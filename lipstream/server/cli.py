@@ -183,13 +183,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     scale.add_argument("--max-replicas", type=int, default=2, help="replicas at most (default 2)")
     scale.add_argument(
         "--sessions-per-replica", type=int, default=None,
-        help="live sessions one replica takes at most (default 4; with --agent: its seats and line, "
-        "--max-conversations + --max-waiting)",
+        help="live sessions a replica takes at most (default 4; --agent: its seats + line, docs/scaling.md)",
     )
     scale.add_argument(
         "--target-sessions", type=float, default=None,
-        help="live sessions per replica the autoscaler aims for (default 3/4 of --sessions-per-replica; "
-        "with --agent: its seats)",
+        help="live sessions a replica the autoscaler aims for (default 3/4 of the above; --agent: its seats)",
     )
     scale.add_argument(
         "--downscale-delay", type=float, default=60.0,

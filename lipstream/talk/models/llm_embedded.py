@@ -168,8 +168,8 @@ class EmbeddedChatModel:
 
     async def prefill(self, messages: list[ChatMessage]) -> None:
         """Read the answer's prompt up to the open last message (a knowledge turn's notes, the question heard
-        so far) into the answer's cache while the user is still speaking; an answer asked for meanwhile
-        stops it (what was read stays cached)."""
+        so far) into a sequence of the answers' context while the user is still speaking: answers being
+        written go first, and the answer that goes on from it takes its sequence, keeping what it read."""
         await self._post("read_ahead", messages, timeout=READ_AHEAD_TIMEOUT_S)
 
     async def end_of_turn(self, messages: list[ChatMessage]) -> float:

@@ -37,6 +37,9 @@ class FakeGrounding:
         async for sentence in sentences:
             yield sentence
 
+    def fallback(self, grounded: GroundedPrompt) -> str | None:
+        return None  # the model's words always pass
+
 
 def test_a_knowledge_source_is_searched_on_partials_and_its_passages_reach_the_prompt() -> None:
     grounding = FakeGrounding()

@@ -188,12 +188,11 @@ class AnswerMaker:
         the passages before it when a knowledge source is given)."""
         messages, grounded = answer_prompt(self.config.system_prompt, history, text, self.grounding)
         prepared.grounded = grounded
-        fallback = getattr(self.grounding, "fallback", None)
-        if fallback is not None and grounded is not None and not grounded.passages:
+        if self.grounding is not None and grounded is not None and not grounded.passages:
             # a decline (or chit-chat: None): the same words every time, synthesised once and kept by the
             # server (a sentence of the notes synthesised ahead was measured and dropped: on 2 cores it slowed
             # the decision and the model as much as it saved)
-            if (said := fallback(grounded)) is not None:
+            if (said := self.grounding.fallback(grounded)) is not None:
                 self.speaker.keep(said, self.config.voice)
         return messages
 

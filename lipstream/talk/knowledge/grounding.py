@@ -154,18 +154,18 @@ class KnowledgeGrounding:
         passages, and each sentence has most of its content words in them (the reply stops at the first that
         does not). A first sentence that strays: the passages' most relevant sentence alone. No passage for a
         real question: the unknown answer."""
-        if not isinstance(grounded, KnowledgePrompt) or grounded.chit_chat:
+        best = self.fallback(grounded)
+        if best is None or not isinstance(grounded, KnowledgePrompt):  # chit-chat
             async for sentence in sentences_in:
                 yield sentence
             return
         if not grounded.found:
             await _close(sentences_in)  # the model's guess is never spoken
-            yield self.config.unknown_answer
+            yield best  # the unknown answer
             return
         keys = key_terms(grounded.found, grounded.question_terms)
         allowed = keys | set(grounded.question_terms) | {t for p in grounded.found for t in terms(p.heading)}
         notes = [set(terms(s)) for p in grounded.found for s in sentences(p.text)]
-        best = spoken_fallback(grounded, self.config.min_coverage)
         # the model's first sentence answers what the best sentence answers: it says one of the words that
         # sentence adds to the question, and no number that sentence does not state ("A reserved book held
         # for 5 days" where the notes hold it 7 days; "The large meeting room is a business.")

@@ -37,5 +37,6 @@ class Grounding(Protocol):
     def guard(self, grounded: GroundedPrompt, sentences: AsyncIterator[str]) -> AsyncIterator[str]:
         """The reply's sentences as they come, or the passages' best sentence where the model strays."""
 
-    # optional: `fallback(grounded) -> str | None`, what `guard` would say instead of a reply that strays (or
-    # the unknown answer): the conversation keeps the unknown answer's speech
+    def fallback(self, grounded: GroundedPrompt) -> str | None:
+        """What `guard` says instead of a reply that strays (the unknown answer where no passage answers);
+        None where the model's words pass. The conversation keeps a decline's speech synthesised."""

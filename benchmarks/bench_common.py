@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import os
 import re
@@ -11,6 +12,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 # cpu_model is re-exported: the scripts import it from here. It comes from the sibling module, not the
 # `benchmarks` package, so that sys.path is left alone: a before/after worker must import the lipstream its
@@ -20,6 +22,14 @@ from results import cpu_model  # noqa: F401
 from lipstream.avatar.bundle import AvatarBundle, load_avatar
 from lipstream.avatar.sample import build_sample_avatar
 from lipstream.errors import AvatarError
+
+
+def talk_model(name: str) -> Any:
+    """lipstream.talk.models.<name> of the lipstream imported (lipstream.talk.<name> in an older tree)."""
+    try:
+        return importlib.import_module(f"lipstream.talk.models.{name}")
+    except ImportError:
+        return importlib.import_module(f"lipstream.talk.{name}")
 
 
 def open_or_build_avatar(name: str) -> AvatarBundle:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import json
 import os
 import signal
@@ -39,18 +38,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_common import child_pids, cpu_model, rss_mib, start_server
+from bench_common import child_pids, cpu_model, rss_mib, start_server, talk_model
 
 import lipstream
-
-
-def talk_model(name: str) -> Any:
-    """lipstream.talk.models.<name> of the lipstream imported (lipstream.talk.<name> in an older tree)."""
-    try:
-        return importlib.import_module(f"lipstream.talk.models.{name}")
-    except ImportError:
-        return importlib.import_module(f"lipstream.talk.{name}")
-
 
 ChatMessage = talk_model("llm").ChatMessage
 bundled_gguf_path = talk_model("llm_llama").bundled_gguf_path

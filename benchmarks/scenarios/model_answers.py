@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import json
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_common import cpu_model
+from bench_common import cpu_model, talk_model
 
 import lipstream
 
@@ -38,11 +37,6 @@ QUESTIONS = ["Why is the sky blue?", "What do bees eat?", "Where do penguins liv
              "What is a black hole?", "Why do cats purr?"]  # fmt: skip
 FIRST_PHRASE_TOKENS = 8
 MAX_TOKENS = 40
-
-
-def talk_model(name: str) -> Any:
-    """lipstream.talk.models.<name> of the lipstream imported."""
-    return importlib.import_module(f"lipstream.talk.models.{name}")
 
 
 async def ask(model: Any, question: str, delay: float) -> dict[str, float]:

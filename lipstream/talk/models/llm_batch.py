@@ -70,7 +70,7 @@ class BatchedWriter:
     def _run(self) -> None:
         entries: list[Entry] = []
         while self._take(block=not entries):
-            self._drop_finished()
+            self._drop_cancelled()
             self._seat_waiting()
             entries = plan_step(self._jobs, time.monotonic())
             if not entries:
@@ -97,53 +97,54 @@ class BatchedWriter:
                 return True
         return False
 
-    def _drop_finished(self) -> None:
-        """End cancelled jobs, and the read-aheads a waiting job goes on from: one whose read the job's prompt
-        begins with, but for its last words (a partial transcript's end may differ from the final's, and
-        the words at the notes' end tokenize differently when the question follows them), when no free
-        sequence holds more of it; and, for an answer with no free sequence, a read-ahead to make room."""
+    def _drop_cancelled(self) -> None:
+        """End the jobs whose caller went away."""
         for job in [*self._jobs, *self._waiting]:
             if job.cancel.is_set():
                 self._end(job, None)
-        busy = {job.slot for job in self._jobs}
-        free = [slot for slot in range(len(self._cached)) if slot not in busy]
-        for waiting in self._waiting:
-            prompt = waiting.prompt
-            held = max((_shared_start(self._cached[slot], prompt, len(prompt)) for slot in free), default=0)
-            for job in [j for j in self._jobs if not j.is_answer]:
-                assert job.slot is not None
-                read = self._cached[job.slot]
-                shared = _shared_start(read, prompt, len(prompt))
-                if shared > held and shared >= len(read) - READ_AHEAD_TAIL:
-                    self._end(job, None)
-                    free.append(job.slot)
-                    break
-        if any(job.is_answer for job in self._waiting) and not free:
-            for job in [j for j in self._jobs if not j.is_answer][:1]:
-                self._end(job, None)
 
     def _seat_waiting(self) -> None:
-        """Give free sequences to waiting jobs, answers first: each the free sequence whose cache shares the
-        longest start with its prompt, or the least recently used."""
-        busy = {job.slot for job in self._jobs}
+        """Give sequences to waiting jobs, answers first: each the free sequence whose cache shares the
+        longest start with its prompt (the least recently used of equals), or the sequence of a running
+        read-ahead it goes on from, which ends there: a read whose start its prompt shares but for its last
+        words (a partial transcript's end may differ from the final's, and the words at the notes' end
+        tokenize differently when the question follows them), more of it than any free sequence holds. An
+        answer with no free sequence ends a read-ahead to take its place."""
         for job in sorted(self._waiting, key=lambda j: not j.is_answer):
+            busy = {seated.slot for seated in self._jobs}
             free = [slot for slot in range(len(self._cached)) if slot not in busy]
-            if not free:
-                break
             # an answer reads its last prompt token again when all is cached: its logits start the answer
             limit = len(job.prompt) - 1 if job.is_answer else len(job.prompt)
             shared = {slot: _shared_start(self._cached[slot], job.prompt, limit) for slot in free}
+            ahead = [seated for seated in self._jobs if not seated.is_answer]
+            held = max(shared.values(), default=0)
+            taken = next((r for r in ahead if self._goes_on_from(job, limit, r, held)), None)
+            if taken is None and not free and job.is_answer and ahead:
+                taken = ahead[0]  # room for an answer
+            if taken is not None:
+                assert taken.slot is not None
+                self._end(taken, None)
+                free.append(taken.slot)
+                shared[taken.slot] = _shared_start(self._cached[taken.slot], job.prompt, limit)
+            if not free:
+                break
             slot = max(free, key=lambda s: (shared[s], -self._used[s]))
             self._lib.llama_memory_seq_rm(self._memory, slot, shared[slot], -1)
             del self._cached[slot][shared[slot] :]
-            job.slot, job.read = slot, shared[slot]
-            job.cached = shared[slot]
+            job.slot, job.read, job.cached = slot, shared[slot], shared[slot]
             job.rng = np.random.default_rng(job.seed)
-            busy.add(slot)
             self._waiting.remove(job)
             self._jobs.append(job)
             if job.left == 0:  # a read-ahead of what the cache already holds
                 self._end(job, None)
+
+    def _goes_on_from(self, job: Job, limit: int, ahead: Job, held: int) -> bool:
+        """`job`'s prompt (its first `limit` tokens) goes on from the read-ahead `ahead`'s read, but for its
+        last READ_AHEAD_TAIL tokens, and shares more of it than the `held` tokens a free sequence holds."""
+        assert ahead.slot is not None
+        read = self._cached[ahead.slot]
+        shared = _shared_start(read, job.prompt, limit)
+        return shared > held and shared >= len(read) - READ_AHEAD_TAIL
 
     def _step(self, entries: list[Entry]) -> None:
         """Decode the entries in one batch, then pick each answer's next token where its logits came."""

@@ -80,8 +80,8 @@ def create_child_app(chat: Any, key: str, model_name: str) -> FastAPI:
         try:
             chat.answer(messages, request.max_tokens, cancel, lambda text: post("delta", text),
                         lambda error: post("end", error), sampling)  # fmt: skip
-        except ValueError as exc:  # the prompt does not fit the context
-            raise RuntimeError(f"ValueError: {exc}") from None
+        except ValueError as exc:  # the prompt does not fit the context: reported as any other end
+            post("end", exc)
         try:
             while True:
                 kind, value = await queue.get()

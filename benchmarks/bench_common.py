@@ -32,6 +32,22 @@ def talk_model(name: str) -> Any:
         return importlib.import_module(f"lipstream.talk.{name}")
 
 
+def guard_alone(grounding: Any, system_prompt: str, text: str) -> tuple[str, list[str]]:
+    """What a knowledge grounding's guard says for the question `text` when the model never keeps to the
+    notes (a stand-in that always strays: the notes' own sentence, or the unknown answer): the reply and its
+    sources."""
+
+    async def strays() -> Any:
+        yield "Our zebra keeps the purple umbrellas on the moon."
+
+    async def reply() -> tuple[str, list[str]]:
+        grounded = grounding.ground(system_prompt, text)
+        said = [s async for s in grounding.guard(grounded, strays())]
+        return " ".join(said), list(grounded.sources)
+
+    return asyncio.run(reply())
+
+
 def open_or_build_avatar(name: str) -> AvatarBundle:
     """The avatar called `name` in $LIPSTREAM_HOME (default ~/.lipstream), built as the sample if missing."""
     os.environ.setdefault("LIPSTREAM_HOME", str(Path.home() / ".lipstream"))

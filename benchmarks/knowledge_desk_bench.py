@@ -40,6 +40,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling scripts, by bare name
 sys.path.append(str(Path(__file__).resolve().parent.parent))  # after PYTHONPATH: benchmarks.results
+from bench_common import guard_alone  # noqa: E402
 from conversation_bench import (  # noqa: E402
     HELDOUT_VOICES,
     STAGES,
@@ -216,20 +217,12 @@ def ask_offline(notes: Path, persona_file: Path, heard: list[str], home: Path) -
     kb = KnowledgeBase(notes, home=home)
     index_ms = (time.perf_counter() - started) * 1000
 
-    async def strays() -> Any:  # a model that never keeps to the notes: the guard's own sentence is heard
-        yield "Our zebra keeps the purple umbrellas on the moon."
-
-    async def reply(grounding: KnowledgeGrounding, text: str) -> tuple[str, list[str]]:
-        grounded = grounding.ground(persona.system_prompt(), text)
-        said = [s async for s in grounding.guard(grounded, strays())]
-        return " ".join(said), list(grounded.sources)
-
     rows = []
     for text in heard:
         grounding = KnowledgeGrounding(kb, persona)
         started = time.perf_counter()
         grounding.prefetch(text.rsplit(" ", 1)[0])
-        said, sources = asyncio.run(reply(grounding, text))
+        said, sources = guard_alone(grounding, persona.system_prompt(), text)
         rows.append(
             {"reply": said, "sources": sources, "retrieval_ms": (time.perf_counter() - started) * 1000}
         )

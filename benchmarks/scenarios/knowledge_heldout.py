@@ -10,7 +10,6 @@ notes; this is how far they carry.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 import tempfile
 import time
@@ -18,8 +17,12 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:  # run as a file: `benchmarks` is a package at the repository root
-    sys.path.append(str(REPO))
+# run as a file: `benchmarks` is a package at the repository root, its shared helpers (bench_common) in it
+for _folder in (str(REPO), str(REPO / "benchmarks")):
+    if _folder not in sys.path:
+        sys.path.append(_folder)
+
+from bench_common import guard_alone  # noqa: E402
 
 from benchmarks.results import Figure, cpu_model, record  # noqa: E402
 
@@ -85,19 +88,11 @@ def ask(words_only: bool, notes: Path, home: Path) -> list[dict[str, Any]]:
     if words_only:
         kb.notes = None  # the index as it was before sentence vectors: words and word vectors only
 
-    async def strays() -> Any:
-        yield "Our zebra keeps the purple umbrellas on the moon."
-
-    async def reply(grounding: KnowledgeGrounding, text: str) -> tuple[str, list[str]]:
-        grounded = grounding.ground("You are the front desk of a clinic.", text)
-        said = [s async for s in grounding.guard(grounded, strays())]
-        return " ".join(said), list(grounded.sources)
-
     rows = []
     for text, source, fact in QUESTIONS:
         grounding = KnowledgeGrounding(kb, config=GroundingConfig(unknown_answer=UNKNOWN))
         started = time.perf_counter()
-        said, sources = asyncio.run(reply(grounding, text))
+        said, sources = guard_alone(grounding, "You are the front desk of a clinic.", text)
         if source is None:
             verdict = "declined (right)" if said == UNKNOWN else "answered (wrong)"
         elif said == UNKNOWN:

@@ -136,6 +136,7 @@ def test_flood_of_speak_in_one_session_does_not_stall_another(server: ServerProc
     asyncio.run(run())
 
 
+@pytest.mark.realtime  # a 0.3 s bound on delivery gaps: beside other tests it saw 0.58 s (make test)
 def test_speech_starts_without_a_hole_in_the_stream(server: ServerProcess) -> None:
     """Finding 3: frame delivery paused ~1.1 s after every speak, and the first speech frames came late."""
 

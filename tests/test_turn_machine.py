@@ -43,12 +43,13 @@ class Step:
     actions: tuple[TurnAction, ...] = ()
     user: UserState | None = None
     agent: AgentState | None = None
+    heard: int = 0  # a start's samples of the answer heard before it
 
 
 def happen(m: TurnMachine, step: Step) -> list[TurnAction]:
     """Feed one step to the machine."""
     if step.event in ("start", "start_answering"):
-        return m.speech_started(int(step.arg), answering=step.event == "start_answering")
+        return m.speech_started(int(step.arg), answering=step.event == "start_answering", heard=step.heard)
     if step.event == "pause":
         return m.paused(int(step.arg))
     if step.event == "resume":
@@ -146,6 +147,24 @@ SCRIPTS: dict[str, tuple[TurnEndConfig, list[Step]]] = {
              (Interrupt(continued=True), ContinueTurn(1, 0, resumed_at=5000 + 1000 * S, ended_at=5000))),
         Step("pause", 40000, (PrepareAnswer(40000, judge=False),)),
         Step("end", 40000, (EndTurn(1, 0, 40000, "silence", None, True, True),)),
+    ]),
+    "speech soon after the end over an answer heard for under 1.5 s still continues the turn": (SILENCE, [
+        Step("start", 0, (StartTurn(1, 0),)),
+        Step("end", 5000, (PrepareAnswer(5000, judge=False),
+                           EndTurn(1, 0, 5000, "silence", None, False, False))),
+        Step("answer_started", agent=A.SPEAKING),
+        Step("start_answering", 5000 + 2000 * S,
+             (Interrupt(continued=True), ContinueTurn(1, 0, resumed_at=5000 + 2000 * S, ended_at=5000)),
+             heard=1499 * S),
+    ]),
+    "speech soon after the end over an answer heard for 1.5 s is the user cutting in": (SILENCE, [
+        Step("start", 0, (StartTurn(1, 0),)),
+        Step("end", 5000, (PrepareAnswer(5000, judge=False),
+                           EndTurn(1, 0, 5000, "silence", None, False, False))),
+        Step("answer_started", agent=A.SPEAKING),
+        Step("start_answering", 5000 + 2000 * S,
+             (Interrupt(continued=False), StartTurn(2, 5000 + 2000 * S)), U.SPEAKING, A.LISTENING,
+             heard=1500 * S),
     ]),
     "speech soon after the end, with nothing to answer, is a new turn": (SILENCE, [
         Step("start", 0, (StartTurn(1, 0),)),

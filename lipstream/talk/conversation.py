@@ -104,7 +104,9 @@ class Conversation:
         vad = vad or self.config.voice_activity()
         self.listener = MicListener(vad, echo, self.config.start_ms, self.config.end_silence_ms)
         cfg = self.config
-        self.turns = TurnMachine(TurnTiming.of(cfg.turn, cfg.join_seconds, cfg.max_turn_seconds))
+        self.turns = TurnMachine(
+            TurnTiming.of(cfg.turn, cfg.join_seconds, cfg.max_turn_seconds, cfg.join_heard_seconds)
+        )
         self.answers = AnswerMaker(
             llm, speaker or Speaker(), session, cfg, emit, grounding, self.detector,
             on_judged=self.turns.judged, seat=seat,
@@ -170,7 +172,8 @@ class Conversation:
 
     async def _on_vad(self, event: VadEvent) -> None:
         if event.kind == "speech_start":
-            actions = self.turns.speech_started(event.sample, self.answering)
+            heard = self._answer_heard(event.sample)
+            actions = self.turns.speech_started(event.sample, self.answering, heard)
         elif event.kind == "pause":
             # a partial decode in flight goes on (a decode in a thread cannot be stopped) and is still shown:
             # no new one starts while the pause's answer is being prepared
@@ -180,6 +183,15 @@ class Conversation:
         else:
             actions = self.turns.speech_ended(event.sample)
         await self._carry_out(actions)
+
+    def _answer_heard(self, sample: int) -> int:
+        """Samples of the answer being spoken that had played when the user's speech began at microphone
+        sample `sample` (the player's position now, less the microphone heard since then)."""
+        report = self._replying
+        if report is None or report.first_pts is None:
+            return 0
+        then = self.session.playback_position() - (self.listener.mic.end - sample)
+        return max(0, then - report.first_pts)
 
     async def _carry_out(self, actions: list[TurnAction]) -> None:
         for action in actions:
@@ -396,6 +408,7 @@ class Conversation:
             return None
         if event.type == "speech_started":
             report.mark("first_frame")
+            report.first_pts = event.position_samples
             if report is self._replying:
                 self.turns.answer_started()
                 await self._states_changed()

@@ -48,6 +48,8 @@ class ConversationConfig(BaseModel):
     # user speech starting this soon after the end of their turn, while its answer has not finished playing,
     # continues that turn (a pause judged wrongly): the answer stops and the whole question is answered
     join_seconds: float = Field(2.5, ge=0, le=10)
+    # ... unless the user had heard this much of the answer: then they cut in on it (a new turn)
+    join_heard_seconds: float = Field(1.5, ge=0, le=10)
     apology: str = "Sorry, I cannot answer that right now."  # said when the language model fails
     # said when a turn ends while every seat of the server is taken (lipstream.talk.seats): the answer waits
     wait_line: str = Field(DEFAULT_WAIT_LINE, min_length=1, max_length=300)
@@ -93,6 +95,7 @@ class TurnReport:
     rule: TurnRule = "silence"  # what ended the user's turn
     score: float | None = None  # the detector's last score for it (None: not judged)
     joined: bool = False  # the turn was continued after a pause judged wrongly
+    first_pts: int | None = None  # the pts (samples) its answer's first speech frame plays at
     dropped_answers: int = 0  # speculative answers prepared for it and dropped (the user went on)
     dropped_tokens: int = 0  # ... and the tokens the model wrote for them
     # where the spoken answer was started: at the pause that ended the turn, at an earlier pause the user

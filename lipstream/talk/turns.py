@@ -119,17 +119,22 @@ class TurnTiming:
     """The machine's lengths, in stream samples (from the conversation's config)."""
 
     join: int  # speech this soon after a turn ended, while its answer is live, continues it
+    join_heard: int  # ... unless this much of the answer was heard before it: then it is a new turn
     max_turn: int  # a longer turn is cut and answered
     finished_ms: float  # silence that ends a turn judged finished
     judges: bool  # a detector judges pauses (else the fixed silence rule ends turns)
     rule: TurnEndConfig
 
     @classmethod
-    def of(cls, turn: TurnEndConfig, join_seconds: float, max_turn_seconds: float) -> TurnTiming:
+    def of(
+        cls, turn: TurnEndConfig, join_seconds: float, max_turn_seconds: float,
+        join_heard_seconds: float = 1.5,
+    ) -> TurnTiming:
         """The timing of a conversation's config."""
         return cls(
-            join=int(join_seconds * SAMPLE_RATE), max_turn=int(max_turn_seconds * SAMPLE_RATE),
-            finished_ms=turn.finished_ms, judges=turn.uses_detector, rule=turn,
+            join=int(join_seconds * SAMPLE_RATE), join_heard=int(join_heard_seconds * SAMPLE_RATE),
+            max_turn=int(max_turn_seconds * SAMPLE_RATE), finished_ms=turn.finished_ms,
+            judges=turn.uses_detector, rule=turn,
         )  # fmt: skip
 
 
@@ -165,19 +170,24 @@ class TurnMachine:
         score = self.score if self.prepared_at is not None else None
         return score is not None and self.timing.rule.finished(score)
 
-    def joinable(self, sample: int, answering: bool) -> bool:
+    def joinable(self, sample: int, answering: bool, heard: int = 0) -> bool:
         """Speech starting at `sample` would continue the last turn: it ended less than the join time
-        before, and its answer is still to come or playing (a pause judged wrongly, not a new question)."""
+        before, and its answer is still to come or playing but had been heard for less than `join_heard`
+        (`heard` samples: a pause judged wrongly, not the user cutting in on an answer they listened to)."""
         last = self.last_ended
-        return last is not None and sample - last.end <= self.timing.join and answering
+        return (
+            last is not None and sample - last.end <= self.timing.join and answering
+            and heard < self.timing.join_heard
+        )  # fmt: skip
 
     # ---- what happened --------------------------------------------------------------------------------
 
-    def speech_started(self, sample: int, answering: bool) -> list[TurnAction]:
-        """The VAD heard speech begin at `sample`; `answering`: the avatar speaks, or an answer is coming."""
+    def speech_started(self, sample: int, answering: bool, heard: int = 0) -> list[TurnAction]:
+        """The VAD heard speech begin at `sample`; `answering`: the avatar speaks, or an answer is coming;
+        `heard`: samples of that answer played before `sample`."""
         if self.ignore_until_end:
             return []
-        joined = self.joinable(sample, answering)
+        joined = self.joinable(sample, answering, heard)
         actions: list[TurnAction] = [Interrupt(continued=joined)] if answering else []
         if joined:
             assert self.last_ended is not None

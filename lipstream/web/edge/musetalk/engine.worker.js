@@ -58,7 +58,8 @@ class MuseTalkWorker {
     this.codebookKey = `${manifest.name}/musetalk/${variant.dtype}`;
     this.codebook = await this._codebook(mt, files);
     this.timer = new StageTimer();
-    await this._warmup(status);
+    // warmup false: the first real pass pays the graphs' first-run cost instead (a page that renders at once)
+    if (options.warmup !== false) await this._warmup(status);
     return {
       backend: this.choice.backend, dtype: variant.dtype, adapter: this.choice.adapter, batch: this.batch,
       codebookEntries: this.codebook ? this.codebook.size : 0, codebookSource: this.codebookSource,

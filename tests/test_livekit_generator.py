@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -207,7 +208,7 @@ def test_clear_buffer_mid_segment_stops_at_once(avatar_path: Path, speech: np.nd
         await generator.push_audio(AudioSegmentEnd())
         await collector.wait_for(lambda: collector.count(rtc.AudioFrame) >= 25)  # ~1 s out
         state["cleared_at"] = len(collector.items)
-        generator.clear_buffer()
+        await generator.clear_buffer()  # returns once the collector has taken its next item
         await collector.wait_for(lambda: collector.count(AudioSegmentEnd) == 1, 5)
         await asyncio.sleep(0.6)
         state["second_from"] = len(collector.items)
@@ -257,9 +258,9 @@ class Seen(VideoGenerator):
         """Pass it on."""
         await self.generator.push_audio(frame)
 
-    def clear_buffer(self) -> None:
-        """Pass it on."""
-        self.generator.clear_buffer()
+    def clear_buffer(self) -> Coroutine[Any, Any, None]:
+        """Pass it on (the runner awaits what it returns)."""
+        return self.generator.clear_buffer()
 
     def __aiter__(self) -> AsyncIterator[rtc.VideoFrame | rtc.AudioFrame | AudioSegmentEnd]:
         return self._items()
@@ -350,6 +351,51 @@ def test_avatar_runner_with_queue_io_and_av_synchronizer(avatar_path: Path, spee
     # agent_state: speaking and listening at those same moments
     assert [state for _, state in states] == ["speaking", "listening"] * 2
     assert all(abs(t - e[2]) < 0.05 for (t, _), e in zip(states, events, strict=True)), (states, events)
+
+
+def test_an_audio_push_in_flight_at_the_cut_starts_no_playback(avatar_path: Path, speech: np.ndarray) -> None:
+    """The agent cuts in while the runner is still inside an audio frame's push (a loaded AudioSource's
+    real-time queue): the interrupted playback_finished follows once that push is done, and no
+    playback_started comes after it. The runner zeroes its playback position at the cut, so a push still
+    in flight then would count as a new segment's start (a flake of the test above under load)."""
+    events: list[str] = []
+
+    async def main() -> None:
+        generator = LipstreamVideoGenerator(avatar_path)
+        await generator.start()
+        io = QueueAudioOutput(sample_rate=RATE, wait_playback_start=True)
+        io.on("playback_started", lambda _: events.append("started"))
+        io.on("playback_finished", lambda ev: events.append("finished" + " interrupted" * ev.interrupted))
+        runner = RoomlessRunner(rtc.Room(), audio_recv=io, video_gen=generator,
+                                options=generator.avatar_options(RATE))  # fmt: skip
+        await runner.start()
+        holding, in_push, cut = [False], asyncio.Event(), asyncio.Event()
+        push = runner.av_sync.push
+
+        async def push_held_at_the_cut(frame: rtc.VideoFrame | rtc.AudioFrame) -> None:
+            if holding[0] and isinstance(frame, rtc.AudioFrame):
+                holding[0] = False
+                in_push.set()
+                await cut.wait()
+                await asyncio.sleep(0.05)  # the runner's cut handler runs while this push is in flight
+            await push(frame)
+
+        runner.av_sync.push = push_held_at_the_cut  # type: ignore[method-assign]
+        for frame in audio_frames(speech):
+            await io.capture_frame(frame)
+        io.flush()
+        await asyncio.sleep(0.8)
+        holding[0] = True
+        await asyncio.wait_for(in_push.wait(), 2)
+        io.clear_buffer()
+        cut.set()
+        await asyncio.wait_for(io.wait_for_playout(), 5)
+        await asyncio.sleep(0.5)  # a late playback_started would come in here
+        await runner.aclose()
+        await generator.aclose()
+
+    asyncio.run(main())
+    assert events == ["started", "finished interrupted"], events
 
 
 def test_bad_arguments_are_refused_clearly(avatar_path: Path) -> None:

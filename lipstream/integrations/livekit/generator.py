@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any, Literal
 
 import numpy as np
@@ -82,6 +82,7 @@ class LipstreamVideoGenerator(VideoGenerator):
         self._generation = 0  # bumped by clear_buffer: audio taken before it is never yielded after it
         self._end_due = False  # a cleared segment still owes the runner its AudioSegmentEnd
         self._cleared = asyncio.Event()  # wakes the iterator to yield that end at once
+        self._pulled = asyncio.Event()  # the runner came back for the next item: done with the last one
         self._start_lock = asyncio.Lock()
         self._started = False
         self._states = AgentStateView(on_state)
@@ -151,15 +152,25 @@ class LipstreamVideoGenerator(VideoGenerator):
         if generation == self._generation:  # not cleared while the Session analysed it
             self._segments.push(interleaved, frame.sample_rate, frame.num_channels)
 
-    def clear_buffer(self) -> None:
+    def clear_buffer(self) -> Coroutine[Any, Any, None]:
         """Stop speaking now: queued speech and frames are dropped, no audio of it is yielded after this,
-        and the segment's `AudioSegmentEnd` follows; the presenter goes on idling."""
+        and the segment's `AudioSegmentEnd` follows; the presenter goes on idling. Returns a coroutine that
+        ends when the runner has finished with the item it held (AvatarRunner awaits it): the runner zeroes
+        its playback position after this, and an audio frame whose push it was still in would otherwise
+        count as a new segment's start, a `playback_started` after the interruption."""
         self._generation += 1
         self._end_due = self._end_due or self._segments.pending
         self._segments.clear()
         self.session.interrupt()
+        self._pulled.clear()
         self._cleared.set()
         self._states.set(False)  # the runner reports the interrupted playback_finished right after this
+        return self._runner_done_with_its_item()
+
+    async def _runner_done_with_its_item(self, timeout: float = 1.0) -> None:
+        """Until the runner asks for its next item (at most `timeout`: a stalled runner holds no clear)."""
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._pulled.wait(), timeout)
 
     # ----- frames out -------------------------------------------------------------------------------------
 
@@ -172,6 +183,7 @@ class LipstreamVideoGenerator(VideoGenerator):
         next_item: asyncio.Future | None = None
         try:
             while True:
+                self._pulled.set()
                 if next_item is None:
                     next_item = asyncio.ensure_future(frames.__anext__())
                 cleared = asyncio.ensure_future(self._cleared.wait())

@@ -89,6 +89,12 @@ async def open_on(url: str, count: int) -> list[tuple[websockets.ClientConnectio
     return list(await asyncio.gather(*(open_session(url, "small") for _ in range(count))))
 
 
+async def close_all(sessions: list[tuple[websockets.ClientConnection, dict]]) -> None:
+    """Close sessions at once: one that was never read has frames queued ahead of the server's close frame,
+    so its close waits out websockets' 10 s close timeout (1006), one after another 30 s for three."""
+    await asyncio.gather(*(ws.close() for ws, _ in sessions))
+
+
 async def open_as_the_player_does(
     url: str, count: int, within: float = 60.0
 ) -> list[tuple[websockets.ClientConnection, dict]]:
@@ -128,8 +134,7 @@ def test_sessions_spread_over_both_replicas_and_frames_flow(ray_server: ServerPr
             assert frames >= 25  # over a second of speech came through the proxy
             return {ready["replica"] for _, ready in sessions}
         finally:
-            for ws, _ in sessions:
-                await ws.close()
+            await close_all(sessions)
 
     replicas = asyncio.run(run())
     assert len(replicas) == 2, replicas  # 4 sessions, at most 3 per replica: both replicas hold some
@@ -149,8 +154,7 @@ def test_a_killed_replica_ends_its_session_and_new_sessions_still_work(ray_serve
     async def run() -> tuple[int | None, float]:
         sessions = await open_on(ray_server.ws, 2)
         victim_ws, victim_ready = sessions[0]
-        for ws, _ in sessions[1:]:
-            await ws.close()
+        await close_all(sessions[1:])
         victim = victim_ready["replica"]
         await victim_ws.recv()  # frames flow
         killed_at = time.monotonic()
@@ -164,8 +168,7 @@ def test_a_killed_replica_ends_its_session_and_new_sessions_still_work(ray_serve
             assert all(ready["replica"] != victim for _, ready in fresh)
             assert await speak_and_count_frames(fresh[0][0]) >= 25
         finally:
-            for ws, _ in fresh:
-                await ws.close()
+            await close_all(fresh)
         return code, ended_after
 
     code, ended_after = asyncio.run(run())
@@ -189,8 +192,7 @@ def test_a_killed_replica_ends_its_session_and_new_sessions_still_work(ray_serve
             assert all(ready["type"] == "ready" for _, ready in sessions), [r for _, r in sessions]
             return {ready["replica"] for _, ready in sessions}
         finally:
-            for ws, _ in sessions:
-                await ws.close()
+            await close_all(sessions)
 
     holders = asyncio.run(spread())
     assert len(holders) == 2 and holders - set(pids), (pids, seen, holders)

@@ -90,8 +90,8 @@ async def open_on(url: str, count: int) -> list[tuple[websockets.ClientConnectio
 
 
 async def close_all(sessions: list[tuple[websockets.ClientConnection, dict]]) -> None:
-    """Close sessions at once: one that was never read has frames queued ahead of the server's close frame,
-    so its close waits out websockets' 10 s close timeout (1006), one after another 30 s for three."""
+    """Close sessions at once: each one never read closed only at websockets' 10 s close timeout (code 1006,
+    measured; its frames are queued ahead of the server's close frame), one after another 30 s for three."""
     await asyncio.gather(*(ws.close() for ws, _ in sessions))
 
 

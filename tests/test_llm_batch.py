@@ -107,8 +107,10 @@ def test_an_answer_asked_while_its_read_ahead_still_reads_goes_on_from_what_it_r
     final = [SYSTEM, ChatMessage("user", f"{notes}\n\nWhen does the room on floor 2 open?")]
     ahead = chat._llama.tokenize(_open(heard).encode(), add_bos=False, special=True)
     read_done = threading.Event()
-    chat._writer.submit(Job(ahead, 0, None, print, lambda _e, _r: read_done.set(), threading.Event()))
-    time.sleep(1.0)  # part of it is read
+    reading = Job(ahead, 0, None, print, lambda _e, _r: read_done.set(), threading.Event())
+    chat._writer.submit(reading)
+    # part of it is read (not a fixed sleep: on a loaded box 1 s had read only 84 tokens)
+    assert _wait(lambda: reading.read > 100)
     assert not read_done.is_set()
     prompt = chat.prompt_tokens(final)
     seated: list[Job] = []

@@ -24,7 +24,7 @@ def test_the_patched_voice_is_cached_and_speaks_as_pipers_own_patch(tmp_path, mo
     from piper import PiperVoice, SynthesisConfig
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    first = PiperTTS(threads=1)
+    first = PiperTTS(threads=1, in_pieces=False)
     cached = _cached(tmp_path)
     assert len(cached) == 1 and not list(cached[0].parent.glob("*.part"))
     written = cached[0].stat().st_mtime_ns
@@ -40,14 +40,18 @@ def test_the_patched_voice_is_cached_and_speaks_as_pipers_own_patch(tmp_path, mo
     config = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)
     chunks = list(reference.synthesize(TEXT, syn_config=config, include_alignments=True))
     expected = np.concatenate([c.audio_float_array for c in chunks])
-    for voice in (first, again):
-        speech = voice.synthesize(TEXT)
-        assert speech.phonemes is not None and len(speech.phonemes) > 10
-        raw = np.concatenate([c.audio_float_array for c in voice._chunks(TEXT)])
-        assert raw.shape == expected.shape and np.abs(raw - expected).max() < 1e-4
-        assert [a.phoneme for c in voice._chunks(TEXT) for a in c.phoneme_alignments] == [
-            a.phoneme for c in chunks for a in c.phoneme_alignments
-        ]
+    speech = first.synthesize(TEXT)
+    assert speech.phonemes is not None and len(speech.phonemes) > 10
+    raw = np.concatenate([c.audio_float_array for c in first._chunks(TEXT)])
+    assert raw.shape == expected.shape and np.abs(raw - expected).max() < 1e-4
+    assert [a.phoneme for c in first._chunks(TEXT) for a in c.phoneme_alignments] == [
+        a.phoneme for c in chunks for a in c.phoneme_alignments
+    ]
+    # the voice in stages (piper_stages): the same samples and the same phones, from the same cached copy
+    assert again.speaks_in_pieces()
+    staged = again.synthesize(TEXT)
+    assert staged.pcm.shape == speech.pcm.shape and np.abs(staged.pcm - speech.pcm).max() < 1e-4
+    assert staged.phonemes == speech.phonemes
 
 
 def test_a_damaged_cached_copy_is_dropped_and_the_voice_still_loads(tmp_path, monkeypatch, caplog) -> None:

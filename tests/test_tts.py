@@ -71,7 +71,14 @@ def test_piper_is_deterministic(piper: PiperTTS) -> None:
 def test_sentences_stream_one_by_one(voice: str, piper: PiperTTS, espeak: EspeakTTS) -> None:
     tts = piper if voice == "piper" else espeak
     parts = list(tts.synthesize_sentences("Good evening.  Tonight the bridge reopened! Is it safe?"))
-    assert [p.text for p in parts] == ["Good evening.", "Tonight the bridge reopened!", "Is it safe?"]
+    if voice == "espeak":
+        assert [p.text for p in parts] == ["Good evening.", "Tonight the bridge reopened!", "Is it safe?"]
+    else:  # each sentence in pieces, each piece with its share of the words
+        assert len(parts) > 3
+        assert (
+            " ".join(p.text for p in parts if p.text)
+            == "Good evening. Tonight the bridge reopened! Is it safe?"
+        )
     for part in parts:
         _check_timings(part)
     whole = tts.synthesize("Good evening.  Tonight the bridge reopened! Is it safe?")

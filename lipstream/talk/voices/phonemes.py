@@ -83,3 +83,12 @@ def to_timings(
         last = timings[-1]
         timings[-1] = PhonemeTiming(last.phoneme, last.start, total_samples_16k)
     return timings
+
+
+def timings_between(timings: Sequence[PhonemeTiming], start: int, end: int) -> list[PhonemeTiming]:
+    """The timings of samples [start, end) of a speech, clipped to that span and counted from its start."""
+    return [
+        PhonemeTiming(t.phoneme, max(start, t.start) - start, min(end, t.end) - start)
+        for t in timings
+        if min(end, t.end) > max(start, t.start)
+    ]

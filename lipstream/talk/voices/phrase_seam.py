@@ -12,8 +12,9 @@ import dataclasses
 
 import numpy as np
 
-from lipstream.audio.speech import PhonemeTiming, Speech
+from lipstream.audio.speech import Speech
 from lipstream.audio.timeline import SAMPLE_RATE
+from lipstream.talk.voices.phonemes import timings_between
 
 # silence kept on each side of the cut: together about the pause between two words of one phrase in Piper's
 # and espeak-ng's own sentences (measured: 20-60 ms), under the 100+ ms a comma's pause takes
@@ -73,11 +74,5 @@ def _cut(speech: Speech, start: int, end: int) -> Speech:
             pcm[:fade] *= ramp
         if end < len(speech.pcm):
             pcm[-fade:] *= ramp[::-1]
-    phonemes = None
-    if speech.phonemes is not None:
-        phonemes = [
-            PhonemeTiming(p.phoneme, max(0, p.start - start), min(end, p.end) - start)
-            for p in speech.phonemes
-            if min(end, p.end) > max(start, p.start)
-        ]
+    phonemes = None if speech.phonemes is None else timings_between(speech.phonemes, start, end)
     return dataclasses.replace(speech, pcm=pcm, phonemes=phonemes)

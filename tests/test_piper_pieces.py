@@ -1,0 +1,125 @@
+"""The Piper voice in two stages (issue 48): a sentence made a piece at a time joins into the sentence made
+whole, sample for sample, with its words and phoneme timings; a model that cannot be cut, or a damaged cached
+stage, still gives a working voice."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from lipstream.audio.speech import Speech
+from lipstream.talk.voices import piper_stages
+from lipstream.talk.voices.piper_pieces import LIMIT_KNEE, soft_limit
+from lipstream.talk.voices.piper_stages import FIRST_PIECE_FRAMES, piece_bounds, split_model, staged_names
+from lipstream.talk.voices.piper_tts import PiperTTS
+from lipstream.talk.voices.speaker import Speaker
+
+LONG = (
+    "The museum on the hill will open late on Fridays this summer with live music in the garden and free "
+    "entry for children under twelve."
+)
+
+
+def test_pieces_cover_a_sentence_from_a_short_first_one() -> None:
+    for frames in (1, 31, 32, 63, 64, 65, 200, 562, 3000):
+        bounds = piece_bounds(frames)
+        assert bounds[0][0] == 0 and bounds[-1][1] == frames
+        assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:], strict=False))
+        assert bounds[0][1] - bounds[0][0] <= 2 * FIRST_PIECE_FRAMES  # short first, or the whole short one
+        assert all(end - start >= FIRST_PIECE_FRAMES for start, end in bounds[1:])  # no sliver at the end
+
+
+def test_the_limiter_bends_only_what_is_over_its_knee() -> None:
+    audio = np.linspace(-1.6, 1.6, 3201, dtype=np.float32)
+    limited = soft_limit(audio)
+    quiet = np.abs(audio) <= LIMIT_KNEE
+    assert np.array_equal(limited[quiet], audio[quiet])
+    assert np.abs(limited).max() < 1.0 and np.all(np.diff(limited) >= 0)  # never past full range, no folds
+
+
+@pytest.fixture(scope="module")
+def piper() -> PiperTTS:
+    return PiperTTS(threads=1)
+
+
+@pytest.mark.slow
+def test_a_sentence_in_pieces_is_the_sentence_made_whole(piper: PiperTTS) -> None:
+    assert piper.speaks_in_pieces()
+    pieces = list(piper.synthesize_sentences(LONG))
+    whole = piper.synthesize(LONG)
+    assert len(pieces) >= 3 and pieces[0].seconds <= 0.4  # the first piece is short
+    joined = np.concatenate([p.pcm for p in pieces])
+    assert joined.shape == whole.pcm.shape
+    # the same waveform but for its scale (the first piece's peak, not the whole sentence's) and the limiter
+    scale = float(np.dot(joined, whole.pcm) / np.dot(joined, joined))
+    # (a limited sample's neighbours move a little too: the resampler spreads it)
+    residual = np.abs(joined * scale - whole.pcm)[np.abs(joined) < LIMIT_KNEE - 0.1]
+    assert residual.max() < 2.5e-3, residual.max()
+    assert 0.7 < scale <= 1.0 and np.abs(joined).max() <= 1.0
+    assert " ".join(p.text for p in pieces if p.text) == LONG
+    # the pieces' phoneme timings, moved back to the sentence's clock, are the whole sentence's
+    offsets = np.cumsum([0] + [len(p.pcm) for p in pieces])
+    timings = [
+        (t.phoneme, t.start + o, t.end + o) for p, o in zip(pieces, offsets, strict=False) for t in p.phonemes
+    ]
+    assert [t[0] for t in timings if t[0] != "_"][:5] == [
+        t.phoneme for t in whole.phonemes if t.phoneme != "_"
+    ][:5]
+    assert all(a[2] == b[1] for a, b in zip(timings, timings[1:], strict=False))  # back to back
+    assert timings[0][1] == 0 and timings[-1][2] == len(whole.pcm)
+
+
+@pytest.mark.slow
+def test_a_speaker_leaves_the_text_whole_for_a_voice_in_pieces(piper: PiperTTS) -> None:
+    async def speak() -> list[Speech]:
+        return [s async for s in await Speaker(voices=lambda _name: piper).speak(LONG, quick_start=True)]
+
+    speeches = asyncio.run(speak())
+    assert speeches[0].seconds <= 0.4
+    assert " ".join(s.text for s in speeches if s.text) == LONG  # no comma read into it, no word lost
+
+
+def test_a_model_without_the_stage_tensors_is_not_cut(tmp_path) -> None:
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["input"], ["output"])],
+        "other-export",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1])],
+    )
+    model = tmp_path / "other.onnx"
+    onnx.save(helper.make_model(graph), str(model))
+    assert split_model(model) is None
+    assert piper_stages.staged_voice(model, 256, lambda _part: None) is None
+
+
+@pytest.mark.slow
+def test_a_voice_that_cannot_be_cut_speaks_whole_sentences(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(piper_stages, "PRIOR", "/no_such_tensor")
+    voice = PiperTTS(threads=1)
+    assert not voice.speaks_in_pieces()
+    assert [s.text for s in voice.synthesize_sentences(LONG)] == [LONG]
+
+    async def speak() -> list[Speech]:
+        return [s async for s in await Speaker(voices=lambda _name: voice).speak(LONG, quick_start=True)]
+
+    assert len(asyncio.run(speak())) == 2  # the text cut at its first phrase instead
+
+
+@pytest.mark.slow
+def test_a_damaged_cached_stage_is_cut_again(tmp_path, monkeypatch, caplog) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    PiperTTS(threads=1)
+    aligned = next((tmp_path / "lipstream" / "piper").glob("*-aligned.onnx"))
+    text_side, frames_side = staged_names(aligned)
+    assert text_side.stat().st_size > 1_000_000 and frames_side.stat().st_size > 1_000_000
+    frames_side.write_bytes(b"not an onnx model")
+    voice = PiperTTS(threads=1)
+    assert voice.speaks_in_pieces() and "cutting them again" in caplog.text
+    assert voice.synthesize("Hello there.").phonemes is not None
+    assert frames_side.stat().st_size > 1_000_000

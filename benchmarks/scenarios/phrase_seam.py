@@ -1,5 +1,9 @@
 """Waveform and spectrogram around the first-phrase cut (issue 48), beside the same sentence spoken whole.
 
+A voice that speaks in pieces (Piper cut in stages) has no cut in its text: the red line is then the join of
+its first piece and the next, on the same clock as the whole sentence, and the title gives the largest
+difference between the two waveforms around it.
+
     .venv/bin/python -m benchmarks phrase_seam [--voice piper|espeak] [--text "..."]
 
 Writes benchmarks/results/phrase_seam_<voice>.png (and .wav of the cut version, to listen to): top, the
@@ -18,7 +22,7 @@ import numpy as np
 
 from lipstream.talk.voices import phrase_seam
 from lipstream.talk.voices.speaker import Speaker
-from lipstream.talk.voices.tts import create_tts
+from lipstream.talk.voices.tts import SpeaksInPieces, create_tts
 
 REPO = Path(__file__).resolve().parents[2]
 TEXT = "The museum on the hill will open late on Fridays this summer with live music in the garden."
@@ -48,9 +52,18 @@ def main(argv: list[str] | None = None) -> int:
     # where the first phrase ends in the whole sentence: its phrase's duration, spoken alone, minus the seam
     whole_cut = min(len(whole) - 1, cut - phrase_seam.KEEP_BEFORE_CUT_MS * 16)
     half = args.window_ms * 16
+    joined_label = f"cut: {speeches[0].text!r} | rest"
+    if isinstance(voice, SpeaksInPieces) and voice.speaks_in_pieces():
+        whole_cut = cut  # the pieces are the whole sentence's samples, on its clock
+        lo, hi = max(0, cut - half), min(len(whole), cut + half)
+        scale = float(np.dot(cut_pcm, whole) / np.dot(cut_pcm, cut_pcm))
+        differs = float(np.abs(cut_pcm[lo:hi] * scale - whole[lo:hi]).max())
+        joined_label = (
+            f"in pieces: {speeches[0].text!r} | next piece; largest difference from whole {differs:.4f}"
+        )
     fig, axes = plt.subplots(4, 1, figsize=(12, 10), sharex=False)
     for row, (pcm, at, label) in enumerate(
-        ((whole, whole_cut, "spoken whole"), (cut_pcm, cut, f"cut: {speeches[0].text!r} | rest"))
+        ((whole, whole_cut, "spoken whole"), (cut_pcm, cut, joined_label))
     ):
         lo, hi = max(0, at - half), min(len(pcm), at + half)
         t = (np.arange(lo, hi) - at) / 16.0

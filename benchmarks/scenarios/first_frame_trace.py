@@ -96,10 +96,10 @@ def install(trace: Trace) -> None:
 
     append = Utterance.append_segment
 
-    def append_segment(self, pcm, feats, text=None):
+    def append_segment(self, pcm, feats, *args, **kwargs):
         if self.kind == "text":
             trace.mark("features")
-        return append(self, pcm, feats, text)
+        return append(self, pcm, feats, *args, **kwargs)
 
     Utterance.append_segment = append_segment
 

@@ -28,6 +28,9 @@ class Speech:
     text: str | None = None
     source: str = ""
     sample_rate: int = field(default=SAMPLE_RATE)
+    # how many samples `text` spans when it goes on past this speech: the first piece of a sentence made in
+    # pieces carries the sentence's text and length (its later pieces carry no text)
+    text_samples: int | None = None
 
     def __post_init__(self) -> None:
         if self.sample_rate != SAMPLE_RATE:

@@ -114,13 +114,17 @@ def check_espeak() -> str:
 
 
 def check_piper() -> str:
-    """The bundled Piper voice speaks a word."""
-    from lipstream.talk.voices.tts import create_tts
+    """The bundled Piper voice speaks a word, and whether it makes sentences in pieces (piper_stages)."""
+    from lipstream.talk.voices.tts import SpeaksInPieces, create_tts
 
     started = time.perf_counter()
-    speech = create_tts("piper", fallback=False, threads=1).synthesize("Hello.")
+    voice = create_tts("piper", fallback=False, threads=1)
+    speech = voice.synthesize("Hello.")
     seconds = len(speech.pcm) / speech.sample_rate
-    return f"'Hello.' -> {seconds:.2f} s of audio (load + synthesis {time.perf_counter() - started:.1f} s)"
+    pieces = isinstance(voice, SpeaksInPieces) and voice.speaks_in_pieces()
+    how = "sentences in pieces (two stages)" if pieces else "whole sentences (the model could not be cut)"
+    took = time.perf_counter() - started
+    return f"'Hello.' -> {seconds:.2f} s of audio (load + synthesis {took:.1f} s); {how}"
 
 
 def check_vad() -> str:

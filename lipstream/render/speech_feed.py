@@ -177,7 +177,7 @@ class SpeechFeed:
                     pcm, feats = await self.pools.run_speech(utt.segment, speech)
                 if generation != self.generation():
                     break
-                utt.append_segment(pcm, feats, text=speech.text)
+                utt.append_segment(pcm, feats, text=speech.text, text_samples=speech.text_samples)
                 self.poke()
         finally:
             closing = getattr(stream, "aclose", None)

@@ -61,11 +61,14 @@ class Utterance:
             feats = pad_rows(feats, seg.frame_count, self.engine.feature_dim)
         return pcm, feats
 
-    def append_segment(self, pcm: np.ndarray, feats: np.ndarray, text: str | None = None) -> None:
+    def append_segment(
+        self, pcm: np.ndarray, feats: np.ndarray, text: str | None = None, text_samples: int | None = None
+    ) -> None:
         """Add a segment made by `segment` (on the event loop, where the producer reads the utterance);
-        `text`, when given, is what the segment says: it becomes a `text` event at its first frame."""
+        `text`, when given, is what the segment says (over `text_samples` when it goes on into later
+        segments): it becomes a `text` event at its first frame."""
         if text:
-            self.marks.append((self._samples, len(pcm), text))
+            self.marks.append((self._samples, text_samples or len(pcm), text))
         self._append_audio(pcm)
         self._add_features(feats)
 

@@ -78,7 +78,7 @@ def sentence_pieces(
     voice: StagedVoice, parts: Sequence[StagedSentence], text: str, rate: int
 ) -> Iterator[Speech]:
     """The sentence `text` (Piper's `parts` of it) as consecutive Speech pieces, each made when pulled: the
-    first FIRST_PIECE_FRAMES long, then longer; each labelled with its share of the words."""
+    first FIRST_PIECE_FRAMES long, then longer; the first carries the sentence's text and length."""
     total = sum(part.prior.frames for part in parts) * voice.hop
     expected = math.ceil(total * SAMPLE_RATE / rate)  # what the resampler gives for `total` samples
     timings: list[PhonemeTiming] | None = None
@@ -86,7 +86,6 @@ def sentence_pieces(
         raw = [phone for part in parts for phone in part.phones or []]
         if sum(phone.samples for phone in raw) == total:
             timings = to_timings(merge_phones(raw), rate, expected)
-    words = text.split()
     spans = [(part.prior, span) for part in parts for span in piece_bounds(part.prior.frames)]
     resampler = StreamResampler(rate)
     gain, start = None, 0
@@ -95,20 +94,14 @@ def sentence_pieces(
         if gain is None:
             gain = 1.0 / max(MIN_PEAK, float(np.abs(audio).max()) if audio.size else 0.0)
         pcm = resampler.push(soft_limit(audio * gain))
-        final = index == len(spans) - 1
-        if final:
+        if index == len(spans) - 1:
             pcm = np.concatenate([pcm, resampler.flush()])
         end = start + len(pcm)
-        said = words[
-            _word_at(start, expected, len(words)) : len(words)
-            if final
-            else _word_at(end, expected, len(words))
-        ]
-        yield Speech(pcm=pcm, phonemes=None if timings is None else timings_between(timings, start, end),
-                     text=" ".join(said), source="piper")  # fmt: skip
+        yield Speech(
+            pcm=pcm,
+            phonemes=None if timings is None else timings_between(timings, start, end),
+            text=text if index == 0 else None,  # one `text` event a sentence, at its first frame
+            text_samples=expected if index == 0 else None,
+            source="piper",
+        )
         start = end
-
-
-def _word_at(sample: int, total: int, words: int) -> int:
-    """The index of the word a piece starting at `sample` begins with (words spread evenly over the time)."""
-    return min(words, round(words * sample / max(1, total)))

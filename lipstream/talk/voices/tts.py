@@ -33,7 +33,7 @@ class TTS(Protocol):
 
     def synthesize_sentences(self, text: str) -> Iterator[Speech]:
         """Speak sentence by sentence, yielding each Speech as soon as it is ready (a voice that
-        `SpeaksInPieces` yields a sentence in consecutive pieces, each with its share of the words)."""
+        `SpeaksInPieces` yields a sentence in consecutive pieces, the first with its text and length)."""
 
 
 @runtime_checkable

@@ -5,7 +5,7 @@ then its frames side (the flow and the HiFi-GAN decoder, over the sentence's ~86
 side is cheap (15-60 ms for 5-50 words, one thread on a 2-core Xeon); the frames side costs ~0.9 ms a frame
 and grows with the sentence. Both frames-side networks are convolutional, so a run of frames with
 CONTEXT_FRAMES of context on each side gives the samples of the whole sentence's run (measured: within 1e-5).
-The first piece of a 25-word sentence is therefore heard after the text side and ~60 ms, with the whole
+The first piece of a 25-word sentence is therefore heard after the text side and ~30 ms, with the whole
 sentence's prosody (no cut in the text, no seam), and the rest is made while it plays.
 
 The two stages are cut out of the alignment-patched model by tensor name, written once beside it in the
@@ -32,7 +32,8 @@ TEXT_INPUTS = ("input", "input_lengths", "scales")
 PRIOR, MASK, DURATIONS = "/Add_output_0", "/Cast_2_output_0", "/Ceil_output_0"
 AUDIO = "output"
 CONTEXT_FRAMES = 24  # the flow's and decoder's reach each side, with margin (12 already gives < 1e-5)
-FIRST_PIECE_FRAMES = 16  # experiment
+# ~0.19 s of speech, made in ~30 ms (its context costs more than it): the next piece is made while it plays
+FIRST_PIECE_FRAMES = 16
 MAX_PIECE_FRAMES = 512  # later pieces double up to ~6 s each
 CHECK_IDS = [1, 0, 20, 0, 59, 0, 3, 0, 33, 0, 12, 0, 14, 0, 3, 0, 27, 0, 48, 0, 10, 0, 2]  # ^ ... $
 STAGES_VERSION = 1  # part of the cached names: a changed cut makes new files

@@ -34,8 +34,8 @@ AUDIO = "output"
 CONTEXT_FRAMES = 24  # the flow's and decoder's reach each side, with margin (12 already gives < 1e-5)
 # ~0.19 s of speech, made in ~30 ms (its context costs more than it): the next piece is made while it plays
 FIRST_PIECE_FRAMES = 16
-# each later piece is three times the frames before it (16, 48, 192, 768): made in ~25 % of the time those play
-# (one thread, idle), with few pieces paying the context (a 25-word sentence: 4 pieces, ~30 % more frames made)
+# each later piece is three times the frames before it (16, 48, 192, 768): made in ~25 % of the time those
+# play (one thread, idle), few pieces paying the context (a 25-word sentence: 4 pieces, 15 % more CPU)
 PIECE_GROWTH = 3
 MAX_PIECE_FRAMES = 1024  # ~12 s
 CHECK_IDS = [1, 0, 20, 0, 59, 0, 3, 0, 33, 0, 12, 0, 14, 0, 3, 0, 27, 0, 48, 0, 10, 0, 2]  # ^ ... $

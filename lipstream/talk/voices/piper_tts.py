@@ -44,7 +44,7 @@ class PiperTTS:
         keep_arena: bool = False,
         in_pieces: bool = True,
     ) -> None:
-        """Load the voice once (~0.3 s from the patched copy in the cache, ~1.2 s the first time);
+        """Load the voice once (~0.3 s from the patched copy in the cache, ~2 s the first time: patched, cut);
         model_path defaults to the bundled en_US joe voice; `threads` caps onnxruntime's threads per
         synthesis (0: its default, every core); `keep_arena` keeps onnxruntime's memory arena with a
         thread cap (see `_cpu_session`); `in_pieces`: the model cut in stages when it can be, each sentence

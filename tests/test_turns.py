@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -244,6 +245,36 @@ def test_speaking_over_the_answer_interrupts_it_and_the_history_keeps_what_was_h
     contents = [m.content for m in run.conversation.history]
     assert any(c.endswith(" ...") for c in contents), contents  # what was heard, marked as cut
     assert len(run.kinds("user_speech_started")) == 2
+
+
+def test_an_answer_whose_last_frame_was_sent_but_not_yet_heard_is_still_cut_by_speech() -> None:
+    """`playback_finished` goes out with the answer's last frame, up to the session's lead before it plays:
+    speech in that time cuts the answer (reported interrupted, the history keeps what was heard)."""
+
+    async def main() -> Run:
+        run = make()
+        run.session.hold = asyncio.Event()  # the session still plays it, as a real one's is_speaking says
+        await say(run, question("tell me a short joke"))
+        for _ in range(100):
+            if run.session.said and run.session.said[0]:
+                break
+            await asyncio.sleep(0.01)
+        for kind, position in (("speech_started", 0), ("playback_finished", 16000)):  # 1 s ahead of the clock
+            event = SimpleNamespace(type=kind, utterance_id=1, position_samples=position, message="",
+                                    interrupted=False)  # fmt: skip
+            await run.conversation.on_stream_event(event)
+        assert not run.kinds("turn_metrics")  # not heard to its end yet: its figures are not final
+        await say(run, silence(3.0))  # past join_seconds: a new question, not a continuation
+        await say(run, np.concatenate([spoken("how far is moon"), silence(0.8)]))
+        await finish(run)
+        return run
+
+    run = asyncio.run(main())
+    assert run.session.interrupts >= 1
+    first = next(m for m in run.kinds("turn_metrics") if m["turn"] == 1)
+    assert first["interrupted"] is True
+    contents = [m.content for m in run.conversation.history if m.role == "assistant"]
+    assert contents and contents[0].endswith(" ..."), contents  # what was heard, marked as cut
 
 
 def test_turn_metrics_carry_every_stage_in_order() -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from lipstream.audio.timeline import SAMPLE_RATE
+from lipstream.audio.timeline import FPS, SAMPLE_RATE
 from lipstream.errors import LipstreamError
 from lipstream.talk.answers import AnswerMaker, PreparedAnswer
 from lipstream.talk.conversation_types import ConversationConfig, ConversationObserver, Emit, TurnReport
@@ -119,6 +119,7 @@ class Conversation:
         self._answer: PreparedAnswer | None = None  # the answer being spoken
         self._reply_task: asyncio.Task | None = None
         self._replying: TurnReport | None = None  # the report of the answer being spoken
+        self._finishing: asyncio.Task | None = None  # waits for the answer's last frame to be heard
         self._reports: dict[int, TurnReport] = {}  # turns whose figures are not yet final
         self.seat = seat
         self.finals = finals or FinalsInFlight()
@@ -413,14 +414,14 @@ class Conversation:
                 self.turns.answer_started()
                 await self._states_changed()
         elif event.type == "playback_finished":
-            if report is self._replying:
-                if not event.interrupted and report.spoken:
-                    self.history.append(ChatMessage("assistant", " ".join(report.spoken)))
-                self._replying = None
-                self.turns.answer_done()
-                await self._states_changed()
-            report.interrupted = report.interrupted or bool(event.interrupted)
-            await self._report(report)  # the answer is over (played or cut): its figures are final
+            # the event goes out with the answer's last frame, up to the session's lead (~1 s) before the
+            # listener hears it: until then the avatar still speaks, and speech over it cuts the answer
+            ahead = (event.position_samples - self.session.playback_position()) / SAMPLE_RATE
+            if report is self._replying and not event.interrupted and ahead > 1 / FPS:
+                self._cancel(self._finishing)
+                self._finishing = asyncio.create_task(self._finish_when_heard(report, ahead))
+            else:
+                await self._answer_finished(report, bool(event.interrupted))
         elif event.type == "text":
             message = {
                 "type": "reply_text", "turn": report.turn, "utterance_id": event.utterance_id,
@@ -431,6 +432,22 @@ class Conversation:
                 message["sources"] = list(answer.grounded.sources)
             return message
         return None
+
+    async def _finish_when_heard(self, report: TurnReport, ahead: float) -> None:
+        """The answer's end is heard in `ahead` s, unless the user cuts in first (`interrupt` reports it)."""
+        await asyncio.sleep(ahead)
+        await self._answer_finished(report, interrupted=False)
+
+    async def _answer_finished(self, report: TurnReport, interrupted: bool) -> None:
+        """The answer is over (heard to its end, or cut): the history keeps it, its figures are final."""
+        if report is self._replying:
+            if not interrupted and report.spoken:
+                self.history.append(ChatMessage("assistant", " ".join(report.spoken)))
+            self._replying = None
+            self.turns.answer_done()
+            await self._states_changed()
+        report.interrupted = report.interrupted or interrupted
+        await self._report(report)
 
     def _report_of(self, utterance_id: int | None) -> TurnReport | None:
         if utterance_id is None:
@@ -467,7 +484,7 @@ class Conversation:
         if self._heard is not None:
             self._heard.cancel()
         self.answers.close()
-        for task in (self._partial_task, self._reply_task, self._seat_task):
+        for task in (self._partial_task, self._reply_task, self._seat_task, self._finishing):
             self._cancel(task)
         if self.seat is not None:
             self.seat.release()  # the next in line is seated

@@ -226,18 +226,28 @@ def test_an_unfinished_judgement_waits_for_the_hard_cap() -> None:
     assert len(ended) == 1 and ended[0]["rule"] == "max_wait"
 
 
+async def answer_playing(run: Run) -> None:
+    """Ask a question and wait until its answer is in the session, which keeps "playing" it."""
+    run.session.hold = asyncio.Event()  # as a real session's is_speaking says while it plays
+    await say(run, question("tell me a short joke"))
+    for _ in range(100):
+        if run.session.said and run.session.said[0]:
+            break
+        await asyncio.sleep(0.01)
+
+
+async def speak_over_it(run: Run) -> None:
+    """Ask again while the answer plays, past join_seconds (a new question, not a continuation)."""
+    await say(run, silence(3.0))
+    await say(run, np.concatenate([spoken("how far is moon"), silence(0.8)]))
+    await finish(run)
+
+
 def test_speaking_over_the_answer_interrupts_it_and_the_history_keeps_what_was_heard() -> None:
     async def main() -> Run:
         run = make()
-        run.session.hold = asyncio.Event()  # the answer keeps playing
-        await say(run, question("tell me a short joke"))
-        for _ in range(100):
-            if run.session.said and run.session.said[0]:
-                break
-            await asyncio.sleep(0.01)
-        await say(run, silence(3.0))  # past join_seconds: a new question, not a continuation
-        await say(run, np.concatenate([spoken("how far is moon"), silence(0.8)]))
-        await finish(run)
+        await answer_playing(run)
+        await speak_over_it(run)
         return run
 
     run = asyncio.run(main())
@@ -253,20 +263,13 @@ def test_an_answer_whose_last_frame_was_sent_but_not_yet_heard_is_still_cut_by_s
 
     async def main() -> Run:
         run = make()
-        run.session.hold = asyncio.Event()  # the session still plays it, as a real one's is_speaking says
-        await say(run, question("tell me a short joke"))
-        for _ in range(100):
-            if run.session.said and run.session.said[0]:
-                break
-            await asyncio.sleep(0.01)
+        await answer_playing(run)
         for kind, position in (("speech_started", 0), ("playback_finished", 16000)):  # 1 s ahead of the clock
             event = SimpleNamespace(type=kind, utterance_id=1, position_samples=position, message="",
                                     interrupted=False)  # fmt: skip
             await run.conversation.on_stream_event(event)
         assert not run.kinds("turn_metrics")  # not heard to its end yet: its figures are not final
-        await say(run, silence(3.0))  # past join_seconds: a new question, not a continuation
-        await say(run, np.concatenate([spoken("how far is moon"), silence(0.8)]))
-        await finish(run)
+        await speak_over_it(run)
         return run
 
     run = asyncio.run(main())

@@ -22,7 +22,7 @@ import numpy as np
 
 from lipstream.talk.voices import phrase_seam
 from lipstream.talk.voices.speaker import Speaker
-from lipstream.talk.voices.tts import SpeaksInPieces, create_tts
+from lipstream.talk.voices.tts import create_tts, in_pieces
 
 REPO = Path(__file__).resolve().parents[2]
 TEXT = "The museum on the hill will open late on Fridays this summer with live music in the garden."
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     whole_cut = min(len(whole) - 1, cut - phrase_seam.KEEP_BEFORE_CUT_MS * 16)
     half = args.window_ms * 16
     joined_label = f"cut: {speeches[0].text!r} | rest"
-    if isinstance(voice, SpeaksInPieces) and voice.speaks_in_pieces():
+    if in_pieces(voice):
         whole_cut = cut  # the pieces are the whole sentence's samples, on its clock
         lo, hi = max(0, cut - half), min(len(whole), cut + half)
         scale = float(np.dot(cut_pcm, whole) / np.dot(cut_pcm, cut_pcm))

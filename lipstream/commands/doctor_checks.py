@@ -115,14 +115,15 @@ def check_espeak() -> str:
 
 def check_piper() -> str:
     """The bundled Piper voice speaks a word, and whether it makes sentences in pieces (piper_stages)."""
-    from lipstream.talk.voices.tts import SpeaksInPieces, create_tts
+    from lipstream.talk.voices.tts import create_tts, in_pieces
 
     started = time.perf_counter()
     voice = create_tts("piper", fallback=False, threads=1)
     speech = voice.synthesize("Hello.")
     seconds = len(speech.pcm) / speech.sample_rate
-    pieces = isinstance(voice, SpeaksInPieces) and voice.speaks_in_pieces()
-    how = "sentences in pieces (two stages)" if pieces else "whole sentences (the model could not be cut)"
+    how = "whole sentences (the model could not be cut)"
+    if in_pieces(voice):
+        how = "sentences in pieces (two stages)"
     took = time.perf_counter() - started
     return f"'Hello.' -> {seconds:.2f} s of audio (load + synthesis {took:.1f} s); {how}"
 

@@ -16,7 +16,7 @@ from lipstream.audio.speech import Speech
 from lipstream.talk.voices.phrase_seam import end_at_cut, phrase_for_voice, start_at_cut
 from lipstream.talk.voices.sentences import split_first_phrase
 from lipstream.talk.voices.shared import SharedVoices
-from lipstream.talk.voices.tts import TTS, SpeaksInPieces
+from lipstream.talk.voices.tts import TTS, in_pieces
 
 T = TypeVar("T")
 
@@ -77,7 +77,7 @@ class Speaker:
         voice that `SpeaksInPieces` needs no cut: its first piece is short whatever the sentence."""
         name = voice or self.default_voice
         tts = await self._run(self.voices, name)
-        quick_start = quick_start and not (isinstance(tts, SpeaksInPieces) and tts.speaks_in_pieces())
+        quick_start = quick_start and not in_pieces(tts)
         stream = one_text(texts) if isinstance(texts, str) else texts
         return self._sentences(tts, stream, on_speech, quick_start, name)
 

@@ -16,7 +16,9 @@ log = logging.getLogger(__name__)
 
 VOICES = ("piper", "espeak")
 
-__all__ = ["MAX_TEXT_CHARS", "VOICES", "EspeakTTS", "PiperTTS", "SpeaksInPieces", "TTS", "create_tts"]
+__all__ = [
+    "MAX_TEXT_CHARS", "VOICES", "EspeakTTS", "PiperTTS", "SpeaksInPieces", "TTS", "create_tts", "in_pieces",
+]  # fmt: skip
 
 
 @runtime_checkable
@@ -43,6 +45,11 @@ class SpeaksInPieces(Protocol):
 
     def speaks_in_pieces(self) -> bool:
         """Whether this loaded voice does (a Piper voice whose model could not be cut in stages does not)."""
+
+
+def in_pieces(tts: TTS) -> bool:
+    """Whether this loaded voice makes its sentences in pieces (`SpeaksInPieces`, its model allowing it)."""
+    return isinstance(tts, SpeaksInPieces) and tts.speaks_in_pieces()
 
 
 def create_tts(

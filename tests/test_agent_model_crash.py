@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import httpx
-import numpy as np
 import pytest
 import server_harness as harness
 import websockets
@@ -110,8 +109,12 @@ def test_a_model_crash_mid_answer_is_contained(avatars_root: Path, voices) -> No
         window = [t for t, _pts, _a in watcher.frames if killed_at <= t <= recovered_at + 1.0]
         seconds = recovered_at + 1.0 - killed_at
         assert len(window) >= 0.9 * 25 * seconds, (len(window), seconds)
-        gaps = np.diff(window)
-        assert gaps.max() < 0.5, f"the other session stalled {gaps.max() * 1000:.0f} ms"
+        # and no frame came later than a player started on its first frame would show it: frames arrive in
+        # bursts up to the session's lead ahead, so a gap between two arrivals alone is not a stall
+        first_at, first_pts, _ = watcher.frames[0]
+        after_kill = [(at, pts) for at, pts, _a in watcher.frames if at >= killed_at]
+        lateness = max(at - first_at - (pts - first_pts) / 16000 for at, pts in after_kill)
+        assert lateness < 0.25, f"the other session's frames came up to {lateness * 1000:.0f} ms late"
 
         metrics = httpx.get(server.http + "/metrics", timeout=5).text
         assert "lipstream_language_model_restarts 1.0" in metrics

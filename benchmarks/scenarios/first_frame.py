@@ -74,7 +74,8 @@ def stage_medians(server: list[dict], page: list[dict]) -> dict:
 
     return {"server": {k: median(server, k) for k in SERVER_STAGES + SERVER_FIGURES},
             "page": {k: median(page, k) for k in PAGE_STAGES},
-            "reanchored": sum(1 for row in page if row.get("reanchored")), "speaks": len(page)}  # fmt: skip
+            "reanchored": sum(1 for row in page if row.get("reanchored")), "speaks": len(page),
+            "audio_late": sum(row.get("audioLate") or 0 for row in page)}  # fmt: skip
 
 
 def read_trace(path: Path | None, skip: int) -> list[dict]:
@@ -123,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
                 stages = stage_medians(read_trace(trace, traced), run.get("stages", []))
                 results["modes"][mode]["stages"] = stages
                 print(f"{mode} stages (median ms): server {stages['server']} | page {stages['page']} | "
-                      f"re-anchored {stages['reanchored']} of {stages['speaks']}")  # fmt: skip
+                      f"re-anchored {stages['reanchored']} of {stages['speaks']}, audio re-anchors "
+                      f"{stages['audio_late']}")  # fmt: skip
             cells = " | ".join(f"{n} words {s['p50']:.0f}/{s['max']:.0f}" for n, s in by_words.items())
             print(f"{mode}: speak -> first speech frame shown p50/max ms: {cells} | all p50 "
                   f"{results['modes'][mode]['p50']:.0f} max {results['modes'][mode]['max']:.0f}")  # fmt: skip

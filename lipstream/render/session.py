@@ -67,6 +67,17 @@ FIRST_BATCH_FRAMES = 1
 LATE_WARNING_SECONDS = 0.1
 
 
+def speech_batch(engine_batch: int | float, ahead_frames: float, started: bool) -> int:
+    """Frames to make in the next speech batch: the utterance's first frame alone (it reaches the client
+    soon), then the engine's batch, but no more than half the frames already sent ahead of playback. A batch
+    goes out when all of it is made, so just after a first frame (sent ~3 frames ahead) a whole batch of 8
+    made the second frame late, and the player restarted its audio a jitter later (whole frames on 2 cores,
+    every speak); the lead grows as frames go out faster than they play."""
+    if not started:
+        return FIRST_BATCH_FRAMES
+    return max(1, min(int(engine_batch), int(ahead_frames // 2)))
+
+
 class RenderSession:
     """A live avatar session: speech in, frames on the audio clock out."""
 
@@ -351,8 +362,7 @@ class RenderSession:
                     await self._wait((ahead_frames - lead * FPS) / FPS)
                     continue
                 if ready > 0:
-                    # the utterance's first batch is small so its first frame reaches the client soon
-                    batch = max(1, int(self.engine.batch_size)) if utt.started else FIRST_BATCH_FRAMES
+                    batch = speech_batch(self.engine.batch_size, ahead_frames, utt.started)
                     await self._emit_speech(utt, min(ready, batch))
                 elif speaking and ahead_frames > 1:
                     # speech is playing but its next input is not here yet: wait for it rather than fill

@@ -30,12 +30,15 @@ async function openPage() {
 /** Speak one text; the page's speak -> first speech frame shown (ms), then interrupt and let it idle. */
 async function firstFrame(page, text) {
   const before = await page.evaluate(() => window.lipstreamPlayer.stats.events.length);
+  const lateBefore = await page.evaluate(() => window.lipstreamPlayer.stats.audioLate);
   await page.fill('#text', text);
   await page.click('#speak');
   await page.waitForFunction(() => window.lipstreamPlayer.stats.ttffMs != null, null, { timeout: timeoutMs, polling: 20 });
   const ms = await page.evaluate(() => window.lipstreamPlayer.stats.ttffMs);
   await page.waitForTimeout(200); // a late mark (the first speech patch decoded after a rest note) comes in
-  stages.push(await page.evaluate(() => ({ ...window.lipstreamPlayer.firstSpeech.marks })));
+  // audio re-anchors (a sound that came after its time) from the speak to here, the first speech's among them
+  stages.push(await page.evaluate((n) => ({ ...window.lipstreamPlayer.firstSpeech.marks,
+    audioLate: window.lipstreamPlayer.stats.audioLate - n }), lateBefore));
   await page.click('#interrupt');
   await page.waitForFunction(
     (n) => window.lipstreamPlayer.stats.events.slice(n).some((e) => e.type === 'playback_finished'),

@@ -9,6 +9,8 @@ import { Flag, Kind, SAMPLE_RATE, SAMPLES_PER_FRAME, VERSION, buildMedia, packOp
 const US_PER_SAMPLE = 1e6 / SAMPLE_RATE;
 const MAX_OFFSET_SAMPLES = 3000;
 const MAX_EVENTS = 500;
+const SCHEDULE_MARGIN_S = 0.005; // a sound scheduled closer to now than this may start late
+const MAX_TRIM_S = 0.03; // a sound this late loses its start; later, the clock restarts a jitter later
 /** Events with a `position_samples` that fire when the audio clock gets there (captions follow the voice). */
 const ON_CLOCK = new Set(['speech_started', 'playback_finished', 'reply_text']);
 /** Agent events about the user or the turn: nothing to wait for, they fire on arrival. */
@@ -24,6 +26,12 @@ const RECONNECT_DELAYS_MS = [500, 1000, 2000, 4000, 8000]; // then 8 s between t
 const RECONNECT_MAX_TRIES = 20;
 
 /** p-th percentile of a numeric array (nearest rank). */
+/** Whether a chunk of samples holds nothing to hear (the idle stream's silence; Opus leaves a trace of noise). */
+function isSilent(samples) {
+  for (let i = 0; i < samples.length; i += 1) if (Math.abs(samples[i]) > 1e-3) return false;
+  return true;
+}
+
 function percentile(values, p) {
   if (!values.length) return 0;
   const sorted = [...values].sort((a, b) => a - b);
@@ -52,7 +60,7 @@ export class LivePlayer extends EventTarget {
   resetStats() {
     this.stats = {
       framesReceived: 0, framesDecoded: 0, framesShown: 0, framesDropped: 0, framesLate: 0, decodeErrors: 0,
-      audioChunks: 0, audioLate: 0, audioBytes: 0, bytesReceived: 0, audioSamples: 0, audioPeak: 0, micBytesSent: 0,
+      audioChunks: 0, audioLate: 0, lateSilence: 0, audioTrimmed: 0, audioBytes: 0, bytesReceived: 0, audioSamples: 0, audioPeak: 0, micBytesSent: 0,
       speechBytes: 0, speechAudioFrames: 0, speechFramesShown: 0, ttffMs: null, ttffReceivedMs: null, firstFrameMs: null,
       interruptMs: null, lastSpeechShownAt: null, fps: 0, offsets: [], events: [], errors: [],
     };
@@ -391,7 +399,22 @@ export class LivePlayer extends EventTarget {
     const now = ac.currentTime;
     const shift = (trim - lead) / rate; // where the first played sample sits relative to pts
     let at = this._anchor ? this._anchor.time + (pts - this._anchor.pts) / SAMPLE_RATE : null;
-    if (at == null || at + shift < now + 0.005) {
+    const late = at == null ? 0 : now + SCHEDULE_MARGIN_S - (at + shift); // seconds past its time, if > 0
+    let skip = 0; // seconds of the chunk's start left out
+    if (at != null && late > 0 && isSilent(samples)) {
+      // late silence (the idle stream's, sent just ahead of the clock under load): nothing to hear, so the
+      // clock runs on rather than restart a jitter later
+      this.stats.lateSilence += 1;
+      if (pts === this._firstSpeechPts) this._markDue(at + shift);
+      this._audioEnd = Math.max(this._audioEnd, pts + ((samples.length - lead) / rate) * SAMPLE_RATE);
+      return;
+    }
+    if (at != null && late > 0 && late <= MAX_TRIM_S && late < (samples.length - trim) / rate) {
+      // a few milliseconds late: its start is left out and the rest plays on time, in sync with the frames
+      // (a restart would hold speech back a whole jitter buffer)
+      this.stats.audioTrimmed += 1;
+      skip = late;
+    } else if (at == null || late > 0) {
       // First chunk, or the stream ran dry: (re)start with a small jitter buffer.
       if (at != null) this.stats.audioLate += 1;
       at = now + this.jitter;
@@ -410,7 +433,7 @@ export class LivePlayer extends EventTarget {
     node.connect(ac.destination);
     node.onended = () => this._sources.delete(node);
     this._sources.add(node);
-    node.start(at + shift, trim / rate);
+    node.start(at + shift + skip, trim / rate + skip);
   }
 
   /** The first speech audio was scheduled to be heard at AudioContext time `at`: when that is on performance.now(). */

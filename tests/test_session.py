@@ -165,7 +165,7 @@ def test_first_frame_after_an_interrupt_is_an_idr(small_avatar, engine, speech) 
 
 
 def test_speech_batches_start_with_one_frame_and_grow_with_the_lead() -> None:
-    from lipstream.render.session import speech_batch
+    from lipstream.render.speech_batches import speech_batch
 
     assert speech_batch(8, 3.0, started=False) == 1  # the first frame alone, however far ahead
     assert speech_batch(8, 3.0, started=True) == 1  # just after it: a batch made late would be heard late

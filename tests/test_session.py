@@ -167,8 +167,9 @@ def test_first_frame_after_an_interrupt_is_an_idr(small_avatar, engine, speech) 
 def test_speech_batches_start_with_one_frame_and_grow_with_the_lead() -> None:
     from lipstream.render.speech_batches import speech_batch
 
-    assert speech_batch(8, 3.0, started=False) == 1  # the first frame alone, however far ahead
-    assert speech_batch(8, 3.0, started=True) == 1  # just after it: a batch made late would be heard late
-    assert speech_batch(8, 6.5, started=True) == 3
-    assert speech_batch(8, 25.0, started=True) == 8  # a second ahead: the engine's own batch
-    assert speech_batch(4, 0.2, started=True) == 1  # behind: still one at a time, never none
+    assert speech_batch(8, 3.0, emitted=0) == 1  # the first frame alone, however far ahead
+    assert speech_batch(8, 3.0, emitted=1) == 1  # just after it: a batch made late would be heard late
+    assert speech_batch(8, 6.5, emitted=2) == 3
+    assert speech_batch(8, 25.0, emitted=5) == 8  # a second ahead: the engine's own batch
+    assert speech_batch(4, 0.2, emitted=1) == 1  # behind at the start: one at a time, never none
+    assert speech_batch(8, 0.5, emitted=16) == 8  # later, an engine behind keeps its whole batches

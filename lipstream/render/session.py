@@ -348,7 +348,7 @@ class RenderSession:
                     await self._wait((ahead_frames - lead * FPS) / FPS)
                     continue
                 if ready > 0:
-                    batch = speech_batch(self.engine.batch_size, ahead_frames, utt.started)
+                    batch = speech_batch(self.engine.batch_size, ahead_frames, utt.emitted)
                     await self._emit_speech(utt, min(ready, batch))
                 elif speaking and ahead_frames > 1:
                     # speech is playing but its next input is not here yet: wait for it rather than fill

@@ -7,14 +7,20 @@ from __future__ import annotations
 # (~50-65 ms of x264 at 1080x1920 on a busy 2-core EPYC) waited for a second encode, and arrived after its
 # due time behind the idle lead often enough to cost the player a re-anchor (its 150 ms jitter buffer)
 FIRST_BATCH_FRAMES = 1
+RAMP_BATCHES = 2  # engine batches at an utterance's start made no larger than half the lead
 
 
-def speech_batch(engine_batch: int | float, ahead_frames: float, started: bool) -> int:
-    """Frames to make in the next speech batch: the utterance's first frame alone (it reaches the client
-    soon), then the engine's batch, but no more than half the frames already sent ahead of playback. Just
-    after a first frame (sent ~3 frames ahead) a whole batch of 8 made the second frame late, and the player
-    restarted its audio a jitter later (whole frames on 2 cores, every speak); the lead grows as frames go
-    out faster than they play."""
-    if not started:
+def speech_batch(engine_batch: int | float, ahead_frames: float, emitted: int) -> int:
+    """Frames to make in the next speech batch of an utterance that has `emitted` frames out: its first
+    frame alone (it reaches the client soon), then, for its first two engine batches, no more than half the
+    frames already sent ahead of playback, then the engine's batch. Just after a first frame (sent ~3 frames
+    ahead) a whole batch of 8 made the second frame late, and the player restarted its audio a jitter later
+    (whole frames on 2 cores, every speak); the lead grows as frames go out faster than they play. Only at
+    the start: an engine slower than real time later on keeps its whole batches (smaller ones would cost it
+    throughput just when it is behind)."""
+    batch = max(1, int(engine_batch))
+    if emitted == 0:
         return FIRST_BATCH_FRAMES
-    return max(1, min(int(engine_batch), int(ahead_frames // 2)))
+    if emitted < RAMP_BATCHES * batch:
+        return max(1, min(batch, int(ahead_frames // 2)))
+    return batch

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 import tempfile
@@ -192,6 +193,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         "--server-arg=--max-conversations=2 for one that starts with --)")  # fmt: skip
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds a turn's answer may take")
     parser.add_argument("--settle", type=float, default=3.0, help="seconds of quiet before each round")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="also write each round's summary here as JSON (what `python -m benchmarks "
+                        "before_after` compares)")  # fmt: skip
     args = parser.parse_args(argv)
     if any(not 1 <= n <= MAX_VISITORS for n in args.counts):
         parser.error(
@@ -270,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
         "turns": {str(n): rows for n, rows in turns.items()},
         "bench_seconds": round(time.perf_counter() - began, 1),
     }
+    if args.out is not None:
+        args.out.write_text(json.dumps({"rounds": rounds, "bench_seconds": extra["bench_seconds"]}, indent=1))
     record_figures(rounds, given, extra)
     return 0 if all(not r["failed"] and not r["crossed"] for r in rounds) else 1
 

@@ -121,6 +121,28 @@ def test_an_answer_asked_while_its_read_ahead_still_reads_goes_on_from_what_it_r
     assert answer.cached <= len(prompt) - 1
 
 
+def test_another_conversations_answer_leaves_a_read_ahead_just_begun_to_read_on(chat) -> None:
+    """An answer that shares only the system prompt with a read-ahead (another conversation's notes) does not
+    take its sequence, however little of it was read yet: the notes are read to the end beside the answer."""
+    from lipstream.talk.models.llm_schedule import Job
+
+    # a system prompt no other test used: no free sequence holds it, so only the read-ahead's shares it
+    system = ChatMessage("system", "You are the desk of the Hillside rooms. Answer briefly.")
+    notes = " ".join(f"Note {i}: the room on floor {i % 4} opens at {8 + i % 3} am." for i in range(20))
+    ahead = chat._llama.tokenize(_open([system, ChatMessage("user", notes)]).encode(), add_bos=False,
+                                 special=True)  # fmt: skip
+    ends: list[int] = []
+    reading = Job(ahead, 0, None, print, lambda _e, read: ends.append(read), threading.Event())
+    chat._writer.submit(reading)
+    assert _wait(lambda: reading.read > 0)  # begun: what it has read is (about) the system prompt alone
+    answered = threading.Event()
+    prompt = chat.prompt_tokens([system, ChatMessage("user", QUESTIONS[1])])
+    answer = Job(prompt, 4, GREEDY, lambda _t: None, lambda _e, _r: answered.set(), threading.Event())
+    chat._writer.submit(answer)
+    assert answered.wait(30)
+    assert _wait(lambda: bool(ends)) and ends == [len(ahead)]  # read to its end, not cut short
+
+
 def _open(messages: list[ChatMessage]) -> str:
     from lipstream.talk.models.llm_llama import _chatml
 

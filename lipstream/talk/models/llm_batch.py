@@ -139,12 +139,15 @@ class BatchedWriter:
                 self._end(job, None)
 
     def _goes_on_from(self, job: Job, limit: int, ahead: Job, held: int) -> bool:
-        """`job`'s prompt (its first `limit` tokens) goes on from the read-ahead `ahead`'s read, but for its
-        last READ_AHEAD_TAIL tokens, and shares more of it than the `held` tokens a free sequence holds."""
+        """`job`'s prompt (its first `limit` tokens) goes on from the read-ahead `ahead`: it holds all that
+        the read-ahead was asked to read but its last READ_AHEAD_TAIL tokens, and shares more of what was read
+        than the `held` tokens a free sequence holds. Measured against the whole read asked for, not the part
+        read so far: a read just begun is mostly the system prompt, which another conversation's answer
+        shares too (it then ended that conversation's read of its notes, 650 tokens, after a few)."""
         assert ahead.slot is not None
-        read = self._cached[ahead.slot]
-        shared = _shared_start(read, job.prompt, limit)
-        return shared > held and shared >= len(read) - READ_AHEAD_TAIL
+        meant = _shared_start(ahead.prompt, job.prompt, limit)
+        shared = _shared_start(self._cached[ahead.slot], job.prompt, limit)
+        return shared > held and meant >= len(ahead.prompt) - READ_AHEAD_TAIL
 
     def _step(self, entries: list[Entry]) -> None:
         """Decode the entries in one batch, then pick each answer's next token where its logits came."""

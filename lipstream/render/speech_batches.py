@@ -1,5 +1,5 @@
-"""How many speech frames the session makes at a time: few at an utterance's start, the engine's batch once
-frames are well ahead of playback (a batch goes out only when all of it is made)."""
+"""How many speech frames the session makes at a time: at an utterance's start no more than the frames sent
+ahead of playback allow (a batch goes out only when all of it is made), then the engine's batch."""
 
 from __future__ import annotations
 

@@ -25,13 +25,13 @@ export const RECONNECT_CODES = new Set([1001, 1006, 1011, 1012, 1013]);
 const RECONNECT_DELAYS_MS = [500, 1000, 2000, 4000, 8000]; // then 8 s between tries
 const RECONNECT_MAX_TRIES = 20;
 
-/** p-th percentile of a numeric array (nearest rank). */
 /** Whether a chunk of samples holds nothing to hear (the idle stream's silence; Opus leaves a trace of noise). */
 function isSilent(samples) {
   for (let i = 0; i < samples.length; i += 1) if (Math.abs(samples[i]) > 1e-3) return false;
   return true;
 }
 
+/** p-th percentile of a numeric array (nearest rank). */
 function percentile(values, p) {
   if (!values.length) return 0;
   const sorted = [...values].sort((a, b) => a - b);

@@ -1,4 +1,4 @@
-// The page player's audio clock under lateness (tests/test_player_clock.py): the real player.js in headless
+// The page player's audio clock under lateness (tests/test_browser_player.py): the real player.js in headless
 // Chromium, fed 40 ms chunks around its anchor. Prints the player's counters after each case.
 import fs from 'node:fs';
 import path from 'node:path';

@@ -146,7 +146,7 @@ class BatchedWriter:
         shares too (it then ended that conversation's read of its notes, 650 tokens, after a few)."""
         assert ahead.slot is not None
         meant = _shared_start(ahead.prompt, job.prompt, limit)
-        shared = _shared_start(self._cached[ahead.slot], job.prompt, limit)
+        shared = min(meant, len(self._cached[ahead.slot]))  # what it read is the start of its prompt
         return shared > held and meant >= len(ahead.prompt) - READ_AHEAD_TAIL
 
     def _step(self, entries: list[Entry]) -> None:

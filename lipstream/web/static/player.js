@@ -401,15 +401,12 @@ export class LivePlayer extends EventTarget {
     let at = this._anchor ? this._anchor.time + (pts - this._anchor.pts) / SAMPLE_RATE : null;
     const late = at == null ? 0 : now + SCHEDULE_MARGIN_S - (at + shift); // seconds past its time, if > 0
     let skip = 0; // seconds of the chunk's start left out
-    if (at != null && late > 0 && isSilent(samples)) {
-      // late silence (the idle stream's, sent just ahead of the clock under load): nothing to hear, so the
-      // clock runs on rather than restart a jitter later
+    // late silence (the idle stream's, sent just ahead of the clock under load): nothing to hear, so the
+    // clock runs on through it rather than restart a jitter later
+    const lateSilence = at != null && late > 0 && isSilent(samples);
+    if (lateSilence) {
       this.stats.lateSilence += 1;
-      if (pts === this._firstSpeechPts) this._markDue(at + shift);
-      this._audioEnd = Math.max(this._audioEnd, pts + ((samples.length - lead) / rate) * SAMPLE_RATE);
-      return;
-    }
-    if (at != null && late > 0 && late <= MAX_TRIM_S && late < (samples.length - trim) / rate) {
+    } else if (at != null && late > 0 && late <= MAX_TRIM_S && late < (samples.length - trim) / rate) {
       // a few milliseconds late: its start is left out and the rest plays on time, in sync with the frames
       // (a restart would hold speech back a whole jitter buffer)
       this.stats.audioTrimmed += 1;
@@ -423,6 +420,7 @@ export class LivePlayer extends EventTarget {
     }
     if (pts === this._firstSpeechPts) this._markDue(at + shift);
     this._audioEnd = Math.max(this._audioEnd, pts + ((samples.length - lead) / rate) * SAMPLE_RATE);
+    if (lateSilence) return;
     this.stats.audioSamples += ((samples.length - trim) / rate) * SAMPLE_RATE; // in 16 kHz samples, as pts
     for (let i = 0; i < samples.length; i += 1) if (Math.abs(samples[i]) > this.stats.audioPeak) this.stats.audioPeak = Math.abs(samples[i]);
     const buf = ac.createBuffer(1, samples.length, rate);

@@ -152,6 +152,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="silence that ends a turn the detector judged unfinished: the hard cap "
         f"(default {turn.max_wait_ms:g} ms)",
     )
+    agent.add_argument(
+        "--turn-unsure-ms", type=float, default=turn.unsure_ms,
+        help="silence that ends a turn whose score is under the threshold but at least --turn-unsure-share "
+        f"of it (default {turn.unsure_ms:g} ms)",
+    )
+    agent.add_argument(
+        "--turn-unsure-share", type=float, default=turn.unsure_share,
+        help=f"see --turn-unsure-ms; 0 turns that rule off (default {turn.unsure_share:g})",
+    )
     seats = (  # conversations answered at once, the line beyond them, an unused seat (docs/scaling.md)
         ("--max-conversations", int, "one per CPU core", "conversations answered at once (measured: "
          "docs/benchmarks.md); more wait in line, told so"),
@@ -378,6 +387,7 @@ def _agent_config(args: argparse.Namespace):
         "turn": {
             "detector": args.turn_detector, "threshold": args.turn_threshold,
             "finished_ms": args.turn_finished_ms, "max_wait_ms": args.turn_max_wait_ms,
+            "unsure_ms": args.turn_unsure_ms, "unsure_share": args.turn_unsure_share,
         },
     }  # fmt: skip
     if args.system_prompt:

@@ -8,8 +8,9 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 DetectorName = Literal["text", "smart-turn", "silence"]
-# what ended a turn: the detector's judgement, its hard cap, the fixed silence rule, the turn's length limit
-TurnRule = Literal["detector", "max_wait", "silence", "turn_limit"]
+# what ended a turn: the detector's judgement, its low score after a longer silence, its hard cap, the fixed
+# silence rule, the turn's length limit
+TurnRule = Literal["detector", "unsure", "max_wait", "silence", "turn_limit"]
 # a score at or above this means "finished"; the text score is a probability of the message ending right
 # there, under 0.005 on unfinished clauses and over 0.03 on finished questions in the bench's set
 DEFAULT_THRESHOLDS = {"text": 0.015, "smart-turn": 0.5}
@@ -22,6 +23,14 @@ class TurnEndConfig(BaseModel):
     threshold: float | None = Field(None, gt=0, lt=1)  # None: the detector's default
     finished_ms: float = Field(200, ge=0, le=2000)  # silence that ends a turn judged finished
     max_wait_ms: float = Field(1600, ge=200, le=5000)  # silence that ends any turn (the hard cap)
+    # A score under the threshold but at least this share of it ends the turn after `unsure_ms`: the longer
+    # the silence, the less sure the detector need be. Misheard finished questions score 0.002-0.005 with
+    # the text detector (the knowledge desk: "When Does the Book Club Me?", "What is the address on the
+    # library?"), as do some unfinished clauses (0.002-0.014 of 24 in benchmarks/scenarios/turn_detector.py),
+    # but people rarely pause a second inside a clause, and a user who goes on within the join time
+    # continues the turn (the answer is cut). 0 turns the tier off.
+    unsure_share: float = Field(0.1, ge=0, le=1)
+    unsure_ms: float = Field(1000, ge=0, le=5000)
 
     @property
     def uses_detector(self) -> bool:
@@ -30,5 +39,14 @@ class TurnEndConfig(BaseModel):
 
     def finished(self, score: float) -> bool:
         """Whether a detector's score says the turn is over."""
-        threshold = self.threshold if self.threshold is not None else DEFAULT_THRESHOLDS[self.detector]
-        return score >= threshold
+        return score >= self._threshold()
+
+    def unsure_end(self, score: float) -> bool:
+        """Whether a score under the threshold still ends the turn, after `unsure_ms` of silence."""
+        return (
+            0 < self.unsure_share and self.unsure_ms < self.max_wait_ms
+            and self.unsure_share * self._threshold() <= score < self._threshold()
+        )  # fmt: skip
+
+    def _threshold(self) -> float:
+        return self.threshold if self.threshold is not None else DEFAULT_THRESHOLDS[self.detector]

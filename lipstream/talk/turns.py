@@ -227,9 +227,18 @@ class TurnMachine:
         if end_sample == self.prepared_at:
             self.score = score
 
+    def judged_unsure(self) -> bool:
+        """The current pause scored under the threshold, but high enough to end the turn after a longer
+        silence (`TurnEndConfig.unsure_end`)."""
+        score = self.score if self.prepared_at is not None else None
+        return score is not None and self.timing.rule.unsure_end(score)
+
     def silence(self, silence_ms: float) -> list[TurnAction]:
-        """The open turn's silence has lasted `silence_ms`: a pause judged finished ends it."""
+        """The open turn's silence has lasted `silence_ms`: a pause judged finished ends it, one judged
+        unsure once the silence is longer."""
         if self.judged_finished() and silence_ms >= self.timing.finished_ms:
+            return [EndInSilence()]
+        if self.judged_unsure() and silence_ms >= self.timing.rule.unsure_ms:
             return [EndInSilence()]
         return []
 
@@ -244,7 +253,7 @@ class TurnMachine:
         """The VAD ended the speech at `sample` (its silence rule, the detector's cap, or EndInSilence)."""
         rule: TurnRule = "silence"
         if self.timing.judges:
-            rule = "detector" if self.judged_finished() else "max_wait"
+            rule = "detector" if self.judged_finished() else "unsure" if self.judged_unsure() else "max_wait"
         if self.ignore_until_end:
             self.ignore_until_end = False
             return []

@@ -252,3 +252,15 @@ def test_small_talk_goes_to_the_model(grounding: KnowledgeGrounding) -> None:
     grounded = grounding.ground("Persona.", "Hello, thank you!")
     assert grounded.system_prompt == "Persona." and not grounded.passages
     assert _guarded(grounding, "Hello, thank you!", "Hello! How can I help?") == ["Hello! How can I help?"]
+
+
+def test_a_first_phrase_said_as_the_notes_say_it_is_not_said_twice(grounding: KnowledgeGrounding) -> None:
+    """The first phrase is cut from the model's first sentence and spoken at once; when the rest of that
+    sentence strays, the notes' sentence goes on from where the phrase ended (the knowledge desk said "The
+    makerspace has a 3D printer The makerspace has a 3D printer that members can use ...")."""
+    question = "When does the library open?"
+    said = _guarded(grounding, question, "The library opens at 9 am", "and closes at 11 pm.")
+    assert said == ["The library opens at 9 am", "and closes at 8 pm from Monday to Friday."]
+    # a continuation past the notes with no wrong number: the sentence is finished, not left a fragment
+    said = _guarded(grounding, question, "The library opens at 9 am", "and gives every visitor a free cake.")
+    assert said == ["The library opens at 9 am", "and closes at 8 pm from Monday to Friday."]

@@ -174,7 +174,9 @@ class KnowledgeGrounding:
         # librarian." holds "librarian" but not who is
         answer = _facts(best) - set(grounded.question_terms) or answer
         first = True
+        said = ""  # the sentence being spoken, so far (the first phrase is cut from its sentence)
         async for sentence in sentences_in:
+            said = f"{said} {sentence}" if said and said.rstrip()[-1:] not in ".!?" else sentence
             if not terms(sentence):  # "Sure!", "Yes,": nothing to judge yet
                 yield sentence
                 continue
@@ -182,8 +184,10 @@ class KnowledgeGrounding:
                 await _close(sentences_in)  # the model read the notes and found no answer: it says so
                 yield self.config.unknown_answer
                 return
-            agree = numbers_agree(sentence, notes) and names_agree(sentence, notes)
-            held = agree and supported(sentence, allowed, self.config.min_support)
+            # judged as the whole sentence so far: "and closes at 11 pm." after "The library opens at 9 am"
+            # states one number alone, but the sentence two that no sentence of the notes holds together
+            agree = numbers_agree(said, notes) and names_agree(said, notes)
+            held = agree and supported(said, allowed, self.config.min_support)
             answers = holds_any(sentence, (answer or keys) - COURTESY) and _numbers_within(sentence, best)
             if first and not (held and answers):
                 await _close(sentences_in)
@@ -191,8 +195,11 @@ class KnowledgeGrounding:
                 return
             if not held:  # the model goes on past the notes (a price, a policy they do not hold): stop there
                 await _close(sentences_in)
-                if not agree:  # ... or mixes their numbers up: the notes' own sentence says them right
-                    yield best
+                # ... or mixes their numbers up: the notes' own sentence says them right; after a first
+                # phrase cut from the notes' own sentence, its end (not a fragment, not the phrase twice)
+                rest = _rest_of(best, said.removesuffix(sentence))
+                if not agree or rest != best:
+                    yield rest
                 return
             first = False
             yield sentence
@@ -352,6 +359,26 @@ def best_sentence(
     if score == (0.0, 0.0) and heading:
         return f"{heading.split(' > ')[-1]}: {chosen[0]}"
     return " ".join(chosen)
+
+
+def _rest_of(best: str, said: str) -> str:
+    """`best` without the words already spoken at its start: a first phrase the model said as the notes do
+    ("The makerspace has a 3D printer") is not said twice when the rest of its sentence strayed."""
+
+    def lowered(text: str) -> list[str]:
+        return [w.lower() for w in words(text)]
+
+    spoken = lowered(said)
+    if not spoken:
+        return best
+    for match in re.finditer(r"\S+", best):
+        head = lowered(best[: match.end()])
+        if head == spoken:
+            rest = best[match.end() :].strip()
+            return rest if words(rest) else best
+        if len(head) >= len(spoken):
+            break
+    return best
 
 
 def _ended(sentence: str) -> str:

@@ -264,3 +264,12 @@ def test_a_first_phrase_said_as_the_notes_say_it_is_not_said_twice(grounding: Kn
     # a continuation past the notes with no wrong number: the sentence is finished, not left a fragment
     said = _guarded(grounding, question, "The library opens at 9 am", "and gives every visitor a free cake.")
     assert said == ["The library opens at 9 am", "and closes at 8 pm from Monday to Friday."]
+
+
+def test_a_first_phrase_of_one_bare_word_is_judged_with_what_follows(grounding: KnowledgeGrounding) -> None:
+    """The model's first piece "A" (no content word, no stop) was let through as "Sure!" is, then the rest
+    strayed and the notes' sentence followed: "A The library opens at ...". It waits for the next piece."""
+    said = _guarded(grounding, "When does the library open?", "A", "visit costs nothing and is fun.")
+    assert said == ["The library opens at 9 am and closes at 8 pm from Monday to Friday."]
+    said = _guarded(grounding, "When does the library open?", "Sure!", "It opens at 9 am.")
+    assert said == ["Sure!", "It opens at 9 am."]

@@ -175,7 +175,13 @@ class KnowledgeGrounding:
         answer = _facts(best) - set(grounded.question_terms) or answer
         first = True
         said = ""  # the sentence being spoken, so far (the first phrase is cut from its sentence)
+        fragment = ""  # a piece with no content word and no stop ("A"): judged and said with the next
         async for sentence in sentences_in:
+            sentence = f"{fragment} {sentence}" if fragment else sentence
+            if not terms(sentence) and sentence.rstrip()[-1:] not in ".!?,;:":
+                fragment = sentence  # "A" alone, then the notes' sentence: "A Items can be returned"
+                continue
+            fragment = ""
             said = f"{said} {sentence}" if said and said.rstrip()[-1:] not in ".!?" else sentence
             if not terms(sentence):  # "Sure!", "Yes,": nothing to judge yet
                 yield sentence

@@ -143,6 +143,54 @@ def test_another_conversations_answer_leaves_a_read_ahead_just_begun_to_read_on(
     assert _wait(lambda: bool(ends)) and ends == [len(ahead)]  # read to its end, not cut short
 
 
+def test_an_answer_seated_beside_a_sequence_holding_its_start_copies_it_and_writes_the_same(chat) -> None:
+    """A knowledge turn's instructions are in the sequence of a read-ahead still reading other notes: the
+    answer, seated in another sequence, copies them from there instead of reading them again, and writes
+    what it writes when read from nothing (greedy: the same words)."""
+    from lipstream.talk.models.llm_schedule import Job
+
+    system = ChatMessage("system", "You are the desk of the Old Mill museum. " + "Answer kindly. " * 12)
+    question = [system, ChatMessage("user", "Where is the museum?")]
+    prompt = chat.prompt_tokens(question)
+    _forget(chat)
+    expected = _written(chat, prompt)  # read from nothing
+    _forget(chat)
+    notes = " ".join(f"Room {i} of the mill shows the {i}th century." for i in range(40))
+    ahead = chat._llama.tokenize(_open([system, ChatMessage("user", notes)]).encode(), add_bos=False,
+                                 special=True)  # fmt: skip
+    reading = Job(ahead, 0, None, print, lambda _e, _r: None, threading.Event())
+    chat._writer.submit(reading)
+    system_tokens = len(chat.prompt_tokens([system, ChatMessage("user", "")])) - 8
+    assert _wait(lambda: reading.read > system_tokens + 20)
+    texts: list[str] = []
+    done = threading.Event()
+    answer = Job(prompt, 12, GREEDY, texts.append, lambda _e, _r: done.set(), threading.Event())
+    chat._writer.submit(answer)
+    assert done.wait(30)
+    assert answer.slot != reading.slot and answer.cached >= system_tokens  # copied, not read again
+    assert "".join(texts) == expected
+
+
+def _written(chat, prompt: list[int]) -> str:
+    """A greedy 12-token answer to `prompt` (tokens), its text."""
+    from lipstream.talk.models.llm_schedule import Job
+
+    texts: list[str] = []
+    done = threading.Event()
+    chat._writer.submit(Job(prompt, 12, GREEDY, texts.append, lambda _e, _r: done.set(), threading.Event()))
+    assert done.wait(30)
+    return "".join(texts)
+
+
+def _forget(chat) -> None:
+    """Empty every sequence of the answers' context (the writer idle: no job holds one)."""
+    writer = chat._writer
+    assert _wait(lambda: not writer._jobs and not writer._waiting)
+    for slot in range(len(writer._cached)):
+        writer._lib.llama_memory_seq_rm(writer._memory, slot, -1, -1)
+        writer._cached[slot] = []
+
+
 def _open(messages: list[ChatMessage]) -> str:
     from lipstream.talk.models.llm_llama import _chatml
 

@@ -26,7 +26,7 @@ from lipstream.talk.hearing.stt import SpeechToText
 from lipstream.talk.hearing.stt_embedded import EmbeddedWhisper
 from lipstream.talk.hearing.transcriber import FinalsInFlight
 from lipstream.talk.knowledge.persona import Persona
-from lipstream.talk.models.llm import ChatMessage, LanguageModel, ReportsProcess
+from lipstream.talk.models.llm import ChatMessage, LanguageModel, ReadsAhead, ReportsProcess
 from lipstream.talk.seats import (
     DEFAULT_IDLE_SECONDS,
     DEFAULT_MAX_WAITING,
@@ -253,6 +253,16 @@ def _warm_judge(detector: TextTurnDetector, system_prompt: str) -> None:
         log.error("the text turn detector could not warm up: %s", exc)
 
 
+def _warm_answers(llm: ReadsAhead, system_prompt: str) -> None:
+    """Read the answers' system message into the model's cache at start (a knowledge turn's instructions and
+    rule: ~100 tokens, ~0.7 s on one core, that a server's first answer read before its first word; an
+    answer seated beside a sequence holding them copies them: llm_batch.MIN_COPY_TOKENS)."""
+    try:
+        asyncio.run(llm.prefill([ChatMessage("system", system_prompt), ChatMessage("user", "")]))
+    except LipstreamError as exc:
+        log.warning("the answers' system prompt was not read ahead: %s", exc)
+
+
 def _recognisers(config: AgentConfig, context: str = "") -> tuple[SpeechToText, SpeechToText]:
     """The final-transcript and partial recognisers: an endpoint (one client serves both), or Whisper's
     child process (it serves both too), told `context` (the persona's greeting and the notes' names)."""
@@ -307,9 +317,15 @@ def load_agent(config: AgentConfig) -> AgentServices:
     if isinstance(stt, EmbeddedWhisper):  # its child loaded beside the model's
         stt.warm_up()
     detector, turn_model = _turn_detector(config.conversation.turn, llm)
+    prompt = config.persona.system_prompt() if config.persona else config.conversation.system_prompt
     if isinstance(detector, TextTurnDetector):  # the system prompt's KV cache, so a first judgement is quick
-        prompt = config.persona.system_prompt() if config.persona else config.conversation.system_prompt
         _warm_judge(detector, prompt)
+    if isinstance(llm, ReadsAhead):  # ... and the answers' fixed start, so a first answer reads its own words
+        if knowledge is not None:
+            from lipstream.talk.knowledge.grounding import KnowledgeGrounding
+
+            prompt = KnowledgeGrounding(knowledge, config.persona).instructions(prompt)
+        _warm_answers(llm, prompt)
     services = AgentServices(
         config=config, stt=stt, llm=llm, vad_model=SileroModel(), partial_stt=partial_stt, detector=detector,
         turn_model=turn_model, knowledge=knowledge,

@@ -144,10 +144,15 @@ class KnowledgeGrounding:
                 scores[s] = lexical if meaning is None else meaning + SENTENCE_WORDS_WEIGHT * lexical
         return KnowledgePrompt(
             prompt, [p.text for p in chosen], sources,
-            instructions=f"{system_prompt.strip()}\n\n{_rule(unknown)}",
+            instructions=self.instructions(system_prompt),
             notes=notes_block(chosen, unknown, budget),
             question_terms=key, found=tuple(chosen), weights=weights, sentence_scores=scores,
         )  # fmt: skip
+
+    def instructions(self, system_prompt: str) -> str:
+        """The system message of every grounded answer: `system_prompt` and the rule to answer from the notes
+        (the same every turn: the model's cache keeps it, and the server reads it ahead at start)."""
+        return f"{system_prompt.strip()}\n\n{_rule(self.config.unknown_answer)}"
 
     async def guard(self, grounded: GroundedPrompt, sentences_in: AsyncIterator[str]) -> AsyncIterator[str]:
         """The reply as it comes while it keeps to the notes: its first sentence holds a key term of the

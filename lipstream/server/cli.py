@@ -142,25 +142,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--turn-threshold", type=float, default=None,
         help="a detector score at or above this ends the turn (default: 0.015 text, 0.5 smart-turn)",
     )
-    agent.add_argument(
-        "--turn-finished-ms", type=float, default=turn.finished_ms,
-        help="silence before a turn the detector judged finished is answered "
-        f"(default {turn.finished_ms:g} ms)",
-    )
-    agent.add_argument(
-        "--turn-max-wait-ms", type=float, default=turn.max_wait_ms,
-        help="silence that ends a turn the detector judged unfinished: the hard cap "
-        f"(default {turn.max_wait_ms:g} ms)",
-    )
-    agent.add_argument(
-        "--turn-unsure-ms", type=float, default=turn.unsure_ms,
-        help="silence that ends a turn whose score is under the threshold but at least --turn-unsure-share "
-        f"of it (default {turn.unsure_ms:g} ms)",
-    )
-    agent.add_argument(
-        "--turn-unsure-share", type=float, default=turn.unsure_share,
-        help=f"see --turn-unsure-ms; 0 turns that rule off (default {turn.unsure_share:g})",
-    )
+    timings = (  # the end-of-turn rule's lengths, their defaults from TurnEndConfig
+        ("--turn-finished-ms", turn.finished_ms, "silence before a turn the detector judged finished is "
+         "answered", "ms"),
+        ("--turn-max-wait-ms", turn.max_wait_ms, "silence that ends a turn the detector judged unfinished: "
+         "the hard cap", "ms"),
+        ("--turn-unsure-ms", turn.unsure_ms, "silence that ends a turn whose score is under the threshold "
+         "but at least --turn-unsure-share of it", "ms"),
+        ("--turn-unsure-share", turn.unsure_share, "see --turn-unsure-ms; 0 turns that rule off", ""),
+    )  # fmt: skip
+    for flag, default, text, unit in timings:
+        shown = f"{default:g} {unit}".strip()
+        agent.add_argument(flag, type=float, default=default, help=f"{text} (default {shown})")
     seats = (  # conversations answered at once, the line beyond them, an unused seat (docs/scaling.md)
         ("--max-conversations", int, "one per CPU core", "conversations answered at once (measured: "
          "docs/benchmarks.md); more wait in line, told so"),

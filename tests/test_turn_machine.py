@@ -225,3 +225,6 @@ def test_the_unsure_tier_lies_under_the_threshold_and_can_be_turned_off() -> Non
     assert [rule.unsure_end(s) for s in (0.001, 0.0015, 0.01, 0.015)] == [False, True, True, False]
     assert not TurnEndConfig(detector="text", unsure_share=0).unsure_end(0.01)
     assert not TurnEndConfig(detector="text", unsure_ms=1600, max_wait_ms=1600).unsure_end(0.01)
+    # Smart Turn scores unfinished pauses up to 0.98: its tier is off unless asked for
+    assert not TurnEndConfig(detector="smart-turn").unsure_end(0.3)
+    assert TurnEndConfig(detector="smart-turn", unsure_share=0.5).unsure_end(0.3)

@@ -143,16 +143,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     timings = (  # the end-of-turn rule's lengths, their defaults from TurnEndConfig
         ("--turn-finished-ms", turn.finished_ms, "silence before a turn the detector judged finished is "
-         "answered", "ms"),
+         "answered"),
         ("--turn-max-wait-ms", turn.max_wait_ms, "silence that ends a turn the detector judged unfinished: "
-         "the hard cap", "ms"),
+         "the hard cap"),
         ("--turn-unsure-ms", turn.unsure_ms, "silence that ends a turn whose score is under the threshold "
-         "but at least --turn-unsure-share of it", "ms"),
-        ("--turn-unsure-share", turn.unsure_share, "see --turn-unsure-ms; 0 turns that rule off", ""),
+         "but at least --turn-unsure-share of it"),
     )  # fmt: skip
-    for flag, default, text, unit in timings:
-        shown = f"{default:g} {unit}".strip()
-        agent.add_argument(flag, type=float, default=default, help=f"{text} (default {shown})")
+    for flag, default, text in timings:
+        agent.add_argument(flag, type=float, default=default, help=f"{text} (default {default:g} ms)")
+    agent.add_argument(
+        "--turn-unsure-share", type=float, default=None,
+        help="see --turn-unsure-ms; 0 turns that rule off (default: 0.1 text, off for smart-turn)",
+    )
     seats = (  # conversations answered at once, the line beyond them, an unused seat (docs/scaling.md)
         ("--max-conversations", int, "one per CPU core", "conversations answered at once (measured: "
          "docs/benchmarks.md); more wait in line, told so"),

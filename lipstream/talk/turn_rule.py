@@ -14,6 +14,10 @@ TurnRule = Literal["detector", "unsure", "max_wait", "silence", "turn_limit"]
 # a score at or above this means "finished"; the text score is a probability of the message ending right
 # there, under 0.005 on unfinished clauses and over 0.03 on finished questions in the bench's set
 DEFAULT_THRESHOLDS = {"text": 0.015, "smart-turn": 0.5}
+# the unsure tier's share of the threshold (below): the text score's is measured; Smart Turn's scores of
+# unfinished pauses reach 0.3-0.98 (benchmarks/scenarios/turn_detector.py), so a share of its 0.5 would end
+# nearly every pause after the tier's silence: off
+DEFAULT_UNSURE_SHARES = {"text": 0.1, "smart-turn": 0.0}
 
 
 class TurnEndConfig(BaseModel):
@@ -26,10 +30,10 @@ class TurnEndConfig(BaseModel):
     # A score under the threshold but at least this share of it ends the turn after `unsure_ms`: the longer
     # the silence, the less sure the detector need be. Misheard finished questions score 0.002-0.005 with
     # the text detector (the knowledge desk: "When Does the Book Club Me?", "What is the address on the
-    # library?"), as do some unfinished clauses (0.002-0.014 of 24 in benchmarks/scenarios/turn_detector.py),
+    # library?"), as do 6 of 24 unfinished clauses (0.002-0.014, benchmarks/scenarios/turn_detector.py),
     # but people rarely pause a second inside a clause, and a user who goes on within the join time
-    # continues the turn (the answer is cut). 0 turns the tier off.
-    unsure_share: float = Field(0.1, ge=0, le=1)
+    # continues the turn (the answer is cut). 0 turns the tier off; None: the detector's default.
+    unsure_share: float | None = Field(None, ge=0, le=1)
     unsure_ms: float = Field(1000, ge=0, le=5000)
 
     @property
@@ -43,9 +47,10 @@ class TurnEndConfig(BaseModel):
 
     def unsure_end(self, score: float) -> bool:
         """Whether a score under the threshold still ends the turn, after `unsure_ms` of silence."""
+        share = self.unsure_share if self.unsure_share is not None else DEFAULT_UNSURE_SHARES[self.detector]
         return (
-            0 < self.unsure_share and self.unsure_ms < self.max_wait_ms
-            and self.unsure_share * self._threshold() <= score < self._threshold()
+            0 < share and self.unsure_ms < self.max_wait_ms
+            and share * self._threshold() <= score < self._threshold()
         )  # fmt: skip
 
     def _threshold(self) -> float:

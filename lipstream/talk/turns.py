@@ -165,9 +165,14 @@ class TurnMachine:
         """A turn is open (the user is speaking or paused in it)."""
         return self.start is not None
 
+    @property
+    def pause_score(self) -> float | None:
+        """The judgement of the current pause (None: no pause, or not judged yet)."""
+        return self.score if self.prepared_at is not None else None
+
     def judged_finished(self) -> bool:
         """The current pause was judged the end of the turn (it ends once silent long enough)."""
-        score = self.score if self.prepared_at is not None else None
+        score = self.pause_score
         return score is not None and self.timing.rule.finished(score)
 
     def joinable(self, sample: int, answering: bool, heard: int = 0) -> bool:
@@ -230,7 +235,7 @@ class TurnMachine:
     def judged_unsure(self) -> bool:
         """The current pause scored under the threshold, but high enough to end the turn after a longer
         silence (`TurnEndConfig.unsure_end`)."""
-        score = self.score if self.prepared_at is not None else None
+        score = self.pause_score
         return score is not None and self.timing.rule.unsure_end(score)
 
     def silence(self, silence_ms: float) -> list[TurnAction]:

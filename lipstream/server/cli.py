@@ -76,7 +76,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     # the conversation's defaults come from its config classes (one home each); no model is loaded
     from lipstream.talk.conversation_types import ConversationConfig
     from lipstream.talk.seats import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_WAITING
-    from lipstream.talk.turn_rule import TurnEndConfig
+    from lipstream.talk.turn_rule import DEFAULT_THRESHOLDS, DEFAULT_UNSURE_SHARES, TurnEndConfig
 
     talk, turn = ConversationConfig(), TurnEndConfig()
     agent = serve.add_argument_group("conversation (the avatar listens and answers)")
@@ -139,7 +139,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     agent.add_argument(
         "--turn-threshold", type=float, default=None,
-        help="a detector score at or above this ends the turn (default: 0.015 text, 0.5 smart-turn)",
+        help="a detector score at or above this ends the turn (default: "
+        + ", ".join(f"{v:g} {k}" for k, v in DEFAULT_THRESHOLDS.items()) + ")",
     )
     timings = (  # the end-of-turn rule's lengths, their defaults from TurnEndConfig
         ("--turn-finished-ms", turn.finished_ms, "silence before a turn the detector judged finished is "
@@ -153,7 +154,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         agent.add_argument(flag, type=float, default=default, help=f"{text} (default {default:g} ms)")
     agent.add_argument(
         "--turn-unsure-share", type=float, default=None,
-        help="see --turn-unsure-ms; 0 turns that rule off (default: 0.1 text, off for smart-turn)",
+        help="see --turn-unsure-ms; 0 turns that rule off (default: "
+        + ", ".join(f"{v:g} {k}" for k, v in DEFAULT_UNSURE_SHARES.items()) + ")",
     )
     seats = (  # conversations answered at once, the line beyond them, an unused seat (docs/scaling.md)
         ("--max-conversations", int, "one per CPU core", "conversations answered at once (measured: "

@@ -10,10 +10,17 @@ from pathlib import Path
 import pytest
 
 from lipstream.talk.conversation_types import ConversationConfig
-from lipstream.talk.knowledge.grounding import NOTES_CLOSE, NOTES_OPEN, GroundingConfig, KnowledgeGrounding
+from lipstream.talk.knowledge.grounding import (
+    NOTES_CLOSE,
+    NOTES_OPEN,
+    GroundingConfig,
+    KnowledgeGrounding,
+    trimmed,
+)
 from lipstream.talk.knowledge.grounding_port import Grounding
-from lipstream.talk.knowledge.index import KnowledgeBase
+from lipstream.talk.knowledge.index import KnowledgeBase, Passage
 from lipstream.talk.knowledge.persona import Persona, PersonaError
+from lipstream.talk.knowledge.text import sentences
 
 PERSONA = """
 name = "Ada"
@@ -273,3 +280,34 @@ def test_a_first_phrase_of_one_bare_word_is_judged_with_what_follows(grounding: 
     assert said == ["The library opens at 9 am and closes at 8 pm from Monday to Friday."]
     said = _guarded(grounding, "When does the library open?", "Sure!", "It opens at 9 am.")
     assert said == ["Sure!", "It opens at 9 am."]
+
+
+def _passage(source: str, text: str) -> Passage:
+    return Passage(source, source.removesuffix(".md"), text, 1.0, (), True)
+
+
+def test_the_model_reads_only_the_sentences_near_the_best_one() -> None:
+    hours = _passage("hours.md", "Open at 9 am on weekdays. Closed on Sundays. Open at 10 am on Saturdays.")
+    fees = _passage("fees.md", "A late book costs 20 cents a day. A lost card costs 2 dollars.")
+    scores = {"Open at 9 am on weekdays.": 0.6, "Closed on Sundays.": 0.2, "Open at 10 am on Saturdays.": 0.9,
+              "A late book costs 20 cents a day.": 0.1, "A lost card costs 2 dollars.": 0.0}  # fmt: skip
+    read = trimmed([hours, fees], scores)
+    # under half the best (0.45) is left out, the rest keeps its order; a passage left empty goes
+    assert [p.text for p in read] == ["Open at 9 am on weekdays. Open at 10 am on Saturdays."]
+    many = _passage("many.md", " ".join(f"Fact {n} holds." for n in range(8)))
+    assert len(sentences(trimmed([many], {f"Fact {n} holds.": 1.0 - n / 100 for n in range(8)})[0].text)) == 4
+    assert trimmed([hours, fees], {}) == [hours, fees]  # nothing scored: read whole
+
+
+def test_the_prompt_holds_the_answering_sentences_the_guard_the_whole_passage(
+    tmp_path: Path, persona_file: Path
+) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "printing.md").write_text(
+        "# Printing\n\nPrinting costs 10 cents a page. The staff room was painted green in 1998."
+    )
+    g = KnowledgeGrounding(KnowledgeBase(docs, home=tmp_path / "home"), Persona.load(persona_file))
+    grounded = g.ground("SYSTEM", "How much does printing cost?")
+    assert "10 cents a page" in grounded.notes and "green" not in grounded.notes
+    assert "green" in grounded.passages[0]  # the guard's and the fallback's passages stay whole

@@ -129,8 +129,8 @@ SCRIPTS: dict[str, tuple[TurnEndConfig, list[Step]]] = {
         Step("pause", 5000, (PrepareAnswer(5000, judge=True),)),
         Step("judge", 0.004),  # a tenth of the text threshold (0.015) is 0.0015
         Step("silence", 300),
-        Step("silence", 999),
-        Step("silence", 1000, (EndInSilence(),)),
+        Step("silence", 799),
+        Step("silence", 800, (EndInSilence(),)),
         Step("end", 5000, (EndTurn(1, 0, 5000, "unsure", 0.004, False, True),), U.SILENT, A.THINKING),
     ]),
     "a judgement of a pause already spoken past is ignored": (JUDGED, [
@@ -221,7 +221,7 @@ def test_the_microphone_keeps_a_joinable_turn_whole_and_two_seconds_otherwise() 
 
 
 def test_the_unsure_tier_lies_under_the_threshold_and_can_be_turned_off() -> None:
-    rule = TurnEndConfig(detector="text")  # threshold 0.015, a tenth of it from 1 s of silence
+    rule = TurnEndConfig(detector="text")  # threshold 0.015, a tenth of it from 0.8 s of silence
     assert [rule.unsure_end(s) for s in (0.001, 0.0015, 0.01, 0.015)] == [False, True, True, False]
     assert not TurnEndConfig(detector="text", unsure_share=0).unsure_end(0.01)
     assert not TurnEndConfig(detector="text", unsure_ms=1600, max_wait_ms=1600).unsure_end(0.01)

@@ -31,10 +31,12 @@ class TurnEndConfig(BaseModel):
     # the silence, the less sure the detector need be. Misheard finished questions score 0.002-0.005 with
     # the text detector (the knowledge desk: "When Does the Book Club Me?", "What is the address on the
     # library?"), as do 6 of 24 unfinished clauses (0.002-0.014, benchmarks/scenarios/turn_detector.py),
-    # but people rarely pause a second inside a clause, and a user who goes on within the join time
-    # continues the turn (the answer is cut). 0 turns the tier off; None: the detector's default.
+    # but people rarely pause that long inside a clause, and a user who goes on within the join time
+    # continues the turn (the answer is cut). 0.8 s: as long as the longest of the conversation benchmark's
+    # mid-clause pauses (0.5-0.8 s); at 1 s the three misheard desk questions it ended made the desk's p90.
+    # 0 turns the tier off; None: the detector's default.
     unsure_share: float | None = Field(None, ge=0, le=1)
-    unsure_ms: float = Field(1000, ge=0, le=5000)
+    unsure_ms: float = Field(800, ge=0, le=5000)
 
     @property
     def uses_detector(self) -> bool:

@@ -227,8 +227,9 @@ def test_courtesy_words_answer_nothing_where_the_notes_use_them(tmp_path: Path, 
     access = "Assistance dogs are welcome in every part of the library. The lift is next to the front desk."
     (docs / "access.md").write_text(f"{FAQ}\n## Accessibility\n{access}\n")
     g = KnowledgeGrounding(KnowledgeBase(docs, home=tmp_path / "home"), Persona.load(persona_file))
-    said = _guarded(g, "Can I bring my assistance dog?", "I'm glad to assist you.")
-    assert said == ["Assistance dogs are welcome in every part of the library."]
+    for courtesy in ("I'm glad to assist you.", "You're welcome to help.", "You are most welcome!"):
+        said = _guarded(g, "Can I bring my assistance dog?", courtesy)
+        assert said == ["Assistance dogs are welcome in every part of the library."], courtesy
     said = _guarded(g, "Can I bring my assistance dog?", "Yes, assistance dogs are welcome everywhere.")
     assert said == ["Yes, assistance dogs are welcome everywhere."]
 

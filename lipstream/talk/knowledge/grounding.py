@@ -31,6 +31,9 @@ WEAK_MEANING = 0.4
 # "Assistance dogs are welcome": the knowledge desk's service-animal question, issue 47); not "welcome",
 # which answers "may I bring ...?"
 COURTESY = frozenset(stem(w) for w in ("glad", "happy", "help", "assist", "thank"))
+# ... nor does the formula "you're welcome" ("You're welcome to help." for the service-animal question), while
+# "dogs are welcome" does
+COURTESY_FORMULA = re.compile(r"\byou(?:'re|’re| are)\s+(?:very\s+|most\s+)?welcome\b", re.IGNORECASE)
 MAX_WHOLE_CHARS = 300
 # the notes the model reads: the chosen passages' sentences scoring at least this share of the best one, at
 # most NOTE_SENTENCES in all. Every token of them is read before the first word (~7 ms a token, one core of
@@ -205,7 +208,8 @@ class KnowledgeGrounding:
             # states one number alone, but the sentence two that no sentence of the notes holds together
             agree = numbers_agree(said, notes) and names_agree(said, notes)
             held = agree and supported(said, allowed, self.config.min_support)
-            answers = holds_any(sentence, (answer or keys) - COURTESY) and _numbers_within(sentence, best)
+            answered = COURTESY_FORMULA.sub(" ", sentence)
+            answers = holds_any(answered, (answer or keys) - COURTESY) and _numbers_within(sentence, best)
             if first and not (held and answers):
                 await _close(sentences_in)
                 yield best

@@ -135,7 +135,7 @@ def test_a_visitor_beyond_the_seats_waits_is_told_and_is_answered_when_a_seat_fr
     assert "2 conversation(s) at once" in error["message"] and "try again" in error["message"], error
     assert close_code == 1013
     assert health["conversations"] == {
-        "capacity": 2, "active": 2, "waiting": 1, "refused": 1, "max_waiting": 1,
+        "capacity": 2, "active": 2, "waiting": 1, "refused": 1, "max_waiting": 1, "taken": 2.0,
     }, health  # fmt: skip
     # told to wait: in line first, a state after the question's end, the wait line heard before the answer
     assert report.waited and report.queue_positions[0] == 1, (report.queue_positions, log)

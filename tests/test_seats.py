@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from lipstream.talk.seats import ConversationSeats, SeatsFull, default_capacity
+from lipstream.talk.seats import PATCH_SEAT, ConversationSeats, SeatsFull, default_capacity, seat_size
 
 
 def test_seats_fill_then_the_line_then_refuse() -> None:
@@ -19,7 +19,7 @@ def test_seats_fill_then_the_line_then_refuse() -> None:
         with pytest.raises(SeatsFull, match="2 conversation.*1 visitor.*--max-conversations"):
             seats.take()
         assert seats.counts().as_dict() == {
-            "capacity": 2, "active": 2, "waiting": 1, "refused": 1, "max_waiting": 1,
+            "capacity": 2, "active": 2, "waiting": 1, "refused": 1, "max_waiting": 1, "taken": 2.0,
         }  # fmt: skip
         moved = c.watch()
         a.release()
@@ -69,5 +69,36 @@ def test_a_seat_left_unused_goes_to_a_visitor_in_line_who_asks() -> None:
         now[0] = 200.0
         assert seats.reclaim_idle() == 2 - 1  # both seated are idle, but one visitor is in line
         assert idle.seated and seats.counts().active == 2 and seats.counts().waiting == 1
+
+    asyncio.run(main())
+
+
+def test_a_patch_stream_conversation_takes_half_a_seat_and_nobody_jumps_the_line() -> None:
+    async def main() -> None:
+        assert (seat_size(True), seat_size(False)) == (PATCH_SEAT, 1.0) == (0.5, 1.0)
+        seats = ConversationSeats(capacity=2, max_waiting=3)
+        patches = [seats.take(seat_size(True)) for _ in range(3)]
+        whole = seats.take(seat_size(False))  # 1.5 taken: a whole seat does not fit
+        late_patch = seats.take(seat_size(True))  # it would fit, but the whole one is first in line
+        assert [p.seated for p in patches] == [True, True, True]
+        assert (whole.position, late_patch.position) == (1, 2)
+        assert seats.counts().taken == 1.5 and seats.counts().active == 3
+        patches[0].release()  # 1.0 taken: the whole one is seated, then the line is full again
+        assert whole.seated and not late_patch.seated and seats.counts().taken == 2.0
+        patches[1].release()
+        assert late_patch.seated and seats.counts().taken == 2.0 and seats.counts().waiting == 0
+
+    asyncio.run(main())
+
+
+def test_idle_half_seats_are_reclaimed_until_the_one_in_line_fits() -> None:
+    async def main() -> None:
+        now = [0.0]
+        seats = ConversationSeats(capacity=1, max_waiting=3, idle_seconds=60, clock=lambda: now[0])
+        a, b = seats.take(PATCH_SEAT), seats.take(PATCH_SEAT)
+        whole = seats.take(1.0)
+        now[0] = 70.0
+        assert seats.reclaim_idle() == 2  # two half seats make room for one whole
+        assert whole.seated and (a.position, b.position) == (1, 2)
 
     asyncio.run(main())

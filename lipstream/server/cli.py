@@ -158,8 +158,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         + ", ".join(f"{v:g} {k}" for k, v in DEFAULT_UNSURE_SHARES.items()) + ")",
     )
     seats = (  # conversations answered at once, the line beyond them, an unused seat (docs/scaling.md)
-        ("--max-conversations", int, "one per CPU core", "conversations answered at once (measured: "
-         "docs/benchmarks.md); more wait in line, told so"),
+        ("--max-conversations", int, "one per CPU core", "seats: whole-frame conversations answered at once; "
+         "one on the page's patch stream takes half a seat (measured: docs/benchmarks.md); more wait in "
+         "line, told so"),
         ("--max-waiting", int, DEFAULT_MAX_WAITING, "visitors who may wait in line; more are refused"),
         ("--seat-idle-seconds", float, DEFAULT_IDLE_SECONDS, "a conversation unused this long gives its seat "
          "to a visitor in line who asks something"),

@@ -39,7 +39,7 @@ from lipstream.server.protocol import (
     parse_control,
 )
 from lipstream.server.session_registry import SessionRecord, SessionRegistry
-from lipstream.talk.seats import SeatsFull
+from lipstream.talk.seats import SeatsFull, seat_size
 from lipstream.talk.voices.speaker import Speaker
 
 if TYPE_CHECKING:  # types only: the server imports these rooms' heavy parts where it builds them
@@ -209,7 +209,8 @@ class Connection:
         if hello.agent and self.agent is not None:
             try:
                 self.conversation = self.agent.conversation(
-                    self.session, self._emit_json, speaker=self.speaker, observer=self.metrics
+                    self.session, self._emit_json, speaker=self.speaker, observer=self.metrics,
+                    seat_size=seat_size(self._patch_stream),
                 )
             except SeatsFull as exc:  # every seat and the line are taken: refused now, not answered late
                 await self._fail("busy", str(exc), 1013)

@@ -126,7 +126,7 @@ class ServerMetrics:
             registry=self.registry,
         ).set_function(restarts)
 
-    def bind_conversation_seats(self, counts: Callable[[], Mapping[str, int] | None]) -> None:
+    def bind_conversation_seats(self, counts: Callable[[], Mapping[str, float] | None]) -> None:
         """Read the conversations answered, waiting and refused (lipstream.talk.seats) at scrape time."""
 
         def read(key: str) -> float:
@@ -137,7 +137,8 @@ class ServerMetrics:
         for key, text in (
             ("active", "Conversations answered now (holding a seat)"),
             ("waiting", "Conversations waiting for a seat"),
-            ("capacity", "Conversations answered at once at most (--max-conversations)"),
+            ("capacity", "Seats: whole-frame conversations answered at once at most (--max-conversations)"),
+            ("taken", "Seats the active conversations take (one on the patch stream takes half)"),
             ("refused", "Conversations refused since start (every seat and the line full)"),
         ):
             Gauge(f"lipstream_conversations_{key}", text, registry=self.registry).set_function(

@@ -133,13 +133,14 @@ class AgentServices:
 
     def conversation(
         self, session: SessionPort, emit: Emit, voice: str | None = None, speaker: Speaker | None = None,
-        observer: ConversationObserver | None = None,
+        observer: ConversationObserver | None = None, seat_size: float = 1.0,
     ) -> Conversation:
         """A conversation over `session`, with its own VAD state and echo canceller; its answers are spoken by
         the services' answer voices (in `voice`, the persona's, or `speaker`'s default) and transcribed on
         the services' recogniser threads; `observer` hears of each turn's figures (the server's metrics).
-        It takes a seat (or a place in line); raises SeatsFull when the server cannot take one more."""
-        seat = self.seats.take() if self.seats is not None else None
+        It takes a seat of `seat_size` (seats.seat_size) or a place in line; raises SeatsFull when the server
+        cannot take one more."""
+        seat = self.seats.take(seat_size) if self.seats is not None else None
         cfg = self.config.conversation.model_copy(update={"voice": voice})
         if self.detector is None:  # no detector loaded: the plain silence rule
             cfg = cfg.model_copy(update={"turn": TurnEndConfig(detector="silence")})

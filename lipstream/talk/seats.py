@@ -6,6 +6,11 @@ with one, 2.6 s p50 with three, 14 s worst with six). So a conversation holds a 
 lives; a visitor beyond `capacity` waits in order of arrival (their conversation listens, tells them to wait
 and writes no answer until a seat frees, then answers the question they asked meanwhile), and one beyond
 `capacity + max_waiting` is refused at once with a clear error.
+
+A seat is sized by what its conversation costs the box: a whole-frame stream's speaking frames are encoded on
+the server (x264, ~0.5 core at 1080 px), the page's patch stream sends only the mouth (a few ms a frame), so
+a conversation on it takes half a seat (`PATCH_SEAT`): 2 cores answer two whole-frame conversations at pace,
+or four on the patch stream (docs/benchmarks.md, "Several conversations at once").
 """
 
 from __future__ import annotations
@@ -22,12 +27,21 @@ from lipstream.threads import usable_cores
 # conversations answered at pace per core: measured with `python -m benchmarks conversations` (2 cores,
 # embedded models, docs/benchmarks.md "Several conversations at once"): one conversation per core
 CONVERSATIONS_PER_CORE = 1.0
+# the share of a seat a conversation on the page's patch stream takes: with whole frames two at once were
+# answered at pace on 2 cores (p50 853, p90 1003 ms) and three were not; on the patch stream four were (p50
+# 893, p90 1562 ms; three 662 / 1257), Intel Xeon 2026-12-07 (docs/benchmarks.md)
+PATCH_SEAT = 0.5
 DEFAULT_MAX_WAITING = 4  # visitors told to wait before the next is refused
 DEFAULT_IDLE_SECONDS = 60.0  # a seat unused this long goes to a visitor in line who asks something
 
 
 class SeatsFull(LipstreamError):
     """Every seat is taken and the queue is full: the visitor is refused."""
+
+
+def seat_size(patch_stream: bool) -> float:
+    """The share of a seat a conversation takes: PATCH_SEAT on the page's patch stream, a whole one else."""
+    return PATCH_SEAT if patch_stream else 1.0
 
 
 def default_capacity(cores: int | None = None) -> int:
@@ -45,8 +59,9 @@ class SeatCounts:
     waiting: int
     refused: int
     max_waiting: int
+    taken: float  # the seats the active conversations take (a patch-stream one takes PATCH_SEAT)
 
-    def as_dict(self) -> dict[str, int]:
+    def as_dict(self) -> dict[str, float]:
         """JSON-ready (for /healthz)."""
         return asdict(self)
 
@@ -54,8 +69,10 @@ class SeatCounts:
 class Seat:
     """One conversation's place: seated (answered now) or waiting in line."""
 
-    def __init__(self, seats: ConversationSeats) -> None:
+    def __init__(self, seats: ConversationSeats, size: float = 1.0) -> None:
+        """`size`: the share of a seat it takes (a patch-stream conversation: PATCH_SEAT)."""
         self._seats = seats
+        self.size = size
         self._granted = asyncio.Event()
         self.released = False
         self.active_at = seats.clock()  # the conversation's last sign of life (a turn, an answer)
@@ -126,10 +143,11 @@ class ConversationSeats:
         self._refused = 0
         self._watchers: list[asyncio.Event] = []
 
-    def take(self) -> Seat:
-        """A seat, or a place in line; raises SeatsFull when both are full."""
-        seat = Seat(self)
-        if len(self._seated) < self.capacity:
+    def take(self, size: float = 1.0) -> Seat:
+        """A seat of `size` (a share of one: PATCH_SEAT for the patch stream), or a place in line; raises
+        SeatsFull when both are full. Nobody is seated before those already in line."""
+        seat = Seat(self, size)
+        if not self._line and self._fits(seat):
             self._seated.add(seat)
             seat.grant()
         elif len(self._line) < self.max_waiting:
@@ -137,7 +155,7 @@ class ConversationSeats:
         else:
             self._refused += 1
             raise SeatsFull(
-                f"this server answers {self.capacity} conversation(s) at once and {len(self._line)} "
+                f"this server answers {len(self._seated)} conversation(s) at once and {len(self._line)} "
                 "visitor(s) are already waiting; try again in a minute (the operator can raise "
                 "--max-conversations or --max-waiting, or add replicas)"
             )
@@ -147,8 +165,7 @@ class ConversationSeats:
         """A conversation ended: its seat goes to the first in line."""
         if seat in self._seated:
             self._seated.discard(seat)
-            if self._line:
-                self._seat_first_in_line()
+            self._seat_the_line()
         elif seat in self._line:
             self._line.remove(seat)
         self._line_moved()
@@ -160,21 +177,33 @@ class ConversationSeats:
         now = self.clock()
         idle = [s for s in self._seated if now - s.active_at >= self.idle_seconds]
         idle.sort(key=lambda s: s.active_at)
+        waiting = set(self._line)  # those in line before this call: as many seats as they need, no more
         moved = 0
-        for seat in idle[: len(self._line)]:  # one seat for each visitor in line before this call, no more
+        for seat in idle:
+            if not waiting & set(self._line):
+                break
             self._seated.discard(seat)
             seat.unseat()
-            self._seat_first_in_line()
-            self._line.append(seat)
+            self._line.append(seat)  # behind those who waited
+            self._seat_the_line()
             moved += 1
         if moved:
             self._line_moved()
         return moved
 
-    def _seat_first_in_line(self) -> None:
-        seat = self._line.popleft()
-        self._seated.add(seat)
-        seat.grant()
+    def _fits(self, seat: Seat) -> bool:
+        return self.taken() + seat.size <= self.capacity + 1e-9
+
+    def taken(self) -> float:
+        """The seats the seated conversations take."""
+        return sum(seat.size for seat in self._seated)
+
+    def _seat_the_line(self) -> None:
+        """Seat the first in line while their seats fit (in order: nobody jumps the line)."""
+        while self._line and self._fits(self._line[0]):
+            seat = self._line.popleft()
+            self._seated.add(seat)
+            seat.grant()
 
     def _line_moved(self) -> None:
         for watcher in self._watchers:  # the waiting are told their new place
@@ -201,5 +230,5 @@ class ConversationSeats:
         """Seated, waiting and refused conversations."""
         return SeatCounts(
             capacity=self.capacity, active=len(self._seated), waiting=len(self._line), refused=self._refused,
-            max_waiting=self.max_waiting,
+            max_waiting=self.max_waiting, taken=self.taken(),
         )  # fmt: skip

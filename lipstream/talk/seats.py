@@ -138,7 +138,7 @@ class ConversationSeats:
         self.max_waiting = max_waiting
         self.idle_seconds = idle_seconds
         self.clock = clock
-        self._seated: set[Seat] = set()
+        self._seated: dict[Seat, None] = {}  # in the order seated: idle ones of equal age leave in that order
         self._line: deque[Seat] = deque()
         self._refused = 0
         self._watchers: list[asyncio.Event] = []
@@ -148,7 +148,7 @@ class ConversationSeats:
         SeatsFull when both are full. Nobody is seated before those already in line."""
         seat = Seat(self, size)
         if not self._line and self._fits(seat):
-            self._seated.add(seat)
+            self._seated[seat] = None
             seat.grant()
         elif len(self._line) < self.max_waiting:
             self._line.append(seat)
@@ -164,7 +164,7 @@ class ConversationSeats:
     def release(self, seat: Seat) -> None:
         """A conversation ended: its seat goes to the first in line."""
         if seat in self._seated:
-            self._seated.discard(seat)
+            self._seated.pop(seat, None)
             self._seat_the_line()
         elif seat in self._line:
             self._line.remove(seat)
@@ -182,7 +182,7 @@ class ConversationSeats:
         for seat in idle:
             if not waiting & set(self._line):
                 break
-            self._seated.discard(seat)
+            self._seated.pop(seat, None)
             seat.unseat()
             self._line.append(seat)  # behind those who waited
             self._seat_the_line()
@@ -202,7 +202,7 @@ class ConversationSeats:
         """Seat the first in line while their seats fit (in order: nobody jumps the line)."""
         while self._line and self._fits(self._line[0]):
             seat = self._line.popleft()
-            self._seated.add(seat)
+            self._seated[seat] = None
             seat.grant()
 
     def _line_moved(self) -> None:

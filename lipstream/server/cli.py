@@ -75,6 +75,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     # the conversation's defaults come from its config classes (one home each); no model is loaded
     from lipstream.talk.conversation_types import ConversationConfig
+    from lipstream.talk.hearing.stt import BEAM_SIZE
     from lipstream.talk.seats import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_WAITING
     from lipstream.talk.turn_rule import DEFAULT_THRESHOLDS, DEFAULT_UNSURE_SHARES, TurnEndConfig
 
@@ -112,6 +113,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--stt-window", choices=["audio", "full"], default="audio",
         help="audio: Whisper's encoder reads the turn's own length (at least 5 s; ~2x faster on 2 cores); "
         "full: its fixed 30 s window, as Whisper was trained (docs/conversation.md)",
+    )
+    agent.add_argument(
+        "--stt-beam", type=int, default=BEAM_SIZE,
+        help="Whisper's beam search width, 1 for greedy (default %(default)s; docs/benchmarks.md)",
     )
     agent.add_argument("--system-prompt", default=None, help="the persona: TEXT or @FILE")
     agent.add_argument(
@@ -368,6 +373,7 @@ def _agent_config(args: argparse.Namespace):
         "stt_url": args.stt_url,
         "stt_url_model": args.stt_url_model,
         "stt_window": args.stt_window,
+        "stt_beam": args.stt_beam,
         "echo_cancel": args.echo_cancel,
         "max_conversations": args.max_conversations,
         "max_waiting": args.max_waiting,

@@ -22,7 +22,7 @@ from lipstream.talk.conversation_types import (
     ConversationObserver,
     Emit,
 )
-from lipstream.talk.hearing.stt import SpeechToText
+from lipstream.talk.hearing.stt import BEAM_SIZE, SpeechToText
 from lipstream.talk.hearing.stt_embedded import EmbeddedWhisper
 from lipstream.talk.hearing.transcriber import FinalsInFlight
 from lipstream.talk.knowledge.persona import Persona
@@ -67,6 +67,7 @@ class AgentConfig(BaseModel):
     # Whisper's encoder on the audio's own window (≥ 5 s, lipstream.talk.hearing.whisper_window) or its fixed
     # 30 s
     stt_window: Literal["audio", "full"] = "audio"
+    stt_beam: int = Field(BEAM_SIZE, ge=1, le=10)  # Whisper's beam (1: greedy); see WhisperSTT
     knowledge: Path | None = None  # documents answers come from (--knowledge): indexed at load
     persona: Persona | None = None  # who the avatar is (--persona): instructions, voice, greeting
     # conversations answered at once (None: the machine's measured default, seats.default_capacity) and
@@ -276,7 +277,8 @@ def _recognisers(config: AgentConfig, context: str = "") -> tuple[SpeechToText, 
     # docs/conversation.md). Two decodes at once (a final beside a partial), one thread each: on 2 cores one
     # thread decodes as fast as two. Started now; `load_agent` waits for it after starting the model too.
     whisper = EmbeddedWhisper(
-        config.stt_model, threads=1, workers=2, window=config.stt_window, context=context
+        config.stt_model, threads=1, workers=2, window=config.stt_window, context=context,
+        beam=config.stt_beam,
     )
     return whisper, whisper
 

@@ -23,6 +23,8 @@ from lipstream.talk.hearing.whisper_window import (
 
 log = logging.getLogger(__name__)
 
+BEAM_SIZE = 5  # Whisper's beam search width (1: greedy); measured in docs/benchmarks.md
+
 
 WordTiming = tuple[str, float, float]  # a word as the recogniser wrote it, its start and end (s into audio)
 
@@ -88,9 +90,11 @@ class WhisperSTT:
         full_window: bool = False,
         window_floor_seconds: float = MIN_FRAMES / 100,
         context: str = "",
+        beam_size: int = BEAM_SIZE,
     ) -> None:
         """`context`: text heard before any question (a persona's greeting and its notes' names, see
-        grounding.listening_context), Whisper's prompt for a decode that has none ("" for none)."""
+        grounding.listening_context), Whisper's prompt for a decode that has none ("" for none);
+        `beam_size`: Whisper's beam search width (1: greedy)."""
         try:
             from faster_whisper import WhisperModel
         except ImportError as exc:
@@ -99,6 +103,7 @@ class WhisperSTT:
         self.cpu_threads = cpu_threads
         self.full_window = full_window
         self.context = context
+        self.beam_size = beam_size
         started = time.perf_counter()
         try:
             # two decodes may run at once (num_workers): a turn's final must not queue behind a partial
@@ -144,7 +149,7 @@ class WhisperSTT:
             segments, _info = self._model.transcribe(
                 audio,
                 language="en",
-                beam_size=1,
+                beam_size=self.beam_size,
                 vad_filter=False,  # our own VAD already cut the turn
                 condition_on_previous_text=False,
                 without_timestamps=not words,

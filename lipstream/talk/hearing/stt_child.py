@@ -28,6 +28,7 @@ from fastapi import FastAPI, File, Form, Request, UploadFile
 from fastapi.responses import JSONResponse
 
 from lipstream.audio.timeline import SAMPLE_RATE
+from lipstream.talk.hearing.stt import BEAM_SIZE
 from lipstream.talk.models.child_serving import authorized, run_child
 
 MAX_WAV_BYTES = 16 * 1024 * 1024  # ~8 min of 16 kHz 16-bit audio: far over any turn (max_turn_seconds)
@@ -98,6 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--workers", type=int, default=2, help="decodes that run at once")
     parser.add_argument("--window", choices=("audio", "full"), default="audio")
     parser.add_argument("--context", default="", help="text heard before any question (Whisper's prompt)")
+    parser.add_argument("--beam", type=int, default=BEAM_SIZE, help="beam search width (1: greedy)")
     parser.add_argument("--name", default="embedded-whisper", help="model name in responses")
     return parser
 
@@ -110,7 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from lipstream.talk.hearing.stt import WhisperSTT
 
         stt = WhisperSTT(args.model, cpu_threads=args.threads, workers=args.workers,
-                         full_window=args.window == "full", context=args.context)  # fmt: skip (it warms up)
+                         full_window=args.window == "full", context=args.context,
+                         beam_size=args.beam)  # fmt: skip (it warms up)
         ready = {"load_seconds": round(stt.load_seconds, 3), "warm_seconds": round(stt.warm_up_seconds, 3)}
         return create_child_app(stt, key, args.name), ready
 

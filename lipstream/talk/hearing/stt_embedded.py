@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from lipstream.errors import ModelError
-from lipstream.talk.hearing.stt import Transcript
+from lipstream.talk.hearing.stt import BEAM_SIZE, Transcript
 from lipstream.talk.hearing.stt_openai import OpenAITranscriber
 from lipstream.talk.models.model_process import (
     ChildCommand,
@@ -34,16 +34,16 @@ class EmbeddedWhisper:
     def __init__(
         self, model_path: str | Path | None = None, threads: int = 1, workers: int = 2, window: str = "audio",
         timeout: float = 10.0, turn_wait_seconds: float = 15.0, restart: RestartPolicy | None = None,
-        python: str = sys.executable, context: str = "",
+        python: str = sys.executable, context: str = "", beam: int = BEAM_SIZE,
     ) -> None:  # fmt: skip
         """`threads` per decode (on 2 cores one decodes as fast as two), `workers` decodes at once (a
         partial beside a final), `window`: "audio" or "full" (`WhisperSTT.full_window`), `context`: text
-        heard before any question (`WhisperSTT.context`)."""
+        heard before any question (`WhisperSTT.context`), `beam`: `WhisperSTT.beam_size`."""
         self.model_path = Path(model_path) if model_path is not None else None
         self.timeout = timeout
         self.turn_wait_seconds = turn_wait_seconds
         argv = [python, "-m", "lipstream.talk.hearing.stt_child", "--threads", str(threads),
-                "--workers", str(workers), "--window", window]  # fmt: skip
+                "--workers", str(workers), "--window", window, "--beam", str(beam)]  # fmt: skip
         if self.model_path is not None:
             argv += ["--model", str(self.model_path)]
         if context:

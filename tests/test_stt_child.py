@@ -112,3 +112,16 @@ def test_a_child_that_cannot_load_says_why(tmp_path) -> None:
             recogniser.warm_up()
     finally:
         recogniser.close()
+
+
+def test_the_beam_width_reaches_the_child(question) -> None:
+    """`--stt-beam` goes to the child: it hears what an in-process Whisper of that beam hears."""
+    here = WhisperSTT(cpu_threads=1, workers=1, beam_size=5).transcribe(question).text
+    recogniser = EmbeddedWhisper(beam=5)
+    try:
+        recogniser.warm_up()
+        argv = list(recogniser.process.command.argv)
+        assert argv[argv.index("--beam") + 1] == "5"
+        assert recogniser.transcribe(question).text == here
+    finally:
+        recogniser.close()

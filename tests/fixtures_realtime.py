@@ -1,11 +1,12 @@
 """Tests that hold a real-time budget run alone; the heaviest modules are scheduled first.
 
 Under pytest-xdist (`make test` runs two workers), a test marked `realtime` (a turn decided within its
-silence, an interrupt within 300 ms) takes an exclusive lock for its whole run (setup, call, teardown), kept
-across consecutive ones, and every other test a shared one: while it runs, the other worker finishes the test
-it is in and waits, so its clock is measured on an otherwise quiet machine, as in one process. A turnstile
-lock keeps a waiting `realtime` test from being starved by the others' back-to-back shared locks. Modules with
-such tests run amid short ones, so a waiting one waits little. In one process (no xdist) nothing is locked.
+silence, an interrupt within 300 ms) takes an exclusive lock for its call (its fixtures are built and torn
+down outside it), kept across consecutive ones, and every other test a shared one for its whole run: while it
+runs, the other worker finishes the test it is in and waits, so its clock is measured on an otherwise quiet
+machine, as in one process. A turnstile lock keeps a waiting `realtime` test from being starved by the others'
+back-to-back shared locks. Modules with such tests run amid short ones, so a waiting one waits little. In one
+process (no xdist) nothing is locked.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 _LOCK = pytest.StashKey["_RealtimeLock"]()
+_NEXT_REALTIME = pytest.StashKey[bool]()
 
 # The modules that take longest (docs/testing.md's table), longest first: xdist's `--dist loadfile` hands out
 # files in collection order, so starting these first keeps one long module from being the run's tail.
@@ -109,11 +111,27 @@ def _is_realtime(item: pytest.Item | None) -> bool:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    """Run a `realtime` test with no other worker's test beside it."""
+    """Run every other test under the shared lock, setup to teardown; a `realtime` test takes the exclusive
+    one for its call only (below), so its fixtures (a server starting, ~2-6 s) are built and torn down
+    beside the other worker's test instead of with that worker waiting."""
     folder = _lock_dir(item.config)
-    if folder is None:
+    if folder is None or _is_realtime(item):
+        item.stash[_NEXT_REALTIME] = _is_realtime(nextitem)
         yield
         return
     lock = item.config.stash.setdefault(_LOCK, _RealtimeLock(folder / "realtime.lock"))
-    with lock.around(_is_realtime(item), _is_realtime(nextitem)):
+    with lock.around(False, False):
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """A `realtime` test's call with no other worker's test beside it (the lock kept into the next test's
+    call when that one is `realtime` too)."""
+    folder = _lock_dir(item.config)
+    if folder is None or not _is_realtime(item):
+        yield
+        return
+    lock = item.config.stash.setdefault(_LOCK, _RealtimeLock(folder / "realtime.lock"))
+    with lock.around(True, item.stash.get(_NEXT_REALTIME, False)):
         yield

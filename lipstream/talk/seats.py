@@ -8,9 +8,10 @@ and writes no answer until a seat frees, then answers the question they asked me
 `capacity + max_waiting` is refused at once with a clear error.
 
 A seat is sized by what its conversation costs the box: a whole-frame stream's speaking frames are encoded on
-the server (x264, ~0.5 core at 1080 px), the page's patch stream sends only the mouth (a few ms a frame), so
-a conversation on it takes half a seat (`PATCH_SEAT`): 2 cores answer two whole-frame conversations at pace,
-or four on the patch stream (docs/benchmarks.md, "Several conversations at once").
+the server (x264: the server used 0.7 of a core for one at 1080 px, 1.1 for two), the page's patch stream
+sends only the mouth (a few ms a frame), so a conversation on it takes half a seat (`PATCH_SEAT`): 2 cores
+answer two whole-frame conversations at pace, or four on the patch stream (docs/benchmarks.md, "Several
+conversations at once").
 """
 
 from __future__ import annotations

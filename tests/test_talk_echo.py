@@ -289,3 +289,28 @@ def _run_timeline(
             sent += FRAME
         out[i : i + len(piece)] = ec.process(piece, pts)
     return out, ec
+
+
+def test_the_reference_ring_reads_what_was_written_and_zeros_elsewhere() -> None:
+    """Reads across the ring's wrap, gaps in the timeline, overwritten slots and before the start equal a
+    slot-by-slot reading of the ring (a slot holds the last pts written to it)."""
+    from lipstream.talk.hearing.echo_delay import ReferenceBuffer
+
+    rng = np.random.default_rng(7)
+    ring = ReferenceBuffer(1000)
+    slots: dict[int, tuple[int, float]] = {}  # slot -> (pts, value)
+    pts = 0
+    for _ in range(120):
+        pts += int(rng.integers(0, 300))  # a gap the avatar did not speak in
+        pcm = rng.standard_normal(int(rng.integers(1, 1500)))
+        ring.write(pts, pcm)
+        first = pts + max(0, len(pcm) - 1000)  # a write longer than the ring keeps its last 1000 samples
+        for at, value in enumerate(pcm[first - pts :], start=first):
+            slots[at % 1000] = (at, value)
+        pts += len(pcm)
+        for _ in range(4):
+            start = int(rng.integers(-50, pts + 50))
+            end = start + int(rng.integers(0, 1200))
+            want = [slots.get(p % 1000, (-1, 0.0))[1] if slots.get(p % 1000, (-1, 0.0))[0] == p else 0.0
+                    for p in range(start, end)]  # fmt: skip
+            assert np.array_equal(ring.read(start, end), np.asarray(want, dtype=np.float64))

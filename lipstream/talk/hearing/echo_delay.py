@@ -34,10 +34,25 @@ class ReferenceBuffer:
 
     def read(self, start: int, end: int) -> np.ndarray:
         """Samples start..end-1 (zeros where nothing was given)."""
-        pts = np.arange(start, end, dtype=np.int64)
-        idx = pts % self.capacity
-        out = self._pcm[idx]
-        out[self._tag[idx] != pts] = 0.0
+        n = max(0, end - start)
+        if n > self.capacity or start < 0:  # wider than the ring, or before the timeline: slot by slot
+            pts = np.arange(start, end, dtype=np.int64)
+            idx = pts % self.capacity
+            out = self._pcm[idx]
+            out[self._tag[idx] != pts] = 0.0
+            return out
+        # at most two contiguous runs of the ring (sliced, not gathered: the canceller reads ~10,000 samples
+        # a block per conversation, 7 % of a server's time with four conversations when gathered)
+        out = np.empty(n, dtype=np.float64)
+        first = start % self.capacity
+        done = 0
+        while done < n:
+            slot = (first + done) % self.capacity
+            run = min(n - done, self.capacity - slot)
+            out[done : done + run] = self._pcm[slot : slot + run]
+            stale = self._tag[slot : slot + run] != np.arange(start + done, start + done + run)
+            out[done : done + run][stale] = 0.0
+            done += run
         return out
 
 

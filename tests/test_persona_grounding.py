@@ -296,8 +296,12 @@ def test_the_model_reads_only_the_sentences_near_the_best_one() -> None:
     # under half the best (0.45) is left out, the rest keeps its order; a passage left empty goes
     assert [p.text for p in read] == ["Open at 9 am on weekdays. Open at 10 am on Saturdays."]
     many = _passage("many.md", " ".join(f"Fact {n} holds." for n in range(8)))
-    assert len(sentences(trimmed([many], {f"Fact {n} holds.": 1.0 - n / 100 for n in range(8)})[0].text)) == 4
+    assert len(sentences(trimmed([many], {f"Fact {n} holds.": 1.0 - n / 10 for n in range(8)})[0].text)) == 4
     assert trimmed([hours, fees], {}) == [hours, fees]  # nothing scored: read whole
+    # "what are your opening hours?": every line of the week about as good as the best, all read
+    days = [f"{day}: 9 am to 5 pm." for day in ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat")]
+    week = _passage("week.md", "\n".join(days))
+    assert sentences(trimmed([week], {d: 0.8 - i / 100 for i, d in enumerate(days)})[0].text) == days
 
 
 def test_the_prompt_holds_the_answering_sentences_the_guard_the_whole_passage(

@@ -41,6 +41,9 @@ MAX_WHOLE_CHARS = 300
 # for ~80 tokens of them on the knowledge desk ("Do I have to pay to join?")
 NOTE_SHARE = 0.5
 NOTE_SENTENCES = 4
+# ... but sentences scoring this near the best are all read, however many: a list of opening hours, a line a
+# day, answers "what are your opening hours?" only whole
+NOTE_NEAR_BEST = 0.9
 
 
 @dataclass(frozen=True)
@@ -252,12 +255,13 @@ def _rule(unknown: str) -> str:
 
 def trimmed(passages: list[Passage], scores: dict[str, float]) -> list[Passage]:
     """The passages as the model reads them: only their sentences that score near the best one (NOTE_SHARE,
-    at most NOTE_SENTENCES), in their own order; a passage left with none is left out. Whole where nothing
-    was scored (no sentence or word vectors)."""
+    at most NOTE_SENTENCES unless they score within NOTE_NEAR_BEST of it), in their own order; a passage left
+    with none is left out. Whole where nothing was scored (no sentence or word vectors)."""
     ranked = sorted(scores.values(), reverse=True)
     if not ranked or ranked[0] <= 0:
         return list(passages)
-    floor = max(NOTE_SHARE * ranked[0], ranked[min(NOTE_SENTENCES, len(ranked)) - 1])
+    fourth = ranked[min(NOTE_SENTENCES, len(ranked)) - 1]
+    floor = min(max(NOTE_SHARE * ranked[0], fourth), NOTE_NEAR_BEST * ranked[0])
     out = []
     for passage in passages:
         kept = [s for s in sentences(passage.text) if scores.get(s, 0.0) >= floor]

@@ -87,6 +87,12 @@ class _RealtimeLock:
         self.path = path
         self._exclusive: contextlib.ExitStack | None = None
 
+    def release(self) -> None:
+        """Give the exclusive lock back if this worker holds it."""
+        if self._exclusive is not None:
+            self._exclusive.close()
+            self._exclusive = None
+
     @contextlib.contextmanager
     def around(self, realtime: bool, next_realtime: bool) -> Iterator[None]:
         """Hold the lock as a test of this kind needs while the block runs."""
@@ -115,11 +121,18 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     one for its call only (below), so its fixtures (a server starting, ~2-6 s) are built and torn down
     beside the other worker's test instead of with that worker waiting."""
     folder = _lock_dir(item.config)
-    if folder is None or _is_realtime(item):
-        item.stash[_NEXT_REALTIME] = _is_realtime(nextitem)
+    if folder is None:
         yield
         return
     lock = item.config.stash.setdefault(_LOCK, _RealtimeLock(folder / "realtime.lock"))
+    if _is_realtime(item):
+        item.stash[_NEXT_REALTIME] = _is_realtime(nextitem)
+        try:
+            yield
+        finally:
+            if not _is_realtime(nextitem):  # kept for it by the test before, and its call never ran (skipped)
+                lock.release()
+        return
     with lock.around(False, False):
         yield
 

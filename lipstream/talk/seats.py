@@ -29,8 +29,8 @@ from lipstream.threads import usable_cores
 # embedded models, docs/benchmarks.md "Several conversations at once"): one conversation per core
 CONVERSATIONS_PER_CORE = 1.0
 # the share of a seat a conversation on the page's patch stream takes: with whole frames two at once were
-# answered at pace on 2 cores (p50 853, p90 1003 ms) and three were not; on the patch stream four were (p50
-# 893, p90 1562 ms; three 662 / 1257), Intel Xeon 2026-12-07 (docs/benchmarks.md)
+# answered at pace on 2 cores (p50 853, p90 1003 ms) and three were not; on the patch stream four were near
+# it (p50 815-1037, p90 1562-1802 ms in three runs on an Intel Xeon, 2026-12-07/08; docs/benchmarks.md)
 PATCH_SEAT = 0.5
 DEFAULT_MAX_WAITING = 4  # visitors told to wait before the next is refused
 DEFAULT_IDLE_SECONDS = 60.0  # a seat unused this long goes to a visitor in line who asks something

@@ -76,8 +76,11 @@ def test_opus_and_pcm_audio_play_on_the_clock(live_server: ServerProcess, audio:
     assert ("opus audio" in result["status"]) == (audio == "opus")
     assert snap["speechFramesShown"] > 20
     # every audio message's 640 samples were scheduled (Opus: less the first packet's pre-skip, and the last
-    # message's packets may still be in the decoder), and the speech is in them
-    assert 0 <= snap["audioChunks"] * 640 - snap["audioSamples"] <= 640 + 104, snap
+    # message's packets may still be in the decoder), but for idle silence that came after its time, which
+    # the player lets go by design (`lateSilence`: under load, beside another worker's test), and the speech
+    # is in them
+    unplayed = snap["audioChunks"] * 640 - snap["audioSamples"] - snap["lateSilence"] * 640
+    assert 0 <= unplayed <= 640 + 104, {k: snap[k] for k in ("audioChunks", "audioSamples", "lateSilence")}
     assert snap["audioPeak"] > 0.1
     per_frame = snap["audioBytes"] / snap["audioChunks"]
     assert per_frame == 1280 if audio == "pcm" else per_frame < 200  # 256 kbit/s vs ~24 kbit/s

@@ -35,14 +35,9 @@ class ReferenceBuffer:
     def read(self, start: int, end: int) -> np.ndarray:
         """Samples start..end-1 (zeros where nothing was given)."""
         n = max(0, end - start)
-        if n > self.capacity or start < 0:  # wider than the ring, or before the timeline: slot by slot
-            pts = np.arange(start, end, dtype=np.int64)
-            idx = pts % self.capacity
-            out = self._pcm[idx]
-            out[self._tag[idx] != pts] = 0.0
-            return out
-        # at most two contiguous runs of the ring (sliced, not gathered: the canceller reads ~10,000 samples
-        # a block per conversation, 7 % of a server's time with four conversations when gathered)
+        # contiguous runs of the ring, two at most for a read no wider than it (sliced, not gathered: the
+        # canceller reads ~10,000 samples a block per conversation, 7 % of a server's time with four
+        # conversations when gathered); a slot whose tag is not the run's pts reads as silence
         out = np.empty(n, dtype=np.float64)
         first = start % self.capacity
         done = 0

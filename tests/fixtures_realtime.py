@@ -115,16 +115,23 @@ def _is_realtime(item: pytest.Item | None) -> bool:
     return item is not None and item.get_closest_marker("realtime") is not None
 
 
+def _lock_of(config: pytest.Config) -> _RealtimeLock | None:
+    """This worker's hold on the run's lock (None: no xdist, nothing to lock)."""
+    folder = _lock_dir(config)
+    if folder is None:
+        return None
+    return config.stash.setdefault(_LOCK, _RealtimeLock(folder / "realtime.lock"))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """Run every other test under the shared lock, setup to teardown; a `realtime` test takes the exclusive
     one for its call only (below), so its fixtures (a server starting, ~2-6 s) are built and torn down
     beside the other worker's test instead of with that worker waiting."""
-    folder = _lock_dir(item.config)
-    if folder is None:
+    lock = _lock_of(item.config)
+    if lock is None:
         yield
         return
-    lock = item.config.stash.setdefault(_LOCK, _RealtimeLock(folder / "realtime.lock"))
     if _is_realtime(item):
         item.stash[_NEXT_REALTIME] = _is_realtime(nextitem)
         try:
@@ -141,10 +148,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     """A `realtime` test's call with no other worker's test beside it (the lock kept into the next test's
     call when that one is `realtime` too)."""
-    folder = _lock_dir(item.config)
-    if folder is None or not _is_realtime(item):
+    lock = _lock_of(item.config)
+    if lock is None or not _is_realtime(item):
         yield
         return
-    lock = item.config.stash.setdefault(_LOCK, _RealtimeLock(folder / "realtime.lock"))
     with lock.around(True, item.stash.get(_NEXT_REALTIME, False)):
         yield

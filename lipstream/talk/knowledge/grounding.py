@@ -260,8 +260,8 @@ def trimmed(passages: list[Passage], scores: dict[str, float]) -> list[Passage]:
     ranked = sorted(scores.values(), reverse=True)
     if not ranked or ranked[0] <= 0:
         return list(passages)
-    fourth = ranked[min(NOTE_SENTENCES, len(ranked)) - 1]
-    floor = min(max(NOTE_SHARE * ranked[0], fourth), NOTE_NEAR_BEST * ranked[0])
+    last_of_most = ranked[min(NOTE_SENTENCES, len(ranked)) - 1]  # the NOTE_SENTENCES-th best score
+    floor = min(max(NOTE_SHARE * ranked[0], last_of_most), NOTE_NEAR_BEST * ranked[0])
     out = []
     for passage in passages:
         kept = [s for s in sentences(passage.text) if scores.get(s, 0.0) >= floor]

@@ -11,6 +11,7 @@ import pytest
 
 from lipstream.audio.speech import Speech
 from lipstream.talk.voices import piper_stages
+from lipstream.talk.voices.phonemes import word_gaps
 from lipstream.talk.voices.piper_pieces import LIMIT_KNEE, soft_limit
 from lipstream.talk.voices.piper_stages import FIRST_PIECE_FRAMES, piece_bounds, split_model, staged_names
 from lipstream.talk.voices.piper_tts import PiperTTS
@@ -124,3 +125,57 @@ def test_a_damaged_cached_stage_is_cut_again(tmp_path, monkeypatch, caplog) -> N
     assert voice.speaks_in_pieces() and "cutting them again" in caplog.text
     assert voice.synthesize("Hello there.").phonemes is not None
     assert frames_side.stat().st_size > 1_000_000
+
+
+def test_word_gaps_are_the_runs_between_words() -> None:
+    assert word_gaps(list("ab c, de.")) == [(2, 3), (4, 6)]  # the mark at the end is between no words
+    assert word_gaps(list(" ab")) == []  # a run at the very start is no gap between words
+
+
+@pytest.mark.slow
+def test_a_long_first_sentence_starts_from_its_head_and_joins_the_rest_in_a_gap(
+    piper: PiperTTS, monkeypatch
+) -> None:
+    staged = piper._staged
+    prior_ids: list[int] = []  # the text side's runs, in order: (ids read)
+    real_prior = staged.prior
+    monkeypatch.setattr(
+        staged, "prior", lambda ids, scales: prior_ids.append(len(ids)) or real_prior(ids, scales)
+    )
+    quick = piper.synthesize_sentences(LONG, quick_start=True)
+    first = next(quick)
+    head_ids = list(prior_ids)
+    pieces = [first, *quick]
+    # the first piece waited for the text side of the head only; the whole sentence's ran after it
+    assert len(head_ids) == 1 and len(prior_ids) == 2 and head_ids[0] < prior_ids[1] / 2
+    whole = piper.synthesize(LONG)
+    assert first.seconds <= 0.25 and first.text == LONG and " ".join(p.text for p in pieces if p.text) == LONG
+    joined = np.concatenate([p.pcm for p in pieces])
+    assert abs(len(joined) - len(whole.pcm)) < 0.05 * len(whole.pcm)  # the head's durations differ a little
+    assert abs(first.text_samples - len(joined)) < 0.15 * len(joined)  # the caption's length, estimated
+    # the join falls in a gap between words: no step there larger than the sentence's own largest ones
+    cut = piper.head_samples(LONG)
+    steps = np.abs(np.diff(joined))
+    assert steps[cut - 32 : cut + 400].max() <= np.percentile(np.abs(np.diff(whole.pcm)), 99.9)
+    # every phoneme is said once, in order, and the timings tile the joined audio
+    said = [t for p in pieces for t in p.phonemes]
+    symbols = [t.phoneme for t in said if t.phoneme.strip()]
+    expected = [t.phoneme for t in whole.phonemes if t.phoneme.strip()]
+    assert [s for i, s in enumerate(symbols) if i == 0 or s != symbols[i - 1]] == [
+        s for i, s in enumerate(expected) if i == 0 or s != expected[i - 1]
+    ]
+
+
+@pytest.mark.slow
+def test_a_short_sentence_or_no_quick_start_has_no_head(piper: PiperTTS) -> None:
+    short = "Welcome to the evening news."
+    assert piper.head_samples(short) is None
+    plain = np.concatenate([p.pcm for p in piper.synthesize_sentences(short)])
+    quick = np.concatenate([p.pcm for p in piper.synthesize_sentences(short, quick_start=True)])
+    assert np.array_equal(plain, quick)
+    # a long sentence after the first is made whole: only the first one's start is waited for
+    text = f"{short} {LONG}"
+    assert np.array_equal(
+        np.concatenate([p.pcm for p in piper.synthesize_sentences(text)]),
+        np.concatenate([p.pcm for p in piper.synthesize_sentences(text, quick_start=True)]),
+    )

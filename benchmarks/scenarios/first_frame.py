@@ -121,8 +121,12 @@ def main(argv: list[str] | None = None) -> int:
                                       "av_offset_ms": run.get("avOffsetMs"),
                                       "problems": run.get("problems", [])}  # fmt: skip
             if args.stages:
-                stages = stage_medians(read_trace(trace, traced), run.get("stages", []))
+                server_rows, page_rows = read_trace(trace, traced), run.get("stages", [])
+                stages = stage_medians(server_rows, page_rows)
                 results["modes"][mode]["stages"] = stages
+                # each speak's marks side by side, to see which stage grows with the sentence
+                results["modes"][mode]["speaks"] = [{"server": s, "page": p}
+                                                    for s, p in zip(server_rows, page_rows, strict=False)]
                 print(f"{mode} stages (median ms): server {stages['server']} | page {stages['page']} | "
                       f"re-anchored {stages['reanchored']} of {stages['speaks']}, audio re-anchors "
                       f"{stages['audio_late']}")  # fmt: skip

@@ -21,8 +21,9 @@ from pathlib import Path
 import numpy as np
 
 from lipstream.talk.voices import phrase_seam
+from lipstream.talk.voices.piper_pieces import SEAM_FRAMES
 from lipstream.talk.voices.speaker import Speaker
-from lipstream.talk.voices.tts import create_tts, in_pieces
+from lipstream.talk.voices.tts import PiperTTS, create_tts, in_pieces
 
 REPO = Path(__file__).resolve().parents[2]
 TEXT = "The museum on the hill will open late on Fridays this summer with live music in the garden."
@@ -53,7 +54,12 @@ def main(argv: list[str] | None = None) -> int:
     whole_cut = min(len(whole) - 1, cut - phrase_seam.KEEP_BEFORE_CUT_MS * 16)
     half = args.window_ms * 16
     joined_label = f"cut: {speeches[0].text!r} | rest"
-    if in_pieces(voice):
+    head = voice.head_samples(args.text) if isinstance(voice, PiperTTS) and in_pieces(voice) else None
+    if head is not None:
+        # a long sentence's head (its first words' own text side) and the rest, cross-faded at the cut
+        cut = whole_cut = head  # the whole sentence's cut is within a few frames of the head's
+        joined_label = f"head | rest, cross-faded over {SEAM_FRAMES} frames (~23 ms)"
+    elif in_pieces(voice):
         whole_cut = cut  # the pieces are the whole sentence's samples, on its clock
         lo, hi = max(0, cut - half), min(len(whole), cut + half)
         scale = float(np.dot(cut_pcm, whole) / np.dot(cut_pcm, cut_pcm))

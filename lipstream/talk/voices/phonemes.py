@@ -92,3 +92,21 @@ def timings_between(timings: Sequence[PhonemeTiming], start: int, end: int) -> l
         for t in timings
         if min(end, t.end) > max(start, t.start)
     ]
+
+
+# what a voice writes between words: a space, and a punctuation mark before it
+GAP_SYMBOLS = frozenset(" ,.;:!?\u2014\u2013-")
+
+
+def word_gaps(phonemes: Sequence[str]) -> list[tuple[int, int]]:
+    """The [start, end) of each run of symbols between words (spaces and punctuation) in a voice's phoneme
+    list, in order; runs at the very start are left out."""
+    gaps, start = [], None
+    for index, symbol in enumerate(phonemes):
+        if symbol in GAP_SYMBOLS:
+            start = index if start is None else start
+        else:
+            if start is not None and start > 0:
+                gaps.append((start, index))
+            start = None
+    return gaps

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Iterable, Iterator
@@ -12,14 +13,31 @@ import numpy as np
 
 from lipstream.audio.decode import resample
 from lipstream.audio.speech import Speech
+from lipstream.audio.timeline import SAMPLE_RATE
 from lipstream.errors import SpeechError
 from lipstream.talk.text import check_text, split_sentences
-from lipstream.talk.voices.phonemes import RawPhone, merge_phones, to_timings
+from lipstream.talk.voices.phonemes import RawPhone, merge_phones, to_timings, word_gaps
 from lipstream.talk.voices.piper_aligned import aligned_model, forget, patched_bytes
-from lipstream.talk.voices.piper_pieces import StagedSentence, peak_normalized, phone_samples, sentence_pieces
+from lipstream.talk.voices.piper_pieces import (
+    Head,
+    StagedSentence,
+    head_pieces,
+    peak_normalized,
+    phone_samples,
+    sentence_pieces,
+)
 from lipstream.talk.voices.piper_stages import StagedVoice, staged_voice
 
 log = logging.getLogger(__name__)
+
+# A long first sentence's first audio waits for the voice's text side over the whole sentence (13 ms for 2
+# words, 68 ms for 25, one thread on an idle 2-core Xeon; 2-3x that beside a page decoding video): with
+# `quick_start` it comes from the text side of the first HEAD_WORDS words and LOOKAHEAD_WORDS more (~20 ms),
+# and the whole sentence's runs while the first piece plays (issue 48).
+HEAD_WORDS = 6
+HEAD_MIN_CUT_WORDS = 3  # the cut falls in the longest gap after the 3rd to 6th word
+LOOKAHEAD_WORDS = 3  # words the head's text side reads past the cut, so the head's prosody runs on
+HEAD_MIN_WORDS = 12  # shorter sentences: their whole text side costs a few ms more than the head's
 
 
 def bundled_voice_path() -> Path:
@@ -80,16 +98,69 @@ class PiperTTS:
             return self._to_speech(self._chunks(checked), checked)
         return self._whole(checked)
 
-    def synthesize_sentences(self, text: str) -> Iterator[Speech]:
+    def synthesize_sentences(self, text: str, quick_start: bool = False) -> Iterator[Speech]:
         """Speak sentence by sentence, yielding each as soon as it is ready (low first-audio latency); with
-        the voice in stages, each sentence comes in pieces (`sentence_pieces`), the first one ~0.19 s long."""
-        for sentence in split_sentences(check_text(text)):
+        the voice in stages, each sentence comes in pieces (`sentence_pieces`), the first one ~0.19 s long;
+        with `quick_start` too, a long first sentence's first pieces come from its head (`head_pieces`)."""
+        for index, sentence in enumerate(split_sentences(check_text(text))):
             if self._staged is None:
                 yield self._to_speech(self._chunks(sentence), sentence)
+                continue
+            head = self._head(sentence) if quick_start and index == 0 else None
+            if head is None:
+                parts = self._sentences(sentence)
+                yield from sentence_pieces(self._staged, parts, sentence, self.source_rate)
             else:
-                yield from sentence_pieces(
-                    self._staged, self._sentences(sentence), sentence, self.source_rate
-                )
+                whole = functools.partial(self._sentences, sentence)
+                yield from head_pieces(self._staged, head, whole, sentence, self.source_rate)
+
+    def head_samples(self, sentence: str) -> int | None:
+        """How many 16 kHz samples of `sentence` a quick start says from its head before the cut (None: the
+        sentence is said whole)."""
+        head = self._head(sentence) if self._staged is not None else None
+        if head is None:
+            return None
+        return round(head.cut(head.sentence.prior)[1] * self._staged.hop * SAMPLE_RATE / self.source_rate)
+
+    def _head(self, sentence: str) -> Head | None:
+        """The text side of the sentence's first HEAD_WORDS words and LOOKAHEAD_WORDS more, to be cut in the
+        longest gap after its HEAD_MIN_CUT_WORDS-th to HEAD_WORDS-th word; None when the sentence is short
+        (its whole text side costs little more), or when the voice reads the head's words otherwise than
+        the sentence's (then the two would not join)."""
+        from piper.const import EOS
+
+        words = sentence.split()
+        if len(words) < HEAD_MIN_WORDS:
+            return None
+        voice = self._voice
+        whole = voice.phonemize(sentence)
+        head = voice.phonemize(" ".join(words[: HEAD_WORDS + LOOKAHEAD_WORDS]))
+        if len(head) != 1 or not whole:
+            return None
+        said = head[0]
+        gaps = word_gaps(said)[HEAD_MIN_CUT_WORDS - 1 : HEAD_WORDS]
+        gaps = [gap for gap in gaps if gap[1] < len(said) - 1 and said[gap[1] :].count(" ") >= 1]
+        if not gaps or said[: gaps[-1][1]] != whole[0][: gaps[-1][1]]:
+            return None  # no gap with words after it, or the head is read otherwise than the sentence
+        ids = voice.phonemes_to_ids(said)
+        eos = len(voice.config.phoneme_id_map.get(EOS, []))
+
+        def ids_before(phonemes: int) -> int:
+            return len(voice.phonemes_to_ids(said[:phonemes])) - eos
+
+        if ids[: ids_before(gaps[-1][1])] != voice.phonemes_to_ids(whole[0])[: ids_before(gaps[-1][1])]:
+            return None
+        prior = self._staged.prior(ids, self._scales)  # type: ignore[union-attr]
+
+        def gap_frames(gap: tuple[int, int]) -> int:
+            return int(prior.frames_per_id[ids_before(gap[0]) : ids_before(gap[1])].sum())
+
+        start, end = max(reversed(gaps), key=gap_frames)  # the longest pause; the latest of equals
+        whole_ids = sum(len(voice.phonemes_to_ids(phonemes)) for phonemes in whole if phonemes)
+        staged = StagedSentence(prior, phone_samples(voice.config, said, ids, prior))
+        first = ids_before(start)
+        return Head(staged, ids=first, phones=start + 1, gap_ids=ids_before(end) - first,
+                    gap_phones=end - start, whole_ids=whole_ids)  # fmt: skip
 
     def _sentences(self, text: str) -> list[StagedSentence]:
         """Piper's sentences of `text`, each through the text side (durations known, no audio yet)."""

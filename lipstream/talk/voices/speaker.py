@@ -74,10 +74,10 @@ class Speaker:
         """Load the voice now (an unknown one raises here), then return the sentence stream of `texts`;
         `on_speech` sees each sentence as it is handed on. With `quick_start`, the first text's first phrase
         is synthesised alone (`split_first_phrase`), and the rest while it plays, joined without a seam; a
-        voice that `SpeaksInPieces` needs no cut: its first piece is short whatever the sentence."""
+        voice that `SpeaksInPieces` needs no cut: its first piece is short whatever the sentence, and a long
+        first sentence's first piece comes from its first words (`SpeaksInPieces.synthesize_sentences`)."""
         name = voice or self.default_voice
         tts = await self._run(self.voices, name)
-        quick_start = quick_start and not in_pieces(tts)
         stream = one_text(texts) if isinstance(texts, str) else texts
         return self._sentences(tts, stream, on_speech, quick_start, name)
 
@@ -89,6 +89,7 @@ class Speaker:
         quick_start: bool,
         voice: str = "",
     ) -> AsyncIterator[Speech]:
+        pieces_voice = in_pieces(tts)
         async for text in texts:
             ready = self._kept.get((voice, text))  # kept whole: spoken at once, never cut
             if ready is not None and not ready.cancelled():
@@ -103,13 +104,16 @@ class Speaker:
                             on_speech(speech)
                         yield speech
                     continue
-            pieces = split_first_phrase(text) if quick_start else [text]
+            pieces = split_first_phrase(text) if quick_start and not pieces_voice else [text]
+            # a voice in pieces starts its first text's long first sentence from its head instead of a cut
+            synthesize = functools.partial(tts.synthesize_sentences, quick_start=True) if (
+                quick_start and pieces_voice) else tts.synthesize_sentences  # fmt: skip
             quick_start = False  # the first text only: later ones are synthesised while earlier ones play
             for index, piece in enumerate(pieces):
                 cut_after, cut_before = len(pieces) == 2 and index == 0, len(pieces) == 2 and index == 1
                 spoken = phrase_for_voice(piece) if cut_after else piece
                 sentences: Iterator[Speech]
-                sentences = await self._run(lambda t=spoken: iter(tts.synthesize_sentences(t)))
+                sentences = await self._run(lambda t=spoken, say=synthesize: iter(say(t)))
                 while True:
                     speech = await self._run(next, sentences, None)
                     if speech is None:

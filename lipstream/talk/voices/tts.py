@@ -46,6 +46,10 @@ class SpeaksInPieces(Protocol):
     def speaks_in_pieces(self) -> bool:
         """Whether this loaded voice does (a Piper voice whose model could not be cut in stages does not)."""
 
+    def synthesize_sentences(self, text: str, quick_start: bool = False) -> Iterator[Speech]:
+        """As `TTS.synthesize_sentences`; with `quick_start`, a long first sentence's first pieces come from
+        its first words' text side alone (the first audio does not wait for the whole sentence's)."""
+
 
 def in_pieces(tts: TTS) -> bool:
     """Whether this loaded voice makes its sentences in pieces (`SpeaksInPieces`, its model allowing it)."""

@@ -26,6 +26,10 @@ MIN_PEAK = 0.25  # a first piece quieter than this (a soft onset) is not scaled 
 LIMIT_KNEE = 0.9  # above this the limiter bends the waveform smoothly towards full range
 # the head and the rest of a long sentence cross-fade over this many frames (~23 ms) at the cut
 SEAM_FRAMES = 2
+# ... and the whole sentence's text side runs once this many of the head's frames are out (~0.74 s to play
+# while it runs): run after the first piece (~0.19 s), the piece after it came late, and the page's audio
+# ran dry after 5 of 18 first pieces (first_frame, whole frames, this Xeon)
+WHOLE_AFTER_FRAMES = 64
 
 
 @dataclass(frozen=True)
@@ -153,7 +157,7 @@ def head_pieces(
     voice: StagedVoice, head: Head, whole: Callable[[], list[StagedSentence]], text: str, rate: int
 ) -> Iterator[Speech]:
     """The sentence `text` as consecutive pieces whose first ones come from `head`'s text side only; the
-    whole sentence's text side (`whole()`) runs once the first piece is out, while it plays, and the rest
+    whole sentence's text side (`whole()`) runs once WHOLE_AFTER_FRAMES are out, while they play, and the rest
     is made from it, cross-faded into the head over SEAM_FRAMES at the cut (their latents differ a little:
     the head's text side did not read the whole sentence)."""
     prior, hop = head.sentence.prior, voice.hop
@@ -168,14 +172,17 @@ def head_pieces(
     stream = _PieceStream(text, rate, estimate, timings)
     spans = piece_bounds(cut)
     overlap = np.zeros(0, np.float32)
+    parts: list[StagedSentence] | None = None
     for index, (first, last) in enumerate(spans):
+        if parts is None and first >= WHOLE_AFTER_FRAMES:
+            parts = whole()  # the head's pieces out so far play while it runs
         final = index == len(spans) - 1
         audio = voice.audio(prior, first, last + (SEAM_FRAMES if final else 0))
         if final:  # the frames after the cut are kept to fade out under the rest
             audio, overlap = audio[: (last - first) * hop], audio[(last - first) * hop :]
         yield stream.speech(audio, last=False)
-        if index == 0:
-            parts = whole()  # while the first piece plays
+    if parts is None:
+        parts = whole()
     rest_before, rest_cut = head.cut(parts[0].prior)
     if said is not None:  # the timings again, over the head's phones and the rest's: merged across the cut
         rest = _rest_phones(parts, head, rest_cut - rest_before, rest_cut, hop)

@@ -20,12 +20,15 @@ from lipstream.talk.models.llm_schedule import (
 
 
 def job(
-    name: str, prompt: int, read: int = 0, written: int = 0, answer: bool = True, last: float = 0.0
+    name: str, prompt: int, read: int = 0, written: int = 0, answer: bool = True, last: float = 0.0,
+    text: str = "",
 ) -> Job:
-    """A job called `name`: `prompt` tokens, `read` of them read, `written` tokens written."""
+    """A job called `name`: `prompt` tokens, `read` of them read, `written` tokens written (saying `text`)."""
     made = Job([hash(name) % 1000, *range(prompt - 1)], 100, SamplingConfig() if answer else None,
                lambda _t: None, lambda _e, _r: None, threading.Event())  # fmt: skip
     made.read, made.written, made.last_step = read, list(range(written)), last
+    for piece in text.split(" "):
+        made.wrote(f"{piece} ")
     made.name = name  # type: ignore[attr-defined]
     return made
 
@@ -81,6 +84,16 @@ CASES = {
         [job("ahead", 500, answer=False), job("a", 50, 50, written=2)],
         [("a", 1, True)],
     ),
+    "a first phrase cut by the speaker's rule is past its urgency before its 16th token": (
+        [job("moon", 50, 50, written=9, text="The moon is a rocky world that orbits",
+             last=10.0 - LATER_PACE_S / 2),
+         job("bees", 60, 60, written=2, text="Bees")],
+        [("bees", 1, True)],
+    ),
+    "a first phrase not cut yet keeps its turn": (
+        [job("moon", 50, 50, written=2, text="The moon"), job("bees", 60, 60, written=3, text="Bees make")],
+        [("bees", 1, True)],
+    ),
     "a read-ahead beside later sentences, which keep their pace": (
         [job("ahead", 500, answer=False), job("old", 50, 50, written=FIRST + 1, last=10.0)],
         [("ahead", READ_AHEAD_CHUNK, False)],
@@ -120,3 +133,18 @@ def test_sampling_keeps_to_top_p_and_min_p_and_repeats_with_its_seed() -> None:
     assert picks == again
     narrow = SamplingConfig(temperature=1.0, top_p=0.3, repeat_penalty=1.0)
     assert {next_token(logits, [], narrow, np.random.default_rng(s)) for s in range(50)} == {7}
+
+
+def test_an_answer_is_urgent_until_the_speaker_could_cut_its_first_phrase() -> None:
+    made = job("a", 10, 10, written=2)
+    assert made.urgent
+    made.wrote("The moon")
+    assert made.urgent and not made.phrase_written
+    made.wrote(" is a rocky world that")  # six words, no phrase word to cut before: cut once the next came
+    assert made.urgent
+    made.wrote(" orbits")
+    assert made.phrase_written and not made.urgent
+    short = job("b", 10, 10, written=2)
+    short.wrote("Yes. ")
+    assert short.phrase_written and not short.urgent
+    assert job("c", 10, 5, written=0, text="Yes. ").urgent  # its prompt still to read: urgent, whatever said

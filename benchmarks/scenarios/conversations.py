@@ -65,7 +65,7 @@ RESULTS = REPO / "benchmarks" / "results"
 SCENARIO = "conversations"
 KEEP = ("visitor", "question", "voice", "text", "started_s", "ended_s", "final_transcript", "reply",
         "speech_end_to_first_frame_ms", "speech_end_to_first_frame_shown_ms", "end_of_turn_to_first_frame_ms",
-        "turn_metrics_ms", "end_rule", "errors", "error",
+        "turn_metrics_ms", "end_rule", "errors", "error", "player_stall_ms",
         "in_line", "waited", "waited_ms", "wait_seen_ms", "wait_heard_ms",  # a visitor beyond the seats
         # what judge_turn adds
         "transcript_distance_own", "transcript_nearer_another", "transcript_own", "reply_own_keywords",
@@ -164,6 +164,9 @@ def report(summary: dict[str, Any]) -> None:
               f"{waits['seen_ms']['worst']} ms, heard p50 {waits['heard_ms']['p50']} worst "
               f"{waits['heard_ms']['worst']} ms; turns not waiting: first frame p50 {seated['p50']} p90 "
               f"{seated['p90']} worst {seated['worst']} ms")  # fmt: skip
+    stall = summary["player_stall_ms"]
+    print(f"   the player waited for late frames (an answer's audio ran dry): in {summary['turns_stalled']} "
+          f"of {summary['turns']} turns, worst {stall['worst']} ms")  # fmt: skip
     print(f"   crossed {summary['crossed']}, answered own {summary['answered_own']} of {summary['turns']}, "
           f"transcript nearest its own question {summary['transcript_own']}")  # fmt: skip
     for failure in summary["failed"]:

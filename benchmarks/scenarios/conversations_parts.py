@@ -66,6 +66,7 @@ VISITOR_VOICES: tuple[tuple[str, int | None], ...] = (
 )  # fmt: skip
 WARM_UP = "Can you hear me clearly?"  # no pause inside: one turn
 CLIENTS = "clients (this process)"  # the visitors' own CPU, beside the server's processes
+STALL_MS = 100  # a wait of the player's clock longer than this is heard as a gap
 
 
 # ----- the visitors ---------------------------------------------------------------------------------------
@@ -250,6 +251,9 @@ def summarise_round(
         "cpu_seconds": cpu,
         "cores": {k: round(v / wall_s, 3) for k, v in cpu.items() if "ended" not in k},
         "server_and_its_processes_cores": round(server_total / wall_s, 3),
+        # the answer ran dry while it played (a later sentence written or spoken late)
+        "player_stall_ms": percentiles([r.get("player_stall_ms") for r in ok]),
+        "turns_stalled": sum(1 for r in ok if (r.get("player_stall_ms") or 0) > STALL_MS),
         "crossed": sum(1 for r in rows if r.get("crossed")),
         "answered_own": sum(1 for r in rows if r.get("answered_own")),
         "transcript_own": sum(1 for r in rows if r.get("transcript_own")),

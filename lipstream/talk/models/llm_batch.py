@@ -215,6 +215,7 @@ class BatchedWriter:
         job.written.append(token)
         job.pending += self._llama.detokenize([token], prev_tokens=job.written[:-1])
         text, job.pending = _complete_utf8(job.pending)
+        job.wrote(text)
         if text:
             job.emit(text)
         if len(job.written) >= job.max_tokens or len(self._cached[job.slot]) >= self.context_tokens - 1:

@@ -4,9 +4,10 @@ On a CPU a decode costs in proportion to the tokens in it (measured on the 2-cor
 135M: a token written ≈ 15 ms for one sequence, 29 for two, 52 for four; a prompt token read ≈ 6 ms, in chunks
 of 16 as of 256), so batching saves little and the order is what counts. Work goes in order of need:
 
-1. of the answers not past their first phrase, the one nearest to it (its prompt left to read and its first
-   phrase left to write, costed as above) gets the step: a listener waits for each, and the shortest job
-   first has the fewest waiting longest (writing all first phrases side by side had every one of them late);
+1. of the answers not past their first phrase (cut where the speaker cuts it), the one nearest to it (its
+   prompt left to read and its first phrase left to write, costed as above) gets the step: a listener waits
+   for each, and the shortest job first has the fewest waiting longest (writing all first phrases side by
+   side had every one of them late);
 2. an answer past its first phrase decodes every step while no one else needs the model, and otherwise one
    token every `LATER_PACE_S` (still faster than speech: playback is seconds behind its later sentences);
 3. a read-ahead (a prompt read while its user still speaks) only when no answer waits for its first phrase.
@@ -24,8 +25,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lipstream.talk.models.llm_sampling import SamplingConfig
+from lipstream.talk.voices.sentences import SentenceStream
 
-FIRST_PHRASE_TOKENS = 16  # an answer's tokens until its first phrase is surely written
+# an answer's tokens until its first phrase is surely written, if no cut came sooner: 4 answers asked at once
+# kept the fourth 0.9-1.1 s from its first token behind the others' 16 tokens each, where their first phrases
+# were out after 6-10 (`python -m benchmarks conversations`, 4 at once, this Xeon)
+FIRST_PHRASE_TOKENS = 16
 PROMPT_CHUNK = 32  # a prompt's tokens in one step (≈ 200 ms on one core): an answer asked meanwhile waits
 READ_TOKEN_MS = 6.0  # a prompt token's share of a decode, one core (measured, see above)
 WRITE_TOKEN_MS = 15.0  # a written token's decode
@@ -51,6 +56,14 @@ class Job:
     last_step: float = 0.0  # when it last decoded
     pending: bytes = b""  # the end of a character split across tokens
     rng: np.random.Generator | None = None
+    # the answer's text cut as the speaker cuts it: urgent until its first phrase is out (`wrote`)
+    phrases: SentenceStream = field(default_factory=SentenceStream)
+    phrase_written: bool = False
+
+    def wrote(self, text: str) -> None:
+        """A piece of the answer's text was written (its first phrase may now be complete)."""
+        if not self.phrase_written and self.phrases.push(text):
+            self.phrase_written = True
 
     @property
     def is_answer(self) -> bool:
@@ -64,8 +77,11 @@ class Job:
 
     @property
     def urgent(self) -> bool:
-        """An answer whose first phrase is not written yet (its prompt included)."""
-        return self.is_answer and (self.left > 0 or len(self.written) < FIRST_PHRASE_TOKENS)
+        """An answer whose first phrase is not written yet (its prompt included): not cut where the speaker
+        cuts it (SentenceStream), nor FIRST_PHRASE_TOKENS long."""
+        return self.is_answer and (
+            self.left > 0 or (not self.phrase_written and len(self.written) < FIRST_PHRASE_TOKENS)
+        )
 
 
 @dataclass(frozen=True)

@@ -125,7 +125,7 @@ def sentence_pieces(
     first FIRST_PIECE_FRAMES long, then longer; the first carries the sentence's text and length."""
     total = sum(part.prior.frames for part in parts) * voice.hop
     expected = _to_16k(total, rate)
-    timings = None
+    timings: list[PhonemeTiming] | None = None
     if all(part.phones is not None for part in parts):
         raw = [phone for part in parts for phone in part.phones or []]
         if sum(phone.samples for phone in raw) == total:

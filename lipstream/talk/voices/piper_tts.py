@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 # A long first sentence's first audio waits for the voice's text side over the whole sentence (13 ms for 2
 # words, 68 ms for 25, one thread on an idle 2-core Xeon; 2-3x that beside a page decoding video): with
 # `quick_start` it comes from the text side of the first HEAD_WORDS words and LOOKAHEAD_WORDS more (~20 ms),
-# and the whole sentence's runs while the first piece plays (issue 48).
+# and the whole sentence's runs while the head's first pieces play (issue 48).
 HEAD_WORDS = 6
 HEAD_MIN_CUT_WORDS = 3  # the cut falls in the longest gap after the 3rd to 6th word
 LOOKAHEAD_WORDS = 3  # words the head's text side reads past the cut, so the head's prosody runs on

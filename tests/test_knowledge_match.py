@@ -47,6 +47,17 @@ def test_a_word_a_letter_off_is_read_as_the_notes_word() -> None:
     assert vocabulary.spelled_like("me") is None  # two letters: noise
 
 
+def test_a_word_heard_as_part_of_a_compound_is_read_as_the_compound() -> None:
+    surface = ["password", "passwords", "wifi", "during", "award", "audiobooks"]
+    vocabulary = Vocabulary(surface, [stem(w) for w in surface], None)
+    assert vocabulary.part_of("word") == (stem("password"), 0.5)  # the shortest compound: "word" | "pass"
+    assert vocabulary.part_of("audio") == (stem("audiobooks"), 0.5)
+    assert vocabulary.part_of("ring") is None  # "du" is no word of its own
+    assert vocabulary.part_of("ward") is None
+    assert vocabulary.part_of("wif") is None  # under four letters: noise
+    assert vocabulary.match("What is the wifi word?", {stem("wifi"): 1})[stem("word")][0] == stem("password")
+
+
 def test_misheard_and_inflected_questions_find_their_passage(kb: KnowledgeBase) -> None:
     query, found = kb.lookup("How much does printing in color cast?")
     assert found[0].source == "print.md" and query.mapped["color"][0] == "colour"

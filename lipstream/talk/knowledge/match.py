@@ -2,10 +2,12 @@
 read as the notes' word it was most likely heard for (Whisper's "cast" for "cost", "color" for "colour") or
 meant as ("vehicle" for "car", "kids" for "children").
 
-Two matchers, each against the index's vocabulary (its surface words, lower case):
+Three matchers, each against the index's vocabulary (its surface words, lower case):
 
 - **spelling** (rapidfuzz's normalised Levenshtein ratio, >= 80 %): inflections Porter misses and misheard
   words a letter or two off;
+- **part** (a word the notes only use inside a compound of theirs, "word" -> "password"): the share of the
+  compound's letters it is;
 - **meaning** (WordLlama's static token embeddings, shipped inside its wheel, run on numpy: the cosine of two
   words' first 64 dimensions, >= 0.66): paraphrase. Measured on the knowledge desk benchmark's questions:
   "animal" -> "dogs" 0.75, "vehicle" -> "car" 0.78, "eat" -> "food" 0.71, "kids" -> "children" 0.92, "age"
@@ -37,6 +39,9 @@ MEANING_CUTOFF = 0.66  # cosine of WordLlama word vectors cut to DIMENSIONS (the
 # apart and make the search of a 1,000-page vocabulary (18,000 words) 4x cheaper (a few ms -> under 1)
 DIMENSIONS = 64
 MIN_FUZZY_CHARS = 3  # "dvd" finds "dvds"; two letters ("me" -> "mi") are noise
+# a compound's part, and the rest of it, have at least this many letters ("word" | "pass"; not "ring" in
+# "during", "ward" in "award")
+MIN_PART_CHARS = 4
 
 
 @dataclass(frozen=True)
@@ -145,8 +150,14 @@ class Vocabulary:
         # the words by length: a word heard a letter or two off has about the same length (a 1,000-page
         # vocabulary is 18,000 words; rapidfuzz over all of them took ~10 ms a word on a loaded machine)
         self._by_length: dict[int, list[int]] = {}
+        # ... and by their first and last letters, for the compounds a word is a part of (2 ms a word when
+        # each of the 18,000 was tried)
+        self._by_start: dict[str, list[int]] = {}
+        self._by_end: dict[str, list[int]] = {}
         for index, word in enumerate(self.surface):
             self._by_length.setdefault(len(word), []).append(index)
+            self._by_start.setdefault(word[:MIN_PART_CHARS], []).append(index)
+            self._by_end.setdefault(word[-MIN_PART_CHARS:], []).append(index)
 
     def spelled_like(self, word: str) -> tuple[str, float] | None:
         """The notes' word closest in spelling to `word` (>= SPELLING_CUTOFF), as (term, similarity)."""
@@ -158,6 +169,22 @@ class Vocabulary:
         hit = process.extractOne(word, [self.surface[i] for i in near], scorer=fuzz.ratio,
                                  score_cutoff=SPELLING_CUTOFF)  # fmt: skip
         return None if hit is None else (self.term_of[near[hit[2]]], hit[1] / 100.0)
+
+    def part_of(self, word: str) -> tuple[str, float] | None:
+        """The notes' shortest word that `word` begins or ends with a word of its own after or before it
+        ("word" in "password", "book" in "audiobooks": a compound heard in part, or said apart), as (term,
+        the share of its letters `word` is); None when none is, or `word` is under MIN_PART_CHARS."""
+        if len(word) < MIN_PART_CHARS:
+            return None
+        best: int | None = None
+        near = self._by_start.get(word[:MIN_PART_CHARS], []) + self._by_end.get(word[-MIN_PART_CHARS:], [])
+        for index in near:
+            notes_word = self.surface[index]
+            rest = len(notes_word) - len(word)
+            if rest >= MIN_PART_CHARS - 1 and (notes_word.endswith(word) or notes_word.startswith(word)):
+                if best is None or len(notes_word) < len(self.surface[best]):
+                    best = index
+        return None if best is None else (self.term_of[best], len(word) / len(self.surface[best]))
 
     def meant_like(self, word: str) -> tuple[str, float] | None:
         """The notes' word closest in meaning to `word` (cosine >= MEANING_CUTOFF), as (term, cosine)."""
@@ -201,7 +228,8 @@ class Vocabulary:
             term = stem(lower)
             if lower in STOP_WORDS or term in known or term in out or not lower.isalpha():
                 continue
-            hit = self.meant_like(lower) or self.spelled_like(lower)  # a real word first: "eat" is not "seat"
+            # a real word first ("eat" is not "seat"), then a part of one of the notes' compounds
+            hit = self.meant_like(lower) or self.spelled_like(lower) or self.part_of(lower)
             if hit is not None:
                 out[term] = hit
         return out

@@ -200,7 +200,8 @@ class Vocabulary:
     def aligner(self, query: Query) -> Callable[[str], float] | None:
         """A score of how well a text answers `query`, 0-1 (None without word vectors): each question word
         counts at its weight (IDF; an unknown word the most) times its best cosine with the text's words (1
-        when the text holds its term) — "vehicle" in a question meets "car" in a sentence at 0.69."""
+        when the text holds its term, at least its match's similarity when the text holds the notes' word it
+        was read as) — "vehicle" in a question meets "car" in a sentence at 0.69."""
         model = word_model()
         if model is None or self.full is None or not query.surface:
             return None
@@ -216,6 +217,9 @@ class Vocabulary:
             rows = [self.row[w] for w in {w.lower() for w in words(text)} if w in self.row]
             sims = np.zeros(len(asked)) if not rows else np.clip((qv @ self.full[rows].T).max(axis=1), 0, 1)
             sims = np.where([t in held for t in wanted], 1.0, sims)
+            # a word read as one of the notes' words counts at its similarity where the text holds that word
+            sims = np.maximum(sims, [query.mapped[t][1] if t in query.mapped and query.mapped[t][0] in held
+                                     else 0.0 for t in wanted])  # fmt: skip
             return float((weights * sims).sum() / total)
 
         return score

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     whole_cut = min(len(whole) - 1, cut - phrase_seam.KEEP_BEFORE_CUT_MS * 16)
     half = args.window_ms * 16
     joined_label = f"cut: {speeches[0].text!r} | rest"
-    head = voice.head_samples(args.text) if isinstance(voice, PiperTTS) and in_pieces(voice) else None
+    head = voice.head_samples(args.text) if isinstance(voice, PiperTTS) else None  # None: not in pieces
     if head is not None:
         # a long sentence's head (its first words' own text side) and the rest, cross-faded at the cut
         cut = whole_cut = head  # the whole sentence's cut is within a few frames of the head's
